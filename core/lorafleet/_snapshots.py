@@ -1,0 +1,55 @@
+"""Frozen snapshots the machine hands out: a view for the scheduler and statistics for metrics."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import attrs
+
+
+@attrs.frozen
+class View:
+    """Where one adapter stands among candidate replicas, for the router's scheduler.
+
+    ``holders`` hold the adapter or are loading it; ``with_room`` hold fewer adapters (held plus
+    loading) than their limit. A replica never added has room and holds nothing.
+    """
+
+    holders: frozenset[str]
+    with_room: frozenset[str]
+
+
+@attrs.frozen
+class ReplicaStatistics:
+    """One replica as the machine sees it."""
+
+    model: str
+    limit: int
+    met: bool
+    """Its first listing has been answered, well or not."""
+    held: Mapping[str, int] = attrs.field(hash=False)
+    """Adapter name to the number of requests running on it, sorted by name."""
+    loading: tuple[str, ...]
+    unloading: tuple[str, ...]
+
+
+@attrs.frozen
+class Statistics:
+    """Counts since the machine was made, and what every replica holds now.
+
+    Keys are sorted so that two snapshots of equal machines compare and print alike.
+    """
+
+    loads: Mapping[tuple[str, str], int] = attrs.field(hash=False)
+    """(model, load outcome) to count."""
+    evictions: Mapping[tuple[str, str], int] = attrs.field(hash=False)
+    """(model, unload outcome) to count, for unloads made to make room."""
+    grants: Mapping[str, int] = attrs.field(hash=False)
+    """How (hit, joined, loaded) to count."""
+    failures: Mapping[str, int] = attrs.field(hash=False)
+    """Fault (adapter, replica) to the number of requests failed with it."""
+    replicas: Mapping[str, ReplicaStatistics] = attrs.field(hash=False)
+    waiting: int
+    """Requests waiting for a load or an unload."""
+    leases: int
+    """Requests granted and not yet released."""

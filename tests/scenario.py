@@ -1,0 +1,97 @@
+"""A small driver for writing machine tests as scenarios: events in, expected commands out."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import attrs
+
+from lorafleet import (
+    AdapterStateMachine,
+    Command,
+    Event,
+    Fail,
+    Fault,
+    Grant,
+    How,
+    IssueLoad,
+    IssueUnload,
+    ListingReceived,
+    LoadFinished,
+    LoadOutcome,
+    ReadListing,
+    ReplicaAdded,
+    Requested,
+    UnloadFinished,
+    UnloadOutcome,
+)
+
+
+@attrs.define
+class Step:
+    event: Event
+    commands: list[Command]
+
+
+@attrs.define
+class Scenario:
+    """Drives one machine and keeps every step, so a failing test shows the whole story."""
+
+    machine: AdapterStateMachine = attrs.field(factory=AdapterStateMachine)
+    steps: list[Step] = attrs.field(factory=list)
+    ticket: int = 0
+
+    @classmethod
+    def with_replicas(cls, *replicas: tuple[str, int], model: str = "base", listed: bool = True) -> Scenario:
+        """A machine that knows these (replica, limit) pairs, each listed empty unless ``listed`` is False."""
+        s = cls()
+        for replica, limit in replicas:
+            (cmd,) = s(ReplicaAdded(replica, model, limit))
+            assert isinstance(cmd, ReadListing)
+            if listed:
+                s.expect(ListingReceived(cmd.listing, ()))
+        return s
+
+    def __call__(self, event: Event) -> list[Command]:
+        commands = self.machine.handle(event)
+        self.steps.append(Step(event, commands))
+        return commands
+
+    def expect(self, event: Event, *commands: Command) -> list[Command]:
+        got = self(event)
+        assert got == list(commands), f"after {event}:\n  got      {got}\n  expected {list(commands)}"
+        return got
+
+    def request(self, replica: str, adapter: str, path: str | None = None) -> tuple[int, list[Command]]:
+        """A new request with the next ticket; returns the ticket and the commands."""
+        self.ticket += 1
+        return self.ticket, self(Requested(self.ticket, replica, adapter, path or f"/adapters/{adapter}"))
+
+    def hit(self, replica: str, adapter: str) -> int:
+        ticket, commands = self.request(replica, adapter)
+        assert commands == [Grant(ticket, How.HIT)], commands
+        return ticket
+
+    def load(self, replica: str, adapter: str) -> int:
+        """Request ``adapter`` cold with no victims, answer the load, return the granted ticket."""
+        ticket, commands = self.request(replica, adapter)
+        (cmd,) = commands
+        assert isinstance(cmd, IssueLoad), commands
+        self.expect(LoadFinished(cmd.load, LoadOutcome.LOADED), Grant(ticket, How.LOADED))
+        return ticket
+
+
+def loads(commands: Iterable[Command]) -> list[IssueLoad]:
+    return [c for c in commands if isinstance(c, IssueLoad)]
+
+
+def unloads(commands: Iterable[Command]) -> list[IssueUnload]:
+    return [c for c in commands if isinstance(c, IssueUnload)]
+
+
+def unloaded(unload: IssueUnload, outcome: UnloadOutcome = UnloadOutcome.UNLOADED) -> UnloadFinished:
+    return UnloadFinished(unload.unload, outcome)
+
+
+def failed(ticket: int, fault: Fault, message: str) -> Fail:
+    return Fail(ticket, fault, message)
