@@ -1,6 +1,7 @@
 """The project's two commands, needing nothing but Python 3.11+ on a fresh clone.
 
-    python3 dev.py demo     the main job: drive lorafleet and print what it does
+    python3 dev.py demo     the main job: a router on lorafleet against stand-in vLLM replicas
+                            (flags after it go to `lorafleet demo`; see --help)
     python3 dev.py test     every check CI runs: ruff, ruff format, mypy --strict, pytest
 
 Both make ``.venv`` (or ``$LORAFLEET_VENV``) and install the project into it, editable, with the
@@ -74,9 +75,7 @@ def main(argv: list[str]) -> int:
     ensure_venv()
     if argv[0] == "test":
         return run_checks()
-    return subprocess.run(
-        [str(PYTHON), str(ROOT / "examples" / "walkthrough.py"), *argv[1:]], cwd=ROOT
-    ).returncode
+    return subprocess.run([str(BIN / "lorafleet"), "demo", *argv[1:]], cwd=ROOT).returncode
 
 
 if __name__ == "__main__":

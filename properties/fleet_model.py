@@ -41,6 +41,8 @@ from lorafleet import (
     UnloadOutcome,
 )
 
+import profiles  # noqa: F401 - registers and loads the Hypothesis profiles
+
 REPLICAS = {"r0": "m0", "r1": "m0", "r2": "m1"}
 ADAPTERS = ("a0", "a1", "a2", "bad")
 BAD = "bad"  # every engine refuses it: the adapter's fault

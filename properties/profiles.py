@@ -1,5 +1,7 @@
 """Hypothesis profiles, chosen with HYPOTHESIS_PROFILE: ``ci`` (dev.py test uses it), ``dev``, ``fuzz``.
 
+fleet_model imports this module, so every property test runs under the chosen profile.
+
 A fuzz run goes until it is stopped: ``HYPOTHESIS_PROFILE=fuzz timeout 3600 pytest properties``.
 """
 

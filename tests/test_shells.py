@@ -1,0 +1,450 @@
+"""The shells over real HTTP on 127.0.0.1 against the vLLM stand-in, under asyncio and trio."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Coroutine
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from lorafleet import How
+from lorafleet_fleet import (
+    AdapterError,
+    Fleet,
+    FleetClosedError,
+    Lease,
+    PrometheusMetrics,
+    Replica,
+    ReplicaError,
+)
+from lorafleet_standin import StandInServer
+
+from conftest import calls_reach, eventually, quiet
+
+pytestmark = pytest.mark.anyio
+
+
+def replica(server: StandInServer, limit: int = 2, rid: str = "r0", key: str | None = None) -> Replica:
+    return Replica(rid, server.url, "tiny", limit, api_key=key)
+
+
+async def test_cold_load_then_hit(fleet_type: type[Fleet], standin: StandInServer, adapter_dir: Path) -> None:
+    r = replica(standin)
+    async with fleet_type() as fleet:
+        await fleet.sync_unknown([r])
+        async with fleet.acquire(r, "a0", str(adapter_dir / "a0")) as lease:
+            assert lease.how is How.LOADED
+            assert fleet.statistics().replicas["r0"].held == {"a0": 1}
+        async with fleet.acquire(r, "a0", str(adapter_dir / "a0")) as lease:
+            assert lease.how is How.HIT
+        quiet(fleet)
+    assert [c.body["lora_name"] for c in standin.app.calls_to("load")] == ["a0"]
+    assert standin.app.adapters == {"a0": str(adapter_dir / "a0")}
+
+
+async def test_many_requests_for_one_cold_adapter_make_one_load(
+    fleet_type: type[Fleet], standin: StandInServer, adapter_dir: Path
+) -> None:
+    r = replica(standin)
+    standin.app.hang("load")
+    hows: list[How] = []
+
+    async def one() -> None:
+        async with fleet.acquire(r, "a1", str(adapter_dir / "a1")) as lease:
+            hows.append(lease.how)
+
+    async with fleet_type() as fleet, anyio.create_task_group() as tasks:
+        for _ in range(20):
+            tasks.start_soon(one)
+        await calls_reach(standin, "load", 1)
+        await eventually(lambda: fleet.statistics().waiting == 20)
+        standin.app.release()
+    assert sorted(hows) == [How.JOINED] * 19 + [How.LOADED]
+    assert len(standin.app.calls_to("load")) == 1
+    quiet(fleet)
+
+
+async def test_least_recently_used_is_evicted_at_the_limit(
+    fleet_type: type[Fleet], standin: StandInServer, adapter_dir: Path
+) -> None:
+    r = replica(standin, limit=2)
+    async with fleet_type() as fleet:
+        await fleet.sync_unknown([r])
+        for name in ("a0", "a1", "a0", "a2"):  # a1 is least recently used when a2 comes
+            async with fleet.acquire(r, name, str(adapter_dir / name)):
+                pass
+        quiet(fleet)
+    assert [c.body["lora_name"] for c in standin.app.calls_to("unload")] == ["a1"]
+    assert sorted(standin.app.adapters) == ["a0", "a2"]
+
+
+async def test_an_adapter_in_use_is_never_evicted(
+    fleet_type: type[Fleet], standin: StandInServer, adapter_dir: Path
+) -> None:
+    r = replica(standin, limit=1)
+    async with fleet_type() as fleet:
+        await fleet.sync_unknown([r])
+        async with (
+            fleet.acquire(r, "a0", str(adapter_dir / "a0")),
+            fleet.acquire(r, "a1", str(adapter_dir / "a1")) as lease,
+        ):
+            assert lease.how is How.LOADED
+            assert standin.app.calls_to("unload") == []  # over the limit instead
+        async with fleet.acquire(r, "a2", str(adapter_dir / "a2")):
+            pass  # a later load brings the replica back under its limit
+        quiet(fleet)
+    assert sorted(c.body["lora_name"] for c in standin.app.calls_to("unload")) == ["a0", "a1"]
+
+
+async def test_a_requester_cancelled_mid_load_does_not_stop_the_load(
+    fleet_type: type[Fleet], standin: StandInServer, adapter_dir: Path
+) -> None:
+    r = replica(standin)
+    standin.app.hang("load")
+    async with fleet_type() as fleet:
+        await fleet.sync_unknown([r])
+        scope = anyio.CancelScope()
+
+        async def cancel_when_waiting() -> None:
+            await calls_reach(standin, "load", 1)
+            scope.cancel()
+
+        with scope:
+            async with anyio.create_task_group() as tasks:
+                tasks.start_soon(cancel_when_waiting)
+                async with fleet.acquire(r, "a0", str(adapter_dir / "a0")):
+                    pytest.fail("the cancelled requester got a lease")
+        assert scope.cancelled_caught
+        standin.app.release()
+        await eventually(lambda: fleet.statistics().replicas["r0"].held == {"a0": 0})
+        quiet(fleet)  # the grant that came for no one was released
+        async with fleet.acquire(r, "a0", str(adapter_dir / "a0")) as lease:
+            assert lease.how is How.HIT
+    assert len(standin.app.calls_to("load")) == 1
+
+
+@pytest.mark.parametrize("failure", ["timeout", "500", "drop", "refused"])
+async def test_replica_failures_wake_every_waiter_with_a_replica_error(
+    fleet_type: type[Fleet], serve: Callable[..., StandInServer], adapter_dir: Path, failure: str
+) -> None:
+    server = serve()
+    r = replica(server)
+    if failure == "timeout":
+        server.app.hang("load")
+    elif failure == "500":
+        server.app.answer("load", 500, '{"error":{"message":"EngineCore encountered an issue.","code":500}}')
+    elif failure == "drop":
+        server.app.drop("load")
+    errors: list[BaseException] = []
+
+    async def one() -> None:
+        with pytest.raises(ReplicaError) as caught:
+            async with fleet.acquire(r, "a0", str(adapter_dir / "a0")):
+                pass
+        errors.append(caught.value)
+
+    async with fleet_type(load_timeout=0.5) as fleet:
+        await fleet.sync_unknown([r])
+        if failure == "refused":
+            server.stop()
+        async with anyio.create_task_group() as tasks:
+            for _ in range(3):
+                tasks.start_soon(one)
+        quiet(fleet)
+        assert fleet.statistics().replicas["r0"].held == {}
+    assert len(errors) == 3
+    error = errors[0]
+    assert isinstance(error, ReplicaError)
+    assert (error.replica, error.adapter) == (r, "a0")
+    expected = {
+        "timeout": "no answer within 0.5 s",
+        "500": "EngineCore",
+        "drop": "no answer",
+        "refused": "no answer",
+    }
+    assert expected[failure] in error.message
+
+
+async def test_an_adapter_error_is_not_retried(
+    fleet_type: type[Fleet], standin: StandInServer, adapter_dir: Path
+) -> None:
+    r = replica(standin)
+    async with fleet_type() as fleet:
+        await fleet.sync_unknown([r])
+        with pytest.raises(AdapterError, match="greater than max_lora_rank") as caught:
+            async with fleet.acquire(r, "big", str(adapter_dir / "rank64")):
+                pass
+        assert caught.value.adapter == "big"
+        with pytest.raises(AdapterError, match="No adapter found"):
+            async with fleet.acquire(r, "gone", str(adapter_dir / "broken")):
+                pass
+        quiet(fleet)
+    assert [c.body["lora_name"] for c in standin.app.calls_to("load")] == ["big", "gone"]
+
+
+async def test_the_listing_after_a_restart_corrects_the_view(
+    fleet_type: type[Fleet], standin: StandInServer, adapter_dir: Path
+) -> None:
+    r = replica(standin)
+    async with fleet_type(listing_interval=0.2) as fleet:
+        await fleet.sync_unknown([r])
+        async with fleet.acquire(r, "a0", str(adapter_dir / "a0")):
+            pass
+        standin.app.restart()
+        listings = len(standin.app.calls_to("models"))
+        await calls_reach(standin, "models", listings + 1)
+        await eventually(lambda: fleet.statistics().replicas["r0"].held == {})
+        async with fleet.acquire(r, "a0", str(adapter_dir / "a0")) as lease:
+            assert lease.how is How.LOADED
+        quiet(fleet)
+
+
+async def test_forget_after_no_such_model(
+    fleet_type: type[Fleet], standin: StandInServer, adapter_dir: Path
+) -> None:
+    r = replica(standin)
+    async with fleet_type() as fleet:
+        await fleet.sync_unknown([r])
+        async with fleet.acquire(r, "a0", str(adapter_dir / "a0")):
+            pass
+        standin.app.restart()
+        async with fleet.acquire(r, "a0", str(adapter_dir / "a0")) as lease:
+            assert lease.how is How.HIT  # stale: the router forwards and hears "no such model"
+        fleet.forget(r, "a0")
+        async with fleet.acquire(r, "a0", str(adapter_dir / "a0")) as lease:
+            assert lease.how is How.LOADED
+        quiet(fleet)
+
+
+async def test_two_routers_converge_through_listings(
+    fleet_type: type[Fleet], serve: Callable[..., StandInServer], adapter_dir: Path
+) -> None:
+    servers = [serve(), serve()]
+    reps = [replica(s, limit=2, rid=f"r{i}") for i, s in enumerate(servers)]
+    async with fleet_type(listing_interval=0.2) as one, fleet_type(listing_interval=0.2) as two:
+        await one.sync_unknown(reps)
+        await two.sync_unknown(reps)
+        async with one.acquire(reps[0], "a0", str(adapter_dir / "a0")):
+            pass
+        async with two.acquire(reps[1], "a1", str(adapter_dir / "a1")):
+            pass
+        await eventually(lambda: one.view(reps, "a1").holders == {"r1"})
+        await eventually(lambda: two.view(reps, "a0").holders == {"r0"})
+        # What another router loaded is least recently used here, so it goes first.
+        async with one.acquire(reps[1], "a2", str(adapter_dir / "a2")):
+            pass
+        async with one.acquire(reps[1], "a3", str(adapter_dir / "a3")):
+            pass
+        assert [c.body["lora_name"] for c in servers[1].app.calls_to("unload")] == ["a1"]
+        quiet(one)
+        quiet(two)
+
+
+async def test_the_key_is_sent_and_a_wrong_key_gives_a_clear_error(
+    fleet_type: type[Fleet],
+    serve: Callable[..., StandInServer],
+    adapter_dir: Path,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    server = serve(api_key="s3cret")
+    good = replica(server, key="s3cret")
+    bad = Replica("r1", server.url, "tiny", 2, api_key="wrong")
+    async with fleet_type() as fleet:
+        await fleet.sync_unknown([good, bad])
+        async with fleet.acquire(good, "a0", str(adapter_dir / "a0")):
+            pass
+        with pytest.raises(ReplicaError, match="--api-key"):
+            async with fleet.acquire(bad, "a1", str(adapter_dir / "a1")):
+                pass
+        quiet(fleet)
+    assert {c.authorization for c in server.app.calls} == {"Bearer s3cret", "Bearer wrong"}
+    assert "s3cret" not in caplog.text
+    assert "s3cret" not in repr(good)
+
+
+async def test_routes_absent_give_the_configuration_error(
+    fleet_type: type[Fleet], serve: Callable[..., StandInServer], adapter_dir: Path
+) -> None:
+    server = serve(runtime_lora=False)
+    r = replica(server)
+    async with fleet_type() as fleet:
+        await fleet.sync_unknown([r])
+        with pytest.raises(ReplicaError, match="VLLM_ALLOW_RUNTIME_LORA_UPDATING"):
+            async with fleet.acquire(r, "a0", str(adapter_dir / "a0")):
+                pass
+        quiet(fleet)
+
+
+async def test_lora_disabled_gives_the_configuration_error(
+    fleet_type: type[Fleet], serve: Callable[..., StandInServer], adapter_dir: Path
+) -> None:
+    server = serve(enable_lora=False)
+    r = replica(server)
+    async with fleet_type() as fleet:
+        with pytest.raises(ReplicaError, match="--enable-lora"):
+            async with fleet.acquire(r, "a0", str(adapter_dir / "a0")):
+                pass
+
+
+@pytest.mark.parametrize("bad", ["garbled", "oversized"])
+async def test_a_garbled_or_oversized_listing_changes_nothing(
+    fleet_type: type[Fleet],
+    standin: StandInServer,
+    adapter_dir: Path,
+    bad: str,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    r = replica(standin)
+    async with fleet_type(listing_interval=0.2) as fleet:
+        await fleet.sync_unknown([r])
+        async with fleet.acquire(r, "a0", str(adapter_dir / "a0")):
+            pass
+        standin.app.restart()  # a good listing would now drop a0
+        if bad == "garbled":
+            standin.app.garble_listing(times=None)
+        else:
+            standin.app.oversize_listing(times=None)
+        listings = len(standin.app.calls_to("models"))
+        await calls_reach(standin, "models", listings + 2)
+        assert fleet.statistics().replicas["r0"].held == {"a0": 0}
+        assert "could not read the adapters of r0" in caplog.text
+        quiet(fleet)
+
+
+async def test_closing_fails_waiting_requests_and_ends_background_work(
+    fleet_type: type[Fleet], standin: StandInServer, adapter_dir: Path
+) -> None:
+    r = replica(standin)
+    standin.app.hang("load")
+    errors: list[BaseException] = []
+
+    async def wait_for_a0(fleet: Fleet) -> None:
+        try:
+            async with fleet.acquire(r, "a0", str(adapter_dir / "a0")):
+                pass
+        except FleetClosedError as exc:
+            errors.append(exc)
+
+    async with anyio.create_task_group() as tasks, fleet_type() as fleet:
+        tasks.start_soon(wait_for_a0, fleet)
+        await calls_reach(standin, "load", 1)
+    assert len(errors) == 1
+    with pytest.raises(FleetClosedError):
+        async with fleet.acquire(r, "a0", str(adapter_dir / "a0")):
+            pass
+
+
+async def test_prometheus_metrics(fleet_type: type[Fleet], standin: StandInServer, adapter_dir: Path) -> None:
+    from prometheus_client import CollectorRegistry
+
+    registry = CollectorRegistry()
+    r = replica(standin, limit=1)
+    async with fleet_type(metrics=PrometheusMetrics(registry)) as fleet:
+        await fleet.sync_unknown([r])
+        for name in ("a0", "a0", "a1"):
+            async with fleet.acquire(r, name, str(adapter_dir / name)):
+                pass
+
+    def value(name: str, **labels: str) -> float | None:
+        return registry.get_sample_value(name, labels)
+
+    assert value("lorafleet_grants_total", how="hit") == 1
+    assert value("lorafleet_grants_total", how="loaded") == 2
+    assert value("lorafleet_loads_total", model="tiny", outcome="loaded") == 2
+    assert value("lorafleet_evictions_total", model="tiny", outcome="unloaded") == 1
+    assert value("lorafleet_load_seconds_count", model="tiny") == 2
+
+
+@pytest.mark.parametrize("version", ["0.6", "0.7.0", "0.8.5", "0.10.0", "0.10.1", "0.15", "0.18", "0.32"])
+async def test_every_version_family(
+    fleet_type: type[Fleet], serve: Callable[..., StandInServer], adapter_dir: Path, version: str
+) -> None:
+    server = serve(version=version)
+    r = replica(server, limit=1)
+    async with fleet_type() as fleet:
+        await fleet.sync_unknown([r])
+        async with fleet.acquire(r, "a0", str(adapter_dir / "a0")):
+            pass
+        server.app.unregister("a0")  # the unload will hear "cannot be found": a success
+        server.app.register("a1", str(adapter_dir / "a1"))  # the load will hear "already loaded"
+        async with fleet.acquire(r, "a1", str(adapter_dir / "a1")) as lease:
+            assert lease.how is How.LOADED
+        assert fleet.statistics().evictions == {("tiny", "not_found"): 1}
+        assert fleet.statistics().loads[("tiny", "already_loaded")] == 1
+        if version != "0.6":  # 0.6 reads adapter files only at the first request
+            with pytest.raises(AdapterError):
+                async with fleet.acquire(r, "big", str(adapter_dir / "rank64")):
+                    pass
+        quiet(fleet)
+
+
+def test_both_shells_make_the_same_engine_calls_for_the_same_script(
+    serve: Callable[..., StandInServer], adapter_dir: Path
+) -> None:
+    import asyncio
+
+    import trio
+
+    import lorafleet_asyncio
+    import lorafleet_trio
+
+    def calls(
+        run: Callable[[Callable[[], Coroutine[Any, Any, None]]], object], fleet_type: type[Fleet]
+    ) -> list[tuple[str, object]]:
+        server = serve()
+        r = replica(server, limit=2)
+
+        async def script() -> None:
+            async with fleet_type() as fleet:
+                await fleet.sync_unknown([r])
+                for name in ("a0", "a1", "a0", "a2", "a3", "a1"):
+                    async with fleet.acquire(r, name, str(adapter_dir / name)):
+                        pass
+                with pytest.raises(AdapterError):
+                    async with fleet.acquire(r, "big", str(adapter_dir / "rank64")):
+                        pass
+
+        run(script)
+        return [(c.path.rsplit("/", 1)[-1], c.body and c.body["lora_name"]) for c in server.app.calls]
+
+    trio_calls = calls(lambda script: trio.run(script), lorafleet_trio.Fleet)
+    asyncio_calls = calls(lambda script: asyncio.run(script()), lorafleet_asyncio.Fleet)
+    assert trio_calls == asyncio_calls
+    load, unload = "load_lora_adapter", "unload_lora_adapter"
+    assert trio_calls == [
+        ("models", None),
+        (load, "a0"),
+        (load, "a1"),
+        (unload, "a1"),  # a0 was used after a1
+        (load, "a2"),
+        (unload, "a0"),
+        (load, "a3"),
+        (unload, "a2"),
+        (load, "a1"),
+        (unload, "a3"),
+        (load, "big"),
+    ]
+
+
+async def test_a_lease_says_where_and_how(
+    fleet_type: type[Fleet], standin: StandInServer, adapter_dir: Path
+) -> None:
+    r = replica(standin)
+    async with fleet_type() as fleet, fleet.acquire(r, "a0", str(adapter_dir / "a0")) as lease:
+        assert isinstance(lease, Lease)
+        assert (lease.replica, lease.adapter, lease.how) == (r, "a0", How.LOADED)
+        assert "api_key" not in repr(lease)
+
+
+async def test_the_wrong_runtime_is_refused(anyio_backend: str) -> None:
+    import lorafleet_asyncio
+    import lorafleet_trio
+
+    other = lorafleet_asyncio.Fleet if anyio_backend == "trio" else lorafleet_trio.Fleet
+    with pytest.raises(RuntimeError, match="runs under"):
+        async with other():
+            pass
