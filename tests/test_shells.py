@@ -448,3 +448,42 @@ async def test_the_wrong_runtime_is_refused(anyio_backend: str) -> None:
     with pytest.raises(RuntimeError, match="runs under"):
         async with other():
             pass
+
+
+async def test_a_listing_that_will_not_come_does_not_hold_requests_up(
+    fleet_type: type[Fleet], standin: StandInServer, adapter_dir: Path
+) -> None:
+    r = replica(standin)
+    standin.app.hang("models")
+    async with fleet_type(listing_timeout=0.3) as fleet:
+        await fleet.sync_unknown([r])  # returns once the listing has failed: the replica is met
+        assert fleet.statistics().replicas["r0"].met
+        async with fleet.acquire(r, "a0", str(adapter_dir / "a0")) as lease:
+            assert lease.how is How.LOADED
+        quiet(fleet)
+
+
+async def test_removing_a_replica_fails_the_requests_waiting_on_it(
+    fleet_type: type[Fleet], serve: Callable[..., StandInServer], adapter_dir: Path
+) -> None:
+    gone, staying = serve(), serve()
+    r0, r1 = replica(gone, rid="r0"), replica(staying, rid="r1")
+    gone.app.hang("load")
+    errors: list[ReplicaError] = []
+
+    async def waits_on_r0() -> None:
+        with pytest.raises(ReplicaError, match="removed") as caught:
+            async with fleet.acquire(r0, "a0", str(adapter_dir / "a0")):
+                pass
+        errors.append(caught.value)
+
+    async with fleet_type() as fleet:
+        await fleet.sync_unknown([r0, r1])
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(waits_on_r0)
+            await calls_reach(gone, "load", 1)
+            fleet.keep([r1])
+        assert list(fleet.statistics().replicas) == ["r1"]
+        gone.app.release()
+        quiet(fleet)
+    assert len(errors) == 1
