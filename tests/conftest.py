@@ -7,10 +7,15 @@ under trio, and ``fleet_type`` gives the matching shell.
 from __future__ import annotations
 
 import json
+import os
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import anyio
+import attrs
+import httpx
 import pytest
 
 import lorafleet_asyncio
@@ -86,3 +91,113 @@ def quiet(fleet: Fleet) -> None:
     """After a test: no request waits and no lease is outstanding."""
     stats = fleet.statistics()
     assert (stats.waiting, stats.leases) == (0, 0), stats
+
+
+# -- real vLLM, and the targets engine tests run against -------------------------------------------
+
+KEY = "secret"
+_timings: dict[str, float] = {}
+
+
+@pytest.fixture(scope="session")
+def real_engine() -> Any:
+    """The engine venv and model; skipped (failed when CI=true) on a machine that cannot run vLLM."""
+    from real_vllm import EngineUnavailableError, set_up
+
+    try:
+        engine = set_up()
+    except EngineUnavailableError as exc:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"CI must run the real vLLM tests, but: {exc}")
+        pytest.skip(f"real vLLM is not available here: {exc}")
+    _timings["engine setup"] = engine.setup_seconds
+    return engine
+
+
+@pytest.fixture(scope="session")
+def vllm_servers(real_engine: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    """Three servers started together: with --api-key, without, and without the runtime LoRA routes."""
+    from real_vllm import VllmServer
+
+    logs = tmp_path_factory.mktemp("vllm-logs")
+    servers = {
+        "keyed": VllmServer(real_engine, logs, api_key=KEY),
+        "open": VllmServer(real_engine, logs),
+        "static": VllmServer(real_engine, logs, runtime_lora=False),
+    }
+    started = time.monotonic()
+    try:
+        for server in servers.values():
+            server.start()
+        for server in servers.values():
+            server.wait_ready()
+        _timings["vllm servers start (3 at once)"] = time.monotonic() - started
+        yield servers
+    finally:
+        for server in servers.values():
+            server.stop()
+
+
+@attrs.define
+class Target:
+    """An engine a test runs against: the stand-in or a real vLLM, behind the same few operations."""
+
+    kind: str
+    url: str
+    api_key: str | None
+    adapters: Path
+    restart: Callable[[], None]
+    standin: StandInServer | None = None
+
+    def adapter(self, name: str) -> str:
+        return str(self.adapters / name)
+
+    def client(self) -> httpx.Client:
+        headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+        return httpx.Client(base_url=self.url, headers=headers, timeout=30)
+
+    def load_as_another_router(self, name: str, folder: str) -> None:
+        with self.client() as client:
+            client.post("/v1/load_lora_adapter", json={"lora_name": name, "lora_path": self.adapter(folder)})
+
+    def listed(self) -> set[str]:
+        with self.client() as client:
+            return {c["id"] for c in client.get("/v1/models").json()["data"] if c.get("parent")}
+
+
+@pytest.fixture(scope="session")
+def built_adapters(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Adapter folders named as the engine build names them, for stand-in targets."""
+    root = tmp_path_factory.mktemp("built-adapters")
+    for i in range(6):
+        make_adapter(root / f"lora-{i}")
+    make_adapter(root / "rank64", rank=64)
+    make_adapter(root / "broken", config=False)
+    return root
+
+
+@pytest.fixture(params=["standin", "vllm"])
+def target(
+    request: pytest.FixtureRequest, serve: Callable[..., StandInServer], built_adapters: Path
+) -> Target:
+    """Where an engine test runs: the stand-in (as vLLM 0.32) or a real vLLM 0.32 on the CPU."""
+    if request.param == "standin":
+        server = serve(version="0.32", api_key=KEY)
+        return Target("standin", server.url, KEY, built_adapters, server.app.restart, server)
+    servers = request.getfixturevalue("vllm_servers")
+    engine = request.getfixturevalue("real_engine")
+    keyed = servers["keyed"]
+    keyed.unload_everything()
+    return Target("vllm", keyed.url, KEY, engine.build / "adapters", keyed.restart)
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    if report.when == "call" and "vllm" in report.nodeid:
+        _timings["real vLLM tests"] = _timings.get("real vLLM tests", 0.0) + report.duration
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    if _timings:
+        terminalreporter.section("real vLLM timings")
+        for what, seconds in _timings.items():
+            terminalreporter.write_line(f"{what}: {seconds:.1f} s")

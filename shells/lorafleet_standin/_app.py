@@ -153,6 +153,7 @@ class VllmStandIn:
         runtime_lora: like ``VLLM_ALLOW_RUNTIME_LORA_UPDATING``: without it the LoRA routes are absent.
         enable_lora: like ``--enable-lora``: without it every load fails in the engine.
         max_lora_rank: like ``--max-lora-rank``.
+        model_root: the base model's ``root`` in /v1/models (vLLM shows the folder it was started with).
     """
 
     def __init__(
@@ -164,8 +165,10 @@ class VllmStandIn:
         runtime_lora: bool = True,
         enable_lora: bool = True,
         max_lora_rank: int = 16,
+        model_root: str | None = None,
     ) -> None:
         self.model = model
+        self.model_root = model_root if model_root is not None else f"/models/{model}"
         self.family = Family.of(version)
         self.api_key = api_key
         self.runtime_lora = runtime_lora
@@ -391,7 +394,7 @@ class VllmStandIn:
     def _listing(self) -> dict[str, Any]:
         with self._lock:
             adapters = list(self._adapters.items())
-        cards = [self._card(self.model, f"/models/{self.model}", None)]
+        cards = [self._card(self.model, self.model_root, None)]
         cards += [self._card(name, path, self.model) for name, path in adapters]
         return {"object": "list", "data": cards}
 
@@ -527,46 +530,105 @@ class VllmStandIn:
             await self._stream(send, route, ident, model, words)
             return
         text = "".join(words)
-        usage = {"prompt_tokens": len(str(prompt).split()), "total_tokens": 0, "completion_tokens": tokens}
-        usage["total_tokens"] = usage["prompt_tokens"] + tokens
+        token_ids = [token_id(w) for w in words] if body.get("return_token_ids") else None
+        prompt_tokens = len(str(prompt).split())
+        usage = {
+            "prompt_tokens": prompt_tokens,
+            "total_tokens": prompt_tokens + tokens,
+            "completion_tokens": tokens,
+            "prompt_tokens_details": None,
+            "completion_tokens_details": None,
+        }
+        # Field for field, in vLLM 0.32's order.
         if route == "completions":
-            choice: dict[str, Any] = {"index": 0, "text": text, "logprobs": None, "finish_reason": "length"}
-            kind = "text_completion"
-        else:
-            reply = {"role": "assistant", "content": text}
-            choice = {"index": 0, "message": reply, "logprobs": None, "finish_reason": "length"}
-            kind = "chat.completion"
-        await _respond_json(
-            send,
-            200,
-            {
+            answer: dict[str, Any] = {
                 "id": ident,
-                "object": kind,
+                "object": "text_completion",
                 "created": int(time.time()),
                 "model": model,
-                "choices": [choice],
+                "choices": [
+                    {
+                        "index": 0,
+                        "text": text,
+                        "logprobs": None,
+                        "finish_reason": "length",
+                        "stop_reason": None,
+                        "token_ids": token_ids,
+                        "prompt_logprobs": None,
+                        "prompt_token_ids": None,
+                        "routed_experts": None,
+                    }
+                ],
+                "service_tier": None,
                 "system_fingerprint": self.family.fingerprint,
                 "usage": usage,
-            },
-        )
+                "kv_transfer_params": None,
+                "ec_transfer_params": None,
+                "metrics": None,
+            }
+        else:
+            reply: dict[str, Any] = {
+                "role": "assistant",
+                "content": text,
+                "refusal": None,
+                "annotations": None,
+                "audio": None,
+                "function_call": None,
+                "reasoning": None,
+            }
+            answer = {
+                "id": ident,
+                "object": "chat.completion",
+                "created": int(time.time()),
+                "model": model,
+                "choices": [
+                    {
+                        "index": 0,
+                        "message": reply,
+                        "logprobs": None,
+                        "finish_reason": "length",
+                        "stop_reason": None,
+                        "token_ids": token_ids,
+                        "routed_experts": None,
+                    }
+                ],
+                "service_tier": None,
+                "system_fingerprint": self.family.fingerprint,
+                "usage": usage,
+                "prompt_logprobs": None,
+                "prompt_token_ids": None,
+                "prompt_text": None,
+                "kv_transfer_params": None,
+                "ec_transfer_params": None,
+                "metrics": None,
+            }
+        await _respond_json(send, 200, answer)
 
     async def _stream(self, send: Send, route: str, ident: str, model: str, words: list[str]) -> None:
         headers = [(b"content-type", b"text/event-stream; charset=utf-8")]
         await send({"type": "http.response.start", "status": 200, "headers": headers})
+        created = int(time.time())
         for i, word in enumerate(words):
+            last = i == len(words) - 1
+            finish = "length" if last else None
             if route == "completions":
-                choice: dict[str, Any] = {"index": 0, "text": word, "finish_reason": None}
+                choice: dict[str, Any] = {
+                    "index": 0,
+                    "text": word,
+                    "logprobs": None,
+                    "finish_reason": finish,
+                    "stop_reason": None,
+                    "prompt_token_ids": None,
+                    "token_ids": None,
+                }
                 kind = "text_completion"
             else:
-                choice = {"index": 0, "delta": {"content": word}, "finish_reason": None}
+                choice = {"index": 0, "delta": {"content": word}, "logprobs": None, "finish_reason": finish}
                 kind = "chat.completion.chunk"
-            chunk = {
-                "id": ident,
-                "object": kind,
-                "created": int(time.time()),
-                "model": model,
-                "choices": [choice],
-            }
+            chunk: dict[str, Any] = {"id": ident, "object": kind, "created": created, "model": model}
+            chunk["choices"] = [choice]
+            if last:
+                chunk["system_fingerprint"] = self.family.fingerprint
             data = f"data: {json.dumps(chunk, separators=(',', ':'))}\n\n".encode()
             await send({"type": "http.response.body", "body": data, "more_body": True})
             if i == 0:
@@ -581,6 +643,11 @@ def generated(model: str, prompt: str, tokens: int) -> list[str]:
     """The stand-in's greedy output: fixed for a (model, prompt), different from model to model."""
     seed = hashlib.sha256(f"{model}\0{prompt}".encode()).digest()
     return [f" {WORDS[seed[i % len(seed)] % len(WORDS)]}" for i in range(tokens)]
+
+
+def token_id(word: str) -> int:
+    """The token id the stand-in reports for one of its generated words."""
+    return 100 + WORDS.index(word.strip())
 
 
 def _rejection_type(status: int) -> str:

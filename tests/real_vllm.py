@@ -1,0 +1,203 @@
+"""Real vLLM for the tests: set up the engine (engine/setup.sh), start servers on 127.0.0.1, stop them.
+
+A server runs in its own process group (API server, EngineCore, worker) and is stopped by group. A
+server that fails to start raises with the tail of its log.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+import attrs
+import httpx
+
+ROOT = Path(__file__).resolve().parent.parent
+SETUP = ROOT / "engine" / "setup.sh"
+MODEL = "tiny"
+UNAVAILABLE = 3
+"""engine/setup.sh's exit code when this machine cannot run vLLM (no torch +cpu wheel)."""
+
+
+class EngineUnavailableError(Exception):
+    """This machine cannot run the real engine; the message says why."""
+
+
+@attrs.frozen
+class Engine:
+    venv: Path
+    build: Path
+    setup_seconds: float
+
+    @property
+    def python(self) -> Path:
+        return self.venv / "bin" / "python"
+
+    def adapter(self, name: str) -> str:
+        """The folder of a built adapter: lora-0..5, rank64, broken."""
+        return str(self.build / "adapters" / name)
+
+
+def set_up() -> Engine:
+    """Run engine/setup.sh: seconds when cached, a few minutes the first time.
+
+    Raises:
+        EngineUnavailable: the machine lacks what vLLM needs here.
+        RuntimeError: setup broke; the message has the end of its output.
+    """
+    started = time.monotonic()
+    done = subprocess.run(["bash", str(SETUP)], capture_output=True, text=True, check=False)
+    log = "\n".join(line for line in done.stderr.splitlines() if not line.startswith("WARNING: Location"))
+    if done.returncode == UNAVAILABLE:
+        raise EngineUnavailableError(
+            log.strip().splitlines()[-1] if log.strip() else "engine/setup.sh: unavailable"
+        )
+    if done.returncode != 0:
+        raise RuntimeError(
+            f"engine/setup.sh failed ({done.returncode}):\n" + "\n".join(log.splitlines()[-30:])
+        )
+    venv, build = done.stdout.split()
+    return Engine(Path(venv), Path(build), time.monotonic() - started)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class VllmServer:
+    """One vLLM server on 127.0.0.1, started like ``vllm serve`` with the runtime LoRA routes.
+
+    Args:
+        engine: what set_up() made.
+        logs: folder for the server's log.
+        api_key: passed as --api-key.
+        runtime_lora: VLLM_ALLOW_RUNTIME_LORA_UPDATING.
+    """
+
+    def __init__(
+        self, engine: Engine, logs: Path, *, api_key: str | None = None, runtime_lora: bool = True
+    ) -> None:
+        self.engine = engine
+        self.api_key = api_key
+        self.runtime_lora = runtime_lora
+        self.port = free_port()
+        self.log = logs / f"vllm-{self.port}.log"
+        self._process: subprocess.Popen[bytes] | None = None
+        self.started_at = 0.0
+        self.startup_seconds: list[float] = []
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> None:
+        env = dict(
+            os.environ,
+            VLLM_ALLOW_RUNTIME_LORA_UPDATING="True" if self.runtime_lora else "False",
+            VLLM_CPU_KVCACHE_SPACE="1",
+            VLLM_HOST_IP="127.0.0.1",  # the engine's own sockets stay on loopback
+            HF_HUB_OFFLINE="1",
+            TRANSFORMERS_OFFLINE="1",
+            VLLM_NO_USAGE_STATS="1",
+            DO_NOT_TRACK="1",
+        )
+        # `vllm serve` is broken in vllm-cpu 0.32.0 (it looks up a package named "vllm"); the module
+        # entry point takes the same flags, with --model instead of a positional argument.
+        command = [
+            str(self.engine.python),
+            "-m",
+            "vllm.entrypoints.openai.api_server",
+            "--model",
+            str(self.engine.build / "model"),
+            "--served-model-name",
+            MODEL,
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(self.port),
+            "--enable-lora",
+            "--max-loras",
+            "2",
+            "--max-cpu-loras",
+            "4",
+            "--max-lora-rank",
+            "16",
+            "--dtype",
+            "bfloat16",
+            "--max-model-len",
+            "2048",
+            "--enforce-eager",
+        ]
+        if self.api_key:
+            command += ["--api-key", self.api_key]
+        with self.log.open("ab") as log:
+            self._process = subprocess.Popen(
+                command,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env=env,
+                start_new_session=True,
+            )
+        self.started_at = time.monotonic()
+
+    def wait_ready(self, timeout: float = 300.0) -> None:
+        """Wait until /health answers 200; raise with the log's tail if the server dies or never answers."""
+        assert self._process is not None
+        deadline = self.started_at + timeout
+        while True:
+            if self._process.poll() is not None:
+                raise RuntimeError(f"vLLM exited ({self._process.returncode}) while starting:\n{self.tail()}")
+            try:
+                if httpx.get(f"{self.url}/health", timeout=2).status_code == 200:
+                    self.startup_seconds.append(time.monotonic() - self.started_at)
+                    return
+            except httpx.HTTPError:
+                pass
+            if time.monotonic() > deadline:
+                self.stop()
+                raise RuntimeError(f"vLLM did not answer /health within {timeout:.0f} s:\n{self.tail()}")
+            # The engine takes tens of seconds to come up; ask twice a second.
+            time.sleep(0.5)
+
+    def stop(self) -> None:
+        """SIGTERM to the process group, SIGKILL after 30 s."""
+        process, self._process = self._process, None
+        if process is None or process.poll() is not None:
+            return
+        try:
+            os.killpg(process.pid, signal.SIGTERM)
+            process.wait(30)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait(10)
+        except ProcessLookupError:
+            pass
+
+    def restart(self) -> None:
+        self.stop()
+        self.start()
+        self.wait_ready()
+
+    def tail(self, lines: int = 40) -> str:
+        try:
+            return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return "(no log)"
+
+    def client(self) -> httpx.Client:
+        headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+        return httpx.Client(base_url=self.url, headers=headers, timeout=30)
+
+    def unload_everything(self) -> None:
+        """Forget every runtime-loaded adapter, so that each test starts from a bare engine."""
+        with self.client() as client:
+            for card in client.get("/v1/models").json()["data"]:
+                if card.get("parent"):
+                    client.post("/v1/unload_lora_adapter", json={"lora_name": card["id"]})

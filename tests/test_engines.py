@@ -1,0 +1,224 @@
+"""The shells against the stand-in and against a real vLLM 0.32 on the CPU: the same test bodies.
+
+The real server is tiny (a random two-layer Llama) but real: its LoRA routes, its registry, its
+engine-side validation and its greedy output per adapter are vLLM's own.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import anyio
+import httpx
+import pytest
+
+from lorafleet import How
+from lorafleet_fleet import AdapterError, Fleet, Replica, ReplicaError
+from lorafleet_standin import StandInServer
+
+from conftest import KEY, Target, eventually, quiet
+
+pytestmark = pytest.mark.anyio
+
+
+def rep(target: Target, limit: int = 2, key: str | None = KEY, rid: str = "r0") -> Replica:
+    return Replica(rid, target.url, "tiny", limit, api_key=key)
+
+
+async def completion(target: Target, model: str, **extra: Any) -> dict[str, Any]:
+    headers = {"Authorization": f"Bearer {target.api_key}"} if target.api_key else {}
+    body = {"model": model, "prompt": "hello world", "max_tokens": 6, "temperature": 0, **extra}
+    async with httpx.AsyncClient(timeout=60) as client:
+        answer = await client.post(f"{target.url}/v1/completions", json=body, headers=headers)
+    assert answer.status_code == 200, answer.text
+    result: dict[str, Any] = answer.json()
+    return result
+
+
+async def test_cold_load_then_hit(fleet_type: type[Fleet], target: Target) -> None:
+    r = rep(target)
+    async with fleet_type() as fleet:
+        await fleet.sync_unknown([r])
+        async with fleet.acquire(r, "e0", target.adapter("lora-0")) as lease:
+            assert lease.how is How.LOADED
+        async with fleet.acquire(r, "e0", target.adapter("lora-0")) as lease:
+            assert lease.how is How.HIT
+        quiet(fleet)
+    assert target.listed() == {"e0"}
+
+
+async def test_many_requests_for_a_cold_adapter_make_one_load(
+    fleet_type: type[Fleet], target: Target
+) -> None:
+    r = rep(target)
+    hows: list[How] = []
+
+    async def one() -> None:
+        async with fleet.acquire(r, "e1", target.adapter("lora-1")) as lease:
+            hows.append(lease.how)
+
+    async with fleet_type() as fleet:
+        await fleet.sync_unknown([r])
+        async with anyio.create_task_group() as tasks:
+            for _ in range(8):
+                tasks.start_soon(one)
+        assert fleet.statistics().loads == {("tiny", "loaded"): 1}
+        quiet(fleet)
+    assert sorted(hows) == [How.JOINED] * 7 + [How.LOADED]
+
+
+async def test_eviction_at_the_routers_limit(fleet_type: type[Fleet], target: Target) -> None:
+    r = rep(target, limit=2)
+    async with fleet_type() as fleet:
+        await fleet.sync_unknown([r])
+        for name, folder in (("e0", "lora-0"), ("e1", "lora-1"), ("e2", "lora-2")):
+            async with fleet.acquire(r, name, target.adapter(folder)):
+                pass
+        quiet(fleet)
+    assert target.listed() == {"e1", "e2"}
+
+
+async def test_no_eviction_while_a_stream_runs_on_the_adapter(
+    fleet_type: type[Fleet], target: Target
+) -> None:
+    r = rep(target, limit=1)
+    if target.standin is not None:
+        target.standin.app.hold_streams()
+    chunks: list[str] = []
+    first_chunk = anyio.Event()
+
+    async def stream(model: str) -> None:
+        body = {"model": model, "prompt": "hello world", "max_tokens": 200, "temperature": 0, "stream": True}
+        headers = {"Authorization": f"Bearer {KEY}"}
+        async with (
+            httpx.AsyncClient(timeout=120) as client,
+            client.stream("POST", f"{target.url}/v1/completions", json=body, headers=headers) as answer,
+        ):
+            assert answer.status_code == 200
+            async for line in answer.aiter_lines():
+                if line.startswith("data: "):
+                    chunks.append(line)
+                    first_chunk.set()
+
+    async with fleet_type() as fleet:
+        await fleet.sync_unknown([r])
+        async with fleet.acquire(r, "s0", target.adapter("lora-0")), anyio.create_task_group() as tasks:
+            tasks.start_soon(stream, "s0")
+            await first_chunk.wait()
+            # s0 is in use: the replica goes over its limit instead of unloading it mid-stream.
+            async with fleet.acquire(r, "s1", target.adapter("lora-1")) as lease:
+                assert lease.how is How.LOADED
+            assert fleet.statistics().evictions == {}
+            assert target.listed() == {"s0", "s1"}
+            if target.standin is not None:
+                target.standin.app.release()
+        assert chunks[-1] == "data: [DONE]"
+        assert len(chunks) > 2
+        async with fleet.acquire(r, "s2", target.adapter("lora-2")):
+            pass  # both are idle now: the load brings the replica back to its limit
+        quiet(fleet)
+    assert target.listed() == {"s2"}
+
+
+async def test_the_adapter_asked_for_serves_the_completion(fleet_type: type[Fleet], target: Target) -> None:
+    r = rep(target, limit=2)
+    async with fleet_type() as fleet:
+        await fleet.sync_unknown([r])
+        outputs = {}
+        for name, folder in (("o0", "lora-0"), ("o1", "lora-1")):
+            async with fleet.acquire(r, name, target.adapter(folder)):
+                outputs[name] = (await completion(target, name, return_token_ids=True))["choices"][0][
+                    "token_ids"
+                ]
+        async with fleet.acquire(r, "o0", target.adapter("lora-0")) as lease:
+            assert lease.how is How.HIT
+            again = (await completion(target, "o0", return_token_ids=True))["choices"][0]["token_ids"]
+        base = (await completion(target, "tiny", return_token_ids=True))["choices"][0]["token_ids"]
+        quiet(fleet)
+    assert again == outputs["o0"]  # greedy output is fixed per adapter
+    assert len({tuple(outputs["o0"]), tuple(outputs["o1"]), tuple(base)}) == 3
+
+
+async def test_another_routers_load_is_seen_through_the_listing(
+    fleet_type: type[Fleet], target: Target
+) -> None:
+    r = rep(target)
+    async with fleet_type(listing_interval=0.3) as fleet:
+        await fleet.sync_unknown([r])
+        target.load_as_another_router("theirs", "lora-3")
+        await eventually(lambda: fleet.view([r], "theirs").holders == {"r0"}, timeout=20)
+        async with fleet.acquire(r, "theirs", target.adapter("lora-3")) as lease:
+            assert lease.how is How.HIT
+        quiet(fleet)
+
+
+@pytest.mark.parametrize("anyio_backend", ["trio"])  # a real restart costs a server start: once is enough
+async def test_a_restart_is_corrected_by_the_listing(fleet_type: type[Fleet], target: Target) -> None:
+    r = rep(target)
+    async with fleet_type(listing_interval=0.5) as fleet:
+        await fleet.sync_unknown([r])
+        async with fleet.acquire(r, "e4", target.adapter("lora-4")):
+            pass
+        await anyio.to_thread.run_sync(target.restart)
+        await eventually(lambda: fleet.statistics().replicas["r0"].held == {}, timeout=30)
+        async with fleet.acquire(r, "e4", target.adapter("lora-4")) as lease:
+            assert lease.how is How.LOADED
+        quiet(fleet)
+    assert target.listed() == {"e4"}
+
+
+@pytest.mark.parametrize("key", ["wrong", None])
+async def test_the_api_key(fleet_type: type[Fleet], target: Target, key: str | None) -> None:
+    good, bad = rep(target, key=KEY), rep(target, key=key, rid="r1")
+    async with fleet_type() as fleet:
+        await fleet.sync_unknown([good, bad])
+        async with fleet.acquire(good, "k0", target.adapter("lora-0")) as lease:
+            assert lease.how is How.LOADED
+        with pytest.raises(ReplicaError, match="--api-key"):
+            async with fleet.acquire(bad, "k1", target.adapter("lora-1")):
+                pass
+        quiet(fleet)
+
+
+async def test_routes_disabled_give_the_configuration_error(
+    fleet_type: type[Fleet],
+    target: Target,
+    serve: Callable[..., StandInServer],
+    request: pytest.FixtureRequest,
+) -> None:
+    if target.kind == "standin":
+        url = serve(version="0.32", runtime_lora=False).url
+    else:
+        url = request.getfixturevalue("vllm_servers")["static"].url
+    r = Replica("static", url, "tiny", 2)
+    async with fleet_type() as fleet:
+        await fleet.sync_unknown([r])
+        with pytest.raises(ReplicaError, match="VLLM_ALLOW_RUNTIME_LORA_UPDATING"):
+            async with fleet.acquire(r, "e0", target.adapter("lora-0")):
+                pass
+        quiet(fleet)
+
+
+async def test_a_rank_above_the_maximum_is_the_adapters_fault(
+    fleet_type: type[Fleet], target: Target
+) -> None:
+    r = rep(target)
+    async with fleet_type() as fleet:
+        with pytest.raises(AdapterError, match="LoRA rank 64 is greater than max_lora_rank 16"):
+            async with fleet.acquire(r, "big", target.adapter("rank64")):
+                pass
+        quiet(fleet)
+    assert target.listed() == set()
+
+
+@pytest.mark.parametrize("folder", ["does-not-exist", "broken"])
+async def test_a_missing_adapter_is_the_adapters_fault(
+    fleet_type: type[Fleet], target: Target, folder: str
+) -> None:
+    r = rep(target)
+    async with fleet_type() as fleet:
+        with pytest.raises(AdapterError, match="No adapter found"):
+            async with fleet.acquire(r, "gone", target.adapter(folder)):
+                pass
+        quiet(fleet)
