@@ -387,3 +387,18 @@ def test_the_same_events_give_the_same_commands() -> None:
         return [step.commands for step in s.steps]
 
     assert play() == play()
+
+
+def test_hit_without_a_command_for_a_shells_fast_path() -> None:
+    s = Scenario.with_replicas(("r", 2))
+    t = s.load("r", "a")
+    s.expect(Released(t))
+    m = s.machine
+    assert m.hit(m.next_ticket, "r", "a")
+    assert held(s, "r") == {"a": 1}
+    assert m.statistics().grants["hit"] == 1
+    ticket = m.next_ticket
+    before = m.statistics()
+    assert not m.hit(ticket, "r", "cold")  # not held: nothing changed, the request goes the long way
+    assert m.statistics() == before
+    assert m.request(ticket, "r", "cold", "/c") == [IssueLoad(3, "r", "cold", "/c")]

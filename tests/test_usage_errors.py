@@ -94,3 +94,11 @@ def test_engine_failures_are_events_not_exceptions() -> None:
 def test_bad_listing_interval_is_refused() -> None:
     with pytest.raises(lf.InvalidValueError, match="listing_interval"):
         AdapterStateMachine(listing_interval=0)
+
+
+def test_hit_checks_the_ticket_and_the_replica() -> None:
+    s = scenario()
+    with pytest.raises(lf.TicketOrderError):
+        s.machine.hit(1, "r", "a")
+    with pytest.raises(lf.UnknownReplicaError):
+        s.machine.hit(99, "nowhere", "a")

@@ -67,6 +67,7 @@ DEFAULT_LISTING_INTERVAL = 30.0
 """Seconds between two readings of a replica's listing."""
 
 REPLICA_REMOVED = "the replica was removed while the request waited"
+_HIT = How.HIT  # looked up once: the hit path is every warm request's
 
 
 @attrs.define(eq=False)
@@ -214,6 +215,30 @@ class AdapterStateMachine:
         Returns ``[Grant(ticket, HIT)]`` at once when the replica holds the adapter; otherwise the
         request waits and the commands start whatever it waits for.
         """
+        rep = self._replica_for(ticket, replica)
+        if type(adapter) is not str or not adapter:
+            raise InvalidValueError(f"adapter name must be a non-empty str, not {adapter!r}")
+        if type(path) is not str or not path:
+            raise InvalidValueError(f"adapter path must be a non-empty str, not {path!r}")
+        self._last_ticket = ticket
+        return self._admit(ticket, rep, adapter, path)
+
+    def hit(self, ticket: int, replica: str, adapter: str) -> bool:
+        """``request`` for a shell's fast path: True when it was a [hit], now granted without a command.
+
+        Returns False, having changed nothing, when the replica does not hold the adapter: then call
+        ``request`` with the same ticket.
+        """
+        rep = self._replica_for(ticket, replica)
+        held = rep.held.get(adapter)
+        if held is None:
+            return False
+        self._last_ticket = ticket
+        self._take(ticket, rep, held)
+        return True
+
+    def _replica_for(self, ticket: int, replica: str) -> _Replica:
+        """The replica a new request names, once its ticket and replica are known to be good."""
         if type(ticket) is not int or ticket <= self._last_ticket:
             raise TicketOrderError(
                 f"ticket {ticket!r} must be an int above {self._last_ticket}, the highest seen so far"
@@ -221,30 +246,21 @@ class AdapterStateMachine:
         rep = self._replicas.get(replica)
         if rep is None or rep.removed:
             raise UnknownReplicaError(f"replica {replica!r} was never added, or was removed")
-        if not adapter or type(adapter) is not str:
-            raise InvalidValueError(f"adapter name must be a non-empty str, not {adapter!r}")
-        if not path or type(path) is not str:
-            raise InvalidValueError(f"adapter path must be a non-empty str, not {path!r}")
-        self._last_ticket = ticket
-        held = rep.held.get(adapter)
-        if held is not None:  # [hit], inlined: it is the path every warm request takes
-            if not held.in_use:
-                del rep.idle[adapter]
-            held.in_use += 1
-            self._leases[ticket] = held
-            self._hits += 1
-            return [Grant(ticket, How.HIT)]
-        return self._admit(ticket, rep, adapter, path)
+        return rep
+
+    def _take(self, ticket: int, rep: _Replica, held: _Held) -> None:
+        """[hit]: the request uses a held adapter, which is then in use and no eviction candidate."""
+        if not held.in_use:
+            del rep.idle[held.adapter]
+        held.in_use += 1
+        self._leases[ticket] = held
+        self._hits += 1
 
     def _admit(self, ticket: int, rep: _Replica, adapter: str, path: str) -> list[Command]:
         held = rep.held.get(adapter)
         if held is not None:  # [hit]
-            if not held.in_use:
-                del rep.idle[adapter]
-            held.in_use += 1
-            self._leases[ticket] = held
-            self._hits += 1
-            return [Grant(ticket, How.HIT)]
+            self._take(ticket, rep, held)
+            return [Grant(ticket, _HIT)]
         load = rep.loading.get(adapter)
         if load is not None:  # [join]
             load.waiters.append(ticket)

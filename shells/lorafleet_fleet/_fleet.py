@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from contextlib import AsyncExitStack
 from types import TracebackType
 from typing import Any
@@ -37,7 +37,7 @@ from lorafleet import (
 
 from ._http import fetch
 from ._metrics import FleetMetrics
-from ._types import AdapterError, FleetClosedError, Lease, Replica, ReplicaError
+from ._types import AdapterError, FleetClosedError, Replica, ReplicaError
 
 log = logging.getLogger("lorafleet")
 
@@ -145,7 +145,7 @@ class Fleet:
 
     # -- what a router calls -------------------------------------------------------------------
 
-    def acquire(self, replica: Replica, adapter: str, path: str) -> _Acquire:
+    def acquire(self, replica: Replica, adapter: str, path: str) -> Lease:
         """Hold ``adapter`` (stored at ``path``) on ``replica`` for an ``async with`` block.
 
         The block gets a ``Lease`` once the adapter is there, loading it first if need be; the
@@ -157,7 +157,7 @@ class Fleet:
             ReplicaError: this replica failed; another may serve the request.
             FleetClosedError: the fleet closed while the request waited.
         """
-        return _Acquire(self, replica, adapter, path)
+        return Lease(self, replica, adapter, path)
 
     async def sync_unknown(self, replicas: Iterable[Replica]) -> None:
         """Read the listings of the replicas not met yet, all at once, and wait for them.
@@ -300,41 +300,54 @@ class Fleet:
                 await self._wake.wait()
             self._wake = anyio.Event()
 
-    async def _checkpoint(self) -> None:
-        """What a hit does for its runtime: nothing here; trio's shell keeps one checkpoint."""
+    _checkpoint: Callable[[], Awaitable[None]] | None = None
+    """What every acquire awaits first, even a hit: nothing here; trio's shell keeps one checkpoint."""
 
 
-class _Acquire:
-    """The ``async with`` of ``Fleet.acquire``: a class, not a generator, to keep the hit path short."""
+class Lease:
+    """An adapter held on a replica for one request, for the ``async with`` block of ``Fleet.acquire``.
 
-    __slots__ = ("_adapter", "_fleet", "_lease", "_path", "_replica")
+    The object ``acquire`` returns is the lease itself (one object a request, not two: this is the
+    path every request takes); ``how`` and ``ticket`` are set once the block is entered.
+    """
+
+    __slots__ = ("_fleet", "_path", "adapter", "how", "replica", "ticket")
 
     def __init__(self, fleet: Fleet, replica: Replica, adapter: str, path: str) -> None:
         self._fleet = fleet
-        self._replica = replica
-        self._adapter = adapter
+        self.replica = replica
+        self.adapter = adapter
         self._path = path
-        self._lease: Lease | None = None
+        self.how: How | None = None
+        """"hit" (it was there), "joined" (another request's load), "loaded" (this request's load)."""
+        self.ticket = 0
+
+    def __repr__(self) -> str:
+        how = self.how.value if self.how is not None else None
+        return f"Lease(replica={self.replica.id!r}, adapter={self.adapter!r}, how={how!r})"
 
     async def __aenter__(self) -> Lease:
+        if self.how is not None:
+            raise RuntimeError("a lease is entered once: call fleet.acquire() for each request")
         fleet = self._fleet
-        await fleet._checkpoint()
+        checkpoint = fleet._checkpoint
+        if checkpoint is not None:
+            await checkpoint()
         if not fleet._open:
             raise FleetClosedError("the fleet is not open: use it inside 'async with'")
-        replica = self._replica
+        replica = self.replica
         current = fleet._replicas.get(replica.id)
         if current is not replica and current != replica:
             fleet._declare(replica)
         machine = fleet._machine
         ticket = machine.next_ticket
-        commands = machine.request(ticket, replica.id, self._adapter, self._path)
-        if len(commands) == 1:
-            first = commands[0]
-            if type(first) is Grant and first.ticket == ticket:  # a hit: no waiting
-                if fleet._metrics is not None:
-                    fleet._metrics.grant(first.how)
-                self._lease = lease = Lease(replica, self._adapter, first.how, ticket)
-                return lease
+        self.ticket = ticket
+        if machine.hit(ticket, replica.id, self.adapter):  # granted at once: no waiting
+            if fleet._metrics is not None:
+                fleet._metrics.grant(How.HIT)
+            self.how = How.HIT
+            return self
+        commands = machine.request(ticket, replica.id, self.adapter, self._path)
         waiter = _Waiter()
         fleet._waiters[ticket] = waiter
         fleet._run(commands)
@@ -351,14 +364,13 @@ class _Acquire:
             raise waiter.closed
         if waiter.failed is not None:
             kind = AdapterError if waiter.failed.fault is Fault.ADAPTER else ReplicaError
-            raise kind(replica, self._adapter, waiter.failed.message)
-        assert waiter.how is not None
-        self._lease = lease = Lease(replica, self._adapter, waiter.how, ticket)
-        return lease
+            raise kind(replica, self.adapter, waiter.failed.message)
+        self.how = waiter.how
+        return self
 
     async def __aexit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
-        lease, self._lease = self._lease, None
-        if lease is not None and self._fleet._open:
-            self._fleet._machine.release(lease.ticket)
+        fleet = self._fleet
+        if fleet._open:
+            fleet._machine.release(self.ticket)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from lorafleet import How
 
@@ -36,9 +36,10 @@ class PrometheusMetrics:
         from prometheus_client import REGISTRY, Counter, Histogram
 
         registry = registry if registry is not None else REGISTRY
-        grants = Counter(
-            f"{prefix}_grants", "Requests granted their adapter, by how", ["how"], registry=registry
-        )
+        # Grants are on every request's path: a plain count here, read when Prometheus scrapes,
+        # costs a dict update where a Counter would take a lock.
+        self._grants = dict.fromkeys(How, 0)
+        registry.register(_GrantCollector(self._grants, f"{prefix}_grants"))
         self._loads = Counter(
             f"{prefix}_loads", "Adapter loads, by model and outcome", ["model", "outcome"], registry=registry
         )
@@ -52,11 +53,9 @@ class PrometheusMetrics:
             buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120),
             registry=registry,
         )
-        # Bound once: a grant is on every request's path, and .labels() is a lock and a dict lookup.
-        self._grants = {how: grants.labels(how=how.value) for how in How}
 
     def grant(self, how: How) -> None:
-        self._grants[how].inc()
+        self._grants[how] += 1
 
     def load(self, model: str, outcome: str, seconds: float) -> None:
         self._loads.labels(model=model, outcome=outcome).inc()
@@ -64,3 +63,22 @@ class PrometheusMetrics:
 
     def eviction(self, model: str, outcome: str) -> None:
         self._evictions.labels(model=model, outcome=outcome).inc()
+
+
+class _GrantCollector:
+    """Exports the grant counts as the counter ``<prefix>_grants_total{how}``."""
+
+    def __init__(self, counts: dict[How, int], name: str) -> None:
+        self._counts = counts
+        self._name = name
+
+    def describe(self) -> list[Any]:
+        return list(self.collect())
+
+    def collect(self) -> list[Any]:
+        from prometheus_client.core import CounterMetricFamily
+
+        family = CounterMetricFamily(self._name, "Requests granted their adapter, by how", labels=["how"])
+        for how, count in self._counts.items():
+            family.add_metric([how.value], count)
+        return [family]

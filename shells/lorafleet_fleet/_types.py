@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import attrs
 
-from lorafleet import How
-
 
 def _base_url(url: str) -> str:
     return str(url).rstrip("/")
@@ -24,22 +22,6 @@ class Replica:
     model: str
     limit: int
     api_key: str | None = attrs.field(default=None, repr=False)
-
-
-class Lease:
-    """An adapter held on a replica for one request, until the ``acquire`` block ends."""
-
-    __slots__ = ("adapter", "how", "replica", "ticket")
-
-    def __init__(self, replica: Replica, adapter: str, how: How, ticket: int) -> None:
-        self.replica = replica
-        self.adapter = adapter
-        self.how = how
-        """"hit" (it was there), "joined" (another request's load), "loaded" (this request's load)."""
-        self.ticket = ticket
-
-    def __repr__(self) -> str:
-        return f"Lease(replica={self.replica.id!r}, adapter={self.adapter!r}, how={self.how.value!r})"
 
 
 class FleetError(Exception):

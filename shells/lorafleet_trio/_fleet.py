@@ -21,7 +21,6 @@ class Fleet(lorafleet_fleet.Fleet):
         await super().__aenter__()
         return self
 
-    async def _checkpoint(self) -> None:
-        # trio's rule: every async function that can block checkpoints, even when it does not block,
-        # so a hit can still be cancelled and lets other tasks run.
-        await trio.lowlevel.checkpoint()
+    # trio's rule: every async function that can block checkpoints, even when it does not block, so
+    # a hit can still be cancelled and lets other tasks run.
+    _checkpoint = staticmethod(trio.lowlevel.checkpoint)

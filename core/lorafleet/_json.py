@@ -1,0 +1,125 @@
+"""Events, commands and snapshots as plain JSON values, for traces and conformance vectors.
+
+An event or command is an object whose ``type`` is its class name in snake case (``requested``,
+``issue_load``) and whose other keys are its fields; enumerations are their string values and tuples
+are arrays. Nothing is Python-specific, so any language can read and write them.
+"""
+
+from __future__ import annotations
+
+import enum
+import re
+from typing import Any, get_type_hints
+
+import attrs
+
+from ._commands import Command, Fail, Grant, IssueLoad, IssueUnload, ReadListing
+from ._events import (
+    AdapterMissing,
+    Cancelled,
+    Event,
+    LimitSet,
+    ListingFailed,
+    ListingReceived,
+    LoadFinished,
+    Released,
+    ReplicaAdded,
+    ReplicasRemoved,
+    Requested,
+    TimeAdvanced,
+    UnloadFinished,
+)
+from ._snapshots import Statistics, View
+
+EVENTS: tuple[type[Any], ...] = (
+    ReplicaAdded,
+    ReplicasRemoved,
+    LimitSet,
+    TimeAdvanced,
+    Requested,
+    Released,
+    Cancelled,
+    LoadFinished,
+    UnloadFinished,
+    ListingReceived,
+    ListingFailed,
+    AdapterMissing,
+)
+COMMANDS: tuple[type[Any], ...] = (IssueLoad, IssueUnload, ReadListing, Grant, Fail)
+
+
+def snake(name: str) -> str:
+    return re.sub(r"(?<!^)(?=[A-Z])", "_", name).lower()
+
+
+_BY_TYPE: dict[str, type[Any]] = {snake(cls.__name__): cls for cls in EVENTS + COMMANDS}
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, enum.Enum):
+        return value.value
+    if isinstance(value, tuple | list):
+        return [_plain(v) for v in value]
+    return value
+
+
+def encode(value: Event | Command) -> dict[str, Any]:
+    """An event or a command as a JSON object."""
+    out: dict[str, Any] = {"type": snake(type(value).__name__)}
+    for field in attrs.fields(type(value)):
+        out[field.name] = _plain(getattr(value, field.name))
+    return out
+
+
+def decode(data: dict[str, Any]) -> Any:
+    """The event or command a JSON object from ``encode`` stands for.
+
+    Raises:
+        ValueError: an unknown ``type`` or a missing field.
+    """
+    cls = _BY_TYPE.get(data.get("type", ""))
+    if cls is None:
+        raise ValueError(f"unknown event or command type {data.get('type')!r}")
+    hints = get_type_hints(cls)
+    kwargs: dict[str, Any] = {}
+    for field in attrs.fields(cls):
+        if field.name not in data:
+            if field.default is attrs.NOTHING:
+                raise ValueError(f"{data['type']} needs {field.name!r}")
+            continue
+        raw = data[field.name]
+        hint = hints[field.name]
+        if isinstance(hint, type) and issubclass(hint, enum.Enum):
+            kwargs[field.name] = hint(raw)
+        elif isinstance(raw, list):
+            kwargs[field.name] = tuple(raw)
+        else:
+            kwargs[field.name] = raw
+    return cls(**kwargs)
+
+
+def encode_statistics(stats: Statistics) -> dict[str, Any]:
+    """A statistics snapshot as JSON: pairs become ``model/outcome`` keys, everything sorted."""
+    return {
+        "loads": {f"{model}/{outcome}": n for (model, outcome), n in stats.loads.items()},
+        "evictions": {f"{model}/{outcome}": n for (model, outcome), n in stats.evictions.items()},
+        "grants": dict(stats.grants),
+        "failures": dict(stats.failures),
+        "replicas": {
+            rid: {
+                "model": r.model,
+                "limit": r.limit,
+                "met": r.met,
+                "held": dict(r.held),
+                "loading": list(r.loading),
+                "unloading": list(r.unloading),
+            }
+            for rid, r in stats.replicas.items()
+        },
+        "waiting": stats.waiting,
+        "leases": stats.leases,
+    }
+
+
+def encode_view(view: View) -> dict[str, Any]:
+    return {"holders": sorted(view.holders), "with_room": sorted(view.with_room)}

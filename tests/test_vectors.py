@@ -1,0 +1,71 @@
+"""The conformance vectors: each is valid against the schema and replays exactly on the machine."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import pytest
+
+from lorafleet.vectors import replay
+
+VECTORS = Path(__file__).resolve().parent.parent / "vectors"
+SCHEMA = json.loads((VECTORS / "schema.json").read_text())
+FILES = sorted(VECTORS.glob("hand/*.json")) + sorted(VECTORS.glob("hypothesis/*.json"))
+
+
+def load(path: Path) -> dict[str, Any]:
+    data: dict[str, Any] = json.loads(path.read_text())
+    return data
+
+
+@pytest.mark.parametrize("path", FILES, ids=[f"{p.parent.name}/{p.stem}" for p in FILES])
+def test_vector_replays(path: Path) -> None:
+    vector = load(path)
+    jsonschema.validate(vector, SCHEMA)
+    assert vector["name"] == path.stem
+    problems = replay(vector)
+    assert not problems, f"{path.name}:\n" + "\n".join(problems)
+
+
+def test_there_are_several_hundred_vectors_covering_every_rule_and_seed_fault() -> None:
+    assert len(FILES) >= 300
+    hand = [load(p) for p in VECTORS.glob("hand/*.json")]
+    covered = {rule for vector in hand for rule in vector["rules"]}
+    assert covered == set(SCHEMA["$defs"]["rule"]["enum"])
+
+
+def test_the_hand_vectors_are_what_the_generator_writes() -> None:
+    sys.path.insert(0, str(VECTORS))
+    import generate
+
+    for vector in generate.hand_vectors():
+        path = VECTORS / "hand" / f"{vector['name']}.json"
+        assert path.read_text() == generate.dump(vector), f"{path.name} is stale: run vectors/generate.py"
+
+
+def test_a_difference_names_the_step() -> None:
+    vector = load(VECTORS / "hand" / "join-waits-for-the-one-load-and-is-granted-joined.json")
+    step = next(s for s in vector["steps"] if s.get("commands") and s["commands"][0]["type"] == "grant")
+    step["commands"][0]["how"] = "hit"
+    (problem,) = replay(vector)
+    assert problem.startswith(f"step {vector['steps'].index(step)}: ")
+    assert '"how": "hit"' in problem
+    assert '"how": "loaded"' in problem
+
+
+@pytest.mark.skipif(shutil.which("node") is None, reason="the independent check runs on Node.js")
+def test_an_independent_reader_in_another_language_accepts_every_vector() -> None:
+    done = subprocess.run(
+        ["node", str(VECTORS / "check.mjs"), str(VECTORS / "hand"), str(VECTORS / "hypothesis")],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert f"{len(FILES)} passed, 0 failed" in done.stdout

@@ -1,0 +1,413 @@
+"""Write the conformance vectors: vectors/hand/ from the rule scenarios, vectors/hypothesis/ by search.
+
+    .venv/bin/python vectors/generate.py            # rewrite both folders (about a minute)
+
+hand/: every scenario of tests/test_rules.py and tests/test_seed_faults.py, and every case of the
+usage-error table, run on a recording machine: each is a story someone wrote to show one rule.
+
+hypothesis/: Hypothesis generates programs (request, answer this call this way, another router loads,
+time passes...), derandomised and without a database, so the same Hypothesis gives the same programs.
+Each step of a program's run gets a tag (what event, what outcome, which commands it gave). For each
+tag, and each pair of tags seen together, the first program that shows them is shrunk (actions
+removed, numbers lowered) while it still does, and its run is written out. A change in a rule then
+shows as a diff of exactly the runs it changes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+import json
+import re
+import shutil
+import sys
+from collections.abc import Callable
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+from hypothesis import find, settings
+from hypothesis import strategies as st
+from hypothesis.errors import NoSuchExample
+
+from lorafleet import (
+    AdapterStateMachine,
+    Command,
+    Fail,
+    Grant,
+    IssueLoad,
+    IssueUnload,
+    LoadOutcome,
+    ReadListing,
+    UnloadOutcome,
+)
+from lorafleet.vectors import Recorder, replay
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+
+# Rule identifiers (SPEC.md) of each hand-written scenario, by the start of its test's name.
+RULES_BY_NAME = [
+    ("hit", ["hit", "release"]),
+    ("join", ["join", "load-outcome"]),
+    ("wait_unload", ["wait-unload", "evict", "unload-outcome"]),
+    ("cold", ["cold"]),
+    ("evict", ["evict", "cold"]),
+    ("load_outcome", ["load-outcome"]),
+    ("unload_outcome", ["unload-outcome", "evict"]),
+    ("release", ["release"]),
+    ("cancel", ["cancel"]),
+    ("listing", ["listing"]),
+    ("forget", ["forget"]),
+    ("replicas", ["replicas"]),
+    ("view", ["view"]),
+    ("statistics", ["statistics"]),
+    ("the_same_events", ["order"]),
+    ("fault_1", ["seed-1", "listing"]),
+    ("fault_2", ["seed-2", "evict", "listing"]),
+    ("fault_3", ["seed-3", "listing", "join"]),
+    ("fault_4", ["seed-4", "evict", "listing"]),
+    ("fault_5", ["seed-5", "replicas"]),
+    ("fault_6", ["seed-6", "forget"]),
+    ("fault_7", ["seed-7", "cancel"]),
+]
+# Scenarios of what is no event: hit() is request() for a shell's fast path, and has no path to record.
+NOT_VECTORS = {"test_hit_without_a_command_for_a_shells_fast_path"}
+EXTRA_RULES = {"limit": "limit", "time": "time", "advance": "time", "listing_is_read": "time"}
+
+
+def hand_vectors() -> list[dict[str, Any]]:
+    sys.path.insert(0, str(ROOT / "tests"))
+    import test_rules
+    import test_seed_faults
+    import test_usage_errors
+
+    import scenario
+
+    made: list[Recorder] = []
+
+    def recorder() -> AdapterStateMachine:
+        made.append(Recorder())
+        return made[-1]
+
+    scenario.MACHINE = recorder
+    vectors = []
+    for module in (test_rules, test_seed_faults):
+        for name, test in inspect.getmembers(module, inspect.isfunction):
+            if not name.startswith("test_") or test.__module__ != module.__name__ or name in NOT_VECTORS:
+                continue
+            made.clear()
+            test()
+            short = name.removeprefix("test_")
+            rules = next(r for prefix, r in RULES_BY_NAME if short.startswith(prefix))
+            rules = rules + [rule for word, rule in EXTRA_RULES.items() if word in short]
+            doc = inspect.getdoc(test) or short.replace("_", " ")
+            vectors.append(made[0].vector(short.replace("_", "-"), doc, rules))
+    for index, (error, words, call) in enumerate(test_usage_errors.CASES):
+        made.clear()
+        s = test_usage_errors.scenario()
+        with contextlib.suppress(error):
+            call(s.machine)
+        try:
+            json.dumps(made[0].steps, allow_nan=False)
+        except ValueError:
+            continue  # NaN has no JSON form: a case for the Python tests only
+        vector = made[0].vector(
+            f"usage-{index:02d}-{re.sub(r'(?<!^)(?=[A-Z])', '-', error.__name__).lower()}",
+            f"A call that breaks the contract ({words}) raises {error.__name__} and changes nothing.",
+            ["usage"],
+        )
+        if replay(json.loads(json.dumps(vector))):
+            continue  # a mistake only Python's types can make (a str for an enum): not in the contract
+        vectors.append(vector)
+    return vectors
+
+
+# -- the search ---------------------------------------------------------------------------------
+
+REPLICAS = ("r0", "r1")
+ADAPTERS = ("a0", "a1", "a2", "bad")
+KINDS = (
+    "request",
+    "request",
+    "release",
+    "cancel",
+    "answer",
+    "answer",
+    "other",
+    "restart",
+    "tick",
+    "forget",
+    "remove",
+    "add",
+    "limit",
+)
+Program = list[tuple[str, int, int]]
+programs = st.lists(st.tuples(st.sampled_from(KINDS), st.integers(0, 3), st.integers(0, 3)), max_size=24)
+
+
+class Run:
+    """One program played against a recording machine, a simulated engine per replica and a shell."""
+
+    def __init__(self, program: Program) -> None:
+        self.machine = Recorder()
+        self.engine: dict[str, set[str]] = {r: set() for r in REPLICAS}
+        self.calls: dict[int, IssueLoad | IssueUnload | ReadListing] = {}
+        self.waiting: list[int] = []
+        self.granted: list[tuple[int, str, str]] = []
+        self.requests: dict[int, tuple[str, str]] = {}
+        self.active = set(REPLICAS)
+        self.ticket = 0
+        self.now = 0.0
+        self.tags: list[str] = []
+        for replica, limit in zip(REPLICAS, (2, 1), strict=True):
+            self.send(partial(self.machine.add_replica, replica, "m", limit), "setup")
+        for op in sorted(self.calls):
+            del self.calls[op]
+            self.send(partial(self.machine.listing_received, op, ()), "setup")
+        for kind, a, b in program:
+            self.act(kind, a, b)
+
+    def send(self, call: Callable[[], list[Command]], tag: str) -> None:
+        before = AdapterStateMachine.statistics(self.machine)
+        commands = call()
+        after = AdapterStateMachine.statistics(self.machine)
+        kinds = sorted({type(c).__name__ for c in commands})
+        if tag != "setup":
+            self.tags.append(f"{tag}->{'+'.join(kinds) or 'nothing'}")
+            for rid, rep in after.replicas.items():
+                old = before.replicas.get(rid)
+                if old is not None and tag.startswith("listing"):
+                    if rep.held.keys() - old.held.keys():
+                        self.tags.append("listing adds adapters")
+                    if old.held.keys() - rep.held.keys():
+                        self.tags.append("listing drops adapters")
+                if len(rep.held) + len(rep.loading) > rep.limit:
+                    self.tags.append("over the limit")
+        for command in commands:
+            if isinstance(command, Grant):
+                self.waiting.remove(command.ticket)
+                request = self.requests[command.ticket]
+                self.granted.append((command.ticket, *request))
+            elif isinstance(command, Fail):
+                self.waiting.remove(command.ticket)
+            elif isinstance(command, IssueLoad):
+                self.calls[command.load] = command
+            elif isinstance(command, IssueUnload):
+                self.calls[command.unload] = command
+            else:
+                self.calls[command.listing] = command
+
+    def act(self, kind: str, a: int, b: int) -> None:
+        m = self.machine
+        if kind == "request" and self.active:
+            replica = sorted(self.active)[a % len(self.active)]
+            adapter = ADAPTERS[b % len(ADAPTERS)]
+            self.ticket += 1
+            ticket = self.ticket
+            self.waiting.append(ticket)
+            self.requests[ticket] = (replica, adapter)
+            self.send(lambda: m.request(ticket, replica, adapter, f"/adapters/{adapter}"), "request")
+        elif kind == "release" and self.granted:
+            ticket, *_ = self.granted.pop(a % len(self.granted))
+            self.send(lambda: m.release(ticket), "release")
+        elif kind == "cancel" and (self.waiting or self.granted):
+            pool = self.waiting + [t for t, *_ in self.granted]
+            ticket = pool[a % len(pool)]
+            if ticket in self.waiting:
+                self.waiting.remove(ticket)
+            self.granted = [g for g in self.granted if g[0] != ticket]
+            self.send(lambda: m.cancel(ticket), "cancel")
+        elif kind == "answer" and self.calls:
+            op = sorted(self.calls)[a % len(self.calls)]
+            self.answer(op, self.calls.pop(op), b)
+        elif kind == "other":
+            names = self.engine[REPLICAS[a % 2]]
+            adapter = ADAPTERS[b % 3]
+            names.symmetric_difference_update({adapter})
+        elif kind == "restart":
+            self.engine[REPLICAS[a % 2]].clear()
+        elif kind == "tick":
+            self.now += 30.0
+            self.send(lambda: m.advance(self.now), "time advanced")
+        elif kind == "forget" and self.granted:
+            ticket, replica, adapter = self.granted.pop(a % len(self.granted))
+            self.send(lambda: m.release(ticket), "release")
+            self.send(lambda: m.adapter_missing(replica, adapter), "adapter missing")
+        elif kind == "remove" and self.active:
+            replica = sorted(self.active)[a % len(self.active)]
+            self.active.discard(replica)
+            self.granted = [g for g in self.granted if g[1] != replica]
+            self.send(lambda: m.remove_replicas([replica]), "replicas removed")
+        elif kind == "add" and len(self.active) < len(REPLICAS):
+            replica = sorted(set(REPLICAS) - self.active)[0]
+            self.active.add(replica)
+            self.send(lambda: m.add_replica(replica, "m", 2), "replica added")
+        elif kind == "limit":
+            self.send(lambda: m.set_limit("m", 1 + b % 3), "limit set")
+
+    def answer(self, op: int, command: IssueLoad | IssueUnload | ReadListing, how: int) -> None:
+        m = self.machine
+        if isinstance(command, IssueLoad):
+            names = self.engine[command.replica]
+            if command.adapter == "bad":
+                outcome = LoadOutcome.ADAPTER_FAULT
+            elif how == 3:
+                outcome = LoadOutcome.REPLICA_FAULT
+            elif command.adapter in names:
+                outcome = LoadOutcome.ALREADY_LOADED
+            else:
+                names.add(command.adapter)
+                outcome = LoadOutcome.LOADED
+            self.send(lambda: m.load_finished(op, outcome, "engine"), f"load {outcome.value}")
+        elif isinstance(command, IssueUnload):
+            names = self.engine[command.replica]
+            if how == 3:
+                unload = UnloadOutcome.FAILED
+            elif command.adapter in names:
+                names.discard(command.adapter)
+                unload = UnloadOutcome.UNLOADED
+            else:
+                unload = UnloadOutcome.NOT_FOUND
+            self.send(lambda: m.unload_finished(op, unload, "engine"), f"unload {unload.value}")
+        elif how == 3:
+            self.send(lambda: m.listing_failed(op, "engine"), "listing failed")
+        else:
+            listed = tuple(sorted(self.engine[command.replica]))
+            self.send(lambda: m.listing_received(op, listed), "listing received")
+
+
+RULE_OF_TAG = [
+    ("request->Grant", "hit"),
+    ("request->nothing", "join"),
+    ("request->IssueLoad", "cold"),
+    ("request->IssueUnload", "evict"),
+    ("load", "load-outcome"),
+    ("unload", "unload-outcome"),
+    ("release", "release"),
+    ("cancel", "cancel"),
+    ("listing", "listing"),
+    ("time advanced", "time"),
+    ("adapter missing", "forget"),
+    ("replica", "replicas"),
+    ("limit", "limit"),
+    ("over the limit", "evict"),
+]
+
+
+def rules_of(tags: list[str]) -> list[str]:
+    return sorted({rule for tag in tags for prefix, rule in RULE_OF_TAG if tag.startswith(prefix)})
+
+
+def shows(tags: tuple[str, ...], program: Program) -> bool:
+    found = Run(program).tags
+    return all(tag in found for tag in tags)
+
+
+def shrink(program: Program, tags: tuple[str, ...]) -> Program:
+    """The program made as small as it goes while it still shows ``tags``: fewer actions, smaller numbers."""
+    changed = True
+    while changed:
+        changed = False
+        i = 0
+        while i < len(program):
+            candidate = program[:i] + program[i + 1 :]
+            if shows(tags, candidate):
+                program, changed = candidate, True
+            else:
+                i += 1
+        for i in range(len(program)):
+            # Each candidate is built from the current values and is strictly smaller, so this ends.
+            kind, a, b = program[i]
+            if a and shows(tags, candidate := [*program[:i], (kind, 0, b), *program[i + 1 :]]):
+                program, changed, a = candidate, True, 0
+            if b and shows(tags, candidate := [*program[:i], (kind, a, 0), *program[i + 1 :]]):
+                program, changed = candidate, True
+    return program
+
+
+def search_vectors() -> list[dict[str, Any]]:
+    surveyed = [(p, set(Run(p).tags)) for p in _survey()]
+    every = sorted(set().union(*(tags for _, tags in surveyed)))
+    wanted: list[tuple[str, ...]] = [(t,) for t in every]
+    wanted += [
+        (t, u) for i, t in enumerate(every) for u in every[i + 1 :] if any({t, u} <= s for _, s in surveyed)
+    ]
+    print(f"{len(every)} kinds of step; {len(wanted)} single kinds and pairs to show", file=sys.stderr)
+    vectors: dict[str, dict[str, Any]] = {}
+    seen_runs: set[str] = set()
+    for done, want in enumerate(wanted, 1):
+        if done % 50 == 0:
+            print(f"  {done}/{len(wanted)}", file=sys.stderr)
+        first = next(p for p, tags in surveyed if set(want) <= tags)
+        run = Run(shrink(first, want))
+        key = json.dumps(run.machine.steps)
+        if key in seen_runs:
+            continue
+        seen_runs.add(key)
+        run.machine.statistics()  # end every vector with what the machine then holds
+        name = "hyp-" + "--".join(re.sub(r"[^a-z0-9]+", "-", t.lower()).strip("-") for t in want)
+        description = "The smallest run found in which: " + "; ".join(want) + "."
+        vectors[name] = run.machine.vector(name, description, rules_of(list(want)))
+    return list(vectors.values())
+
+
+def _survey() -> list[Program]:
+    """Programs to learn which tags exist: Hypothesis's own first examples, deterministically."""
+    found: list[Program] = []
+
+    def keep(p: Program) -> bool:
+        found.append(p)
+        return False
+
+    with contextlib.suppress(NoSuchExample):
+        find(
+            programs,
+            keep,
+            settings=settings(database=None, derandomize=True, max_examples=3000, deadline=None),
+        )
+    return found
+
+
+# -- writing ------------------------------------------------------------------------------------
+
+
+STEP_ORDER = ("event", "commands", "error", "query", "replicas", "replica", "adapter", "result")
+
+
+def _ordered(value: Any) -> Any:
+    """``type`` first, the rest by name: events and commands read as they are written in SPEC.md."""
+    if isinstance(value, dict):
+        keys = sorted(value, key=lambda k: (k != "type", k))
+        return {k: _ordered(value[k]) for k in keys}
+    if isinstance(value, list):
+        return [_ordered(v) for v in value]
+    return value
+
+
+def dump(vector: dict[str, Any]) -> str:
+    """One step per line, so that a diff of a vector shows the steps that changed."""
+    head = {k: v for k, v in vector.items() if k != "steps"}
+    steps = [{k: _ordered(step[k]) for k in STEP_ORDER if k in step} for step in vector["steps"]]
+    lines = [json.dumps(step, allow_nan=False) for step in steps]
+    body = json.dumps(head, indent=1, sort_keys=True)[:-2]
+    return body + ',\n "steps": [\n  ' + ",\n  ".join(lines) + "\n ]\n}\n"
+
+
+def write(folder: Path, vectors: list[dict[str, Any]]) -> None:
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir(parents=True)
+    for vector in vectors:
+        (folder / f"{vector['name']}.json").write_text(dump(vector))
+    print(f"{folder.relative_to(ROOT)}: {len(vectors)} vectors", file=sys.stderr)
+
+
+def main() -> int:
+    write(HERE / "hand", hand_vectors())
+    if "--hand-only" not in sys.argv:
+        write(HERE / "hypothesis", search_vectors())
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
