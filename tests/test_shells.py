@@ -487,3 +487,19 @@ async def test_removing_a_replica_fails_the_requests_waiting_on_it(
         gone.app.release()
         quiet(fleet)
     assert len(errors) == 1
+
+
+async def test_a_removed_replica_can_be_used_again(
+    fleet_type: type[Fleet], standin: StandInServer, adapter_dir: Path
+) -> None:
+    r = replica(standin)
+    async with fleet_type() as fleet:
+        await fleet.sync_unknown([r])
+        async with fleet.acquire(r, "a0", str(adapter_dir / "a0")):
+            pass
+        fleet.remove([r])
+        assert "r0" not in fleet.statistics().replicas
+        await fleet.sync_unknown([r])  # met again: its listing says it still holds a0
+        async with fleet.acquire(r, "a0", str(adapter_dir / "a0")) as lease:
+            assert lease.how is How.HIT
+        quiet(fleet)

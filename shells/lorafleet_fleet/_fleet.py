@@ -186,6 +186,13 @@ class Fleet:
     def remove(self, replicas: Iterable[Replica | str]) -> None:
         """Stop using these replicas: requests waiting on them fail with ``ReplicaError``."""
         ids = [r if isinstance(r, str) else r.id for r in replicas]
+        for rid in ids:
+            # Forgotten here too, so that using the replica again adds it again. Calls still out hold
+            # their own Replica; their answers go to the machine, which ignores them.
+            self._replicas.pop(rid, None)
+            met = self._unmet.pop(rid, None)
+            if met is not None:
+                met.set()
         self._run(self._machine.remove_replicas(ids))
 
     def keep(self, replicas: Iterable[Replica]) -> None:
