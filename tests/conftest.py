@@ -201,3 +201,38 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
         terminalreporter.section("real vLLM timings")
         for what, seconds in _timings.items():
             terminalreporter.write_line(f"{what}: {seconds:.1f} s")
+
+
+def _tasks_now() -> set[object]:
+    """Every task alive in the running event loop, under asyncio or trio."""
+    import sniffio
+
+    if sniffio.current_async_library() == "asyncio":
+        import asyncio
+
+        # anyio's pytest runner makes a task of its own for each test and fixture call.
+        return {t for t in asyncio.all_tasks() if "TestRunner" not in t.get_coro().__qualname__}  # type: ignore[union-attr]
+    import trio
+
+    found: set[object] = set()
+    root = trio.lowlevel.current_root_task()
+    assert root is not None
+    nurseries = list(root.child_nurseries)
+    while nurseries:
+        for task in nurseries.pop().child_tasks:
+            if "TestRunner" not in task.name:
+                found.add(task)
+            nurseries.extend(task.child_nurseries)
+    return found
+
+
+@pytest.fixture
+async def no_task_left_running() -> Any:
+    """After the test, the tasks alive are those alive before it: nothing left running.
+
+    The shell modules use it for every test (``pytestmark``).
+    """
+    before = _tasks_now()
+    yield
+    left = _tasks_now() - before
+    assert not left, f"tasks still running after the test: {left}"

@@ -19,7 +19,7 @@ from lorafleet_standin import StandInServer
 
 from conftest import KEY, Target, eventually, quiet
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.usefixtures("no_task_left_running")]
 
 
 def rep(target: Target, limit: int = 2, key: str | None = KEY, rid: str = "r0") -> Replica:

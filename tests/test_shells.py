@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import anyio
 import pytest
@@ -24,7 +23,7 @@ from lorafleet_standin import StandInServer
 
 from conftest import calls_reach, eventually, quiet
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.usefixtures("no_task_left_running")]
 
 
 def replica(server: StandInServer, limit: int = 2, rid: str = "r0", key: str | None = None) -> Replica:
@@ -380,54 +379,6 @@ async def test_every_version_family(
                 async with fleet.acquire(r, "big", str(adapter_dir / "rank64")):
                     pass
         quiet(fleet)
-
-
-def test_both_shells_make_the_same_engine_calls_for_the_same_script(
-    serve: Callable[..., StandInServer], adapter_dir: Path
-) -> None:
-    import asyncio
-
-    import trio
-
-    import lorafleet_asyncio
-    import lorafleet_trio
-
-    def calls(
-        run: Callable[[Callable[[], Coroutine[Any, Any, None]]], object], fleet_type: type[Fleet]
-    ) -> list[tuple[str, object]]:
-        server = serve()
-        r = replica(server, limit=2)
-
-        async def script() -> None:
-            async with fleet_type() as fleet:
-                await fleet.sync_unknown([r])
-                for name in ("a0", "a1", "a0", "a2", "a3", "a1"):
-                    async with fleet.acquire(r, name, str(adapter_dir / name)):
-                        pass
-                with pytest.raises(AdapterError):
-                    async with fleet.acquire(r, "big", str(adapter_dir / "rank64")):
-                        pass
-
-        run(script)
-        return [(c.path.rsplit("/", 1)[-1], c.body and c.body["lora_name"]) for c in server.app.calls]
-
-    trio_calls = calls(lambda script: trio.run(script), lorafleet_trio.Fleet)
-    asyncio_calls = calls(lambda script: asyncio.run(script()), lorafleet_asyncio.Fleet)
-    assert trio_calls == asyncio_calls
-    load, unload = "load_lora_adapter", "unload_lora_adapter"
-    assert trio_calls == [
-        ("models", None),
-        (load, "a0"),
-        (load, "a1"),
-        (unload, "a1"),  # a0 was used after a1
-        (load, "a2"),
-        (unload, "a0"),
-        (load, "a3"),
-        (unload, "a2"),
-        (load, "a1"),
-        (unload, "a3"),
-        (load, "big"),
-    ]
 
 
 async def test_a_lease_says_where_and_how(
