@@ -9,43 +9,17 @@ from __future__ import annotations
 
 import enum
 import re
-from typing import Any, get_type_hints
+from typing import Any, get_args, get_type_hints
 
 import attrs
 
-from ._commands import Command, Fail, Grant, IssueLoad, IssueUnload, ReadListing
-from ._events import (
-    AdapterMissing,
-    Cancelled,
-    Event,
-    LimitSet,
-    ListingFailed,
-    ListingReceived,
-    LoadFinished,
-    Released,
-    ReplicaAdded,
-    ReplicasRemoved,
-    Requested,
-    TimeAdvanced,
-    UnloadFinished,
-)
+from ._commands import Command
+from ._events import Event
 from ._snapshots import Statistics, View
 
-EVENTS: tuple[type[Any], ...] = (
-    ReplicaAdded,
-    ReplicasRemoved,
-    LimitSet,
-    TimeAdvanced,
-    Requested,
-    Released,
-    Cancelled,
-    LoadFinished,
-    UnloadFinished,
-    ListingReceived,
-    ListingFailed,
-    AdapterMissing,
-)
-COMMANDS: tuple[type[Any], ...] = (IssueLoad, IssueUnload, ReadListing, Grant, Fail)
+# Derived from the unions, so that an event or command added there cannot be missed here.
+EVENTS: tuple[type[Any], ...] = get_args(Event)
+COMMANDS: tuple[type[Any], ...] = get_args(Command)
 
 
 def snake(name: str) -> str:

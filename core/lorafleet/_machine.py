@@ -661,13 +661,6 @@ class AdapterStateMachine:
         rep = self._replicas.get(replica)
         return rep is not None and not rep.removed and rep.met
 
-    def knows(self, replica: str) -> tuple[str, int] | None:
-        """The (model, limit) of a replica the machine uses, or None."""
-        rep = self._replicas.get(replica)
-        if rep is None or rep.removed:
-            return None
-        return rep.model, rep.limit
-
     def statistics(self) -> Statistics:
         """A frozen snapshot of the counts and of what every replica holds ([statistics])."""
         replicas = {
