@@ -1,17 +1,26 @@
-"""A Hypothesis state machine that plays the shell and a simulated engine around the machine.
+"""A Hypothesis state machine that plays the shell around the machine, in a simulated world, beside a model.
 
-Hypothesis chooses what happens next: a request, a release, a cancel, which outstanding call the
-engine answers and how (as asked, already loaded, not found, the adapter's fault, the replica's fault
-before or after the engine acted), another router loading or unloading behind the machine's back, a
-replica restarting, replicas removed and added back, limits changed, time passing. A deliberately
-naive model (dicts and sets of tickets and calls) sits beside the machine; the invariants compare them.
+Hypothesis chooses what happens next: a request (through the ``hit`` fast path or not), a release, a
+cancel, which outstanding call the engine answers and how (world.py: as asked, already loaded, not
+found, the adapter's fault, the replica's fault before or after the engine acted, worded as one vLLM
+release or another and read back through the wire protocol or not), another router loading or
+unloading behind the machine's back, an engine restarting, replicas removed and added back, limits
+changed, time passing, and calls that break the contract.
+
+Every event goes to the machine and to a naive model (model.py), and the commands must be the same
+list; after every step the statistics, the views, the next due time and which replicas are met must be
+the same too. Beside that, safety is checked against the world itself: no grant for an adapter being
+unloaded, no unload of an adapter a request runs on, one load per adapter, every request ended once,
+and once the engines go quiet the machine holds what they hold.
 """
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Callable
 
 import attrs
+from hypothesis import note
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
@@ -20,6 +29,7 @@ from lorafleet import (
     AdapterMissing,
     AdapterStateMachine,
     Cancelled,
+    ClockWentBackwardsError,
     Command,
     Event,
     Fail,
@@ -28,7 +38,6 @@ from lorafleet import (
     IssueUnload,
     LimitSet,
     ListingFailed,
-    ListingReceived,
     LoadFinished,
     LoadOutcome,
     ReadListing,
@@ -36,382 +45,413 @@ from lorafleet import (
     ReplicaAdded,
     ReplicasRemoved,
     Requested,
+    Statistics,
+    TicketOrderError,
     TimeAdvanced,
+    UnknownOperationError,
+    UnknownReplicaError,
+    UnknownTicketError,
     UnloadFinished,
     UnloadOutcome,
+    UsageError,
 )
 
 import profiles  # noqa: F401 - registers and loads the Hypothesis profiles
+from model import Model
+from world import Way, World
 
 REPLICAS = {"r0": "m0", "r1": "m0", "r2": "m1"}
 ADAPTERS = ("a0", "a1", "a2", "bad")
-BAD = "bad"  # every engine refuses it: the adapter's fault
+UNKNOWN = "elsewhere"
+"""A replica id the router never added."""
+LIMITS = {"m0": 1, "m1": 2}
+
+
+class State(enum.Enum):
+    """Where a request is in its life, as the shell sees it."""
+
+    WAITING = "waiting"
+    GRANTED = "granted"
+    DEAD = "granted, on a copy the machine no longer holds"
+    """Its release changes nothing (the replica was removed, or the engine lost the adapter)."""
+    RELEASED = "released"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+
+LEASED = (State.GRANTED, State.DEAD)
 
 
 @attrs.define
 class Ticket:
     replica: str
     adapter: str
-    epoch: int
-    """The replica's epoch when it was requested: a removal starts a new one and orphans leases."""
-    state: str = "waiting"  # waiting, granted, released, failed, cancelled
+    state: State = State.WAITING
     ended: int = 0
     """Grants and failures given to it: must never pass 1."""
 
 
-@attrs.define
-class Call:
-    command: IssueLoad | IssueUnload | ReadListing
-    snapshot: frozenset[str] | None = None
-    """For a listing: what the engine held when it served it, once it has."""
+@attrs.frozen
+class Hit:
+    """A ``hit()`` call, kept in the log beside the events so that a replay makes it too."""
+
+    ticket: int
+    replica: str
+    adapter: str
 
 
 MachineFactory = Callable[[], AdapterStateMachine]
 
 
-def operation(command: IssueLoad | IssueUnload | ReadListing) -> int:
-    match command:
-        case IssueLoad():
-            return command.load
-        case IssueUnload():
-            return command.unload
-        case ReadListing():
-            return command.listing
-
-
 class FleetModel(RuleBasedStateMachine):
-    """The shell, the engines and the naive model, around one AdapterStateMachine."""
+    """The shell, the world and the model, around one AdapterStateMachine."""
 
     factory: MachineFactory = AdapterStateMachine
 
     def __init__(self) -> None:
         super().__init__()
         self.machine = type(self).factory()
-        self.log: list[tuple[Event, list[Command]]] = []
-        self.engine: dict[str, set[str]] = {r: set() for r in REPLICAS}
-        self.limits = {"m0": 1, "m1": 2}
-        self.active: set[str] = set()
-        self.epoch = dict.fromkeys(REPLICAS, 0)
+        self.model = Model()
+        self.world = World(REPLICAS)
+        self.log: list[tuple[Event | Hit, list[Command] | bool]] = []
         self.tickets: dict[int, Ticket] = {}
-        self.calls: dict[int, Call] = {}
+        self.active: set[str] = set()
         self.now = 0.0
-        self.next_ticket = 1
         for replica in sorted(REPLICAS):
-            self.add(replica)
+            self.add(replica, LIMITS[REPLICAS[replica]])
 
-    # -- the shell ---------------------------------------------------------------------------
+    # -- the shell ---------------------------------------------------------------------------------
 
     def send(self, event: Event) -> list[Command]:
+        """Feed ``event`` to the machine and the model; their commands must be the same list."""
+        expected = self.model.handle(event)
         commands = self.machine.handle(event)
+        note(f"{event!r}\n    -> {commands!r}")
         self.log.append((event, commands))
-        for command in commands:
-            self.take(command)
+        assert commands == expected, f"after {event}:\n  machine {commands}\n  model   {expected}"
+        self.take(commands)
         return commands
 
-    def take(self, command: Command) -> None:
-        if isinstance(command, Grant | Fail):
-            ticket = self.tickets[command.ticket]
-            assert ticket.state == "waiting", f"{command} for a ticket that is {ticket.state}"
-            ticket.ended += 1
-            ticket.state = "granted" if isinstance(command, Grant) else "failed"
-            if isinstance(command, Grant):
-                # No grant for an adapter whose unload is outstanding.
-                assert not self.outstanding(IssueUnload, ticket.replica, ticket.adapter), command
-            return
-        op = operation(command)
-        assert op not in self.calls, f"operation {op} issued twice"
-        if isinstance(command, IssueLoad):
-            # One load per adapter per replica, and never a load across an unload of the same.
-            assert not self.outstanding(IssueLoad, command.replica, command.adapter), command
-            assert not self.outstanding(IssueUnload, command.replica, command.adapter), command
-        if isinstance(command, IssueUnload):
-            assert not self.outstanding(IssueLoad, command.replica, command.adapter), command
-            assert not self.outstanding(IssueUnload, command.replica, command.adapter), command
-            # Never unload an adapter a request runs on.
-            assert not self.leases(command.replica, command.adapter), (command, self.leases_of(command))
-        self.calls[op] = Call(command)
+    def take(self, commands: list[Command]) -> None:
+        """Carry out the commands as a shell would, checking what must hold of each in the world."""
+        for command in commands:
+            if isinstance(command, Grant | Fail):
+                ticket = self.tickets[command.ticket]
+                assert ticket.state is State.WAITING, f"{command} for a ticket that is {ticket.state.value}"
+                ticket.ended += 1
+                ticket.state = State.GRANTED if isinstance(command, Grant) else State.FAILED
+                if isinstance(command, Grant):
+                    assert not any(
+                        isinstance(c, IssueUnload) for c in self.world.out(ticket.replica, ticket.adapter)
+                    ), f"{command} while the adapter is being unloaded"
+            elif isinstance(command, IssueUnload):
+                running = self.running(command.replica, command.adapter)
+                assert not running, f"{command} while requests {running} run on it"
+        self.world.took(commands)
+        for number, ticket in self.tickets.items():
+            if ticket.state is State.GRANTED and not self.model.leases[number].current:
+                ticket.state = State.DEAD
 
-    def add(self, replica: str) -> None:
-        self.active.add(replica)
-        self.send(ReplicaAdded(replica, REPLICAS[replica], self.limits[REPLICAS[replica]]))
-
-    def outstanding(self, kind: type[IssueLoad | IssueUnload], replica: str, adapter: str) -> bool:
-        for call in self.calls.values():
-            c = call.command
-            if (
-                isinstance(c, kind)
-                and not isinstance(c, ReadListing)
-                and (c.replica, c.adapter) == (replica, adapter)
-            ):
-                return True
-        return False
-
-    def leases(self, replica: str, adapter: str) -> int:
-        return sum(
-            1
-            for t in self.tickets.values()
-            if t.state == "granted" and (t.replica, t.adapter) == (replica, adapter)
-            if t.epoch == self.epoch[replica] and replica in self.active
-        )
-
-    def leases_of(self, command: IssueUnload) -> list[int]:
+    def running(self, replica: str, adapter: str) -> list[int]:
+        """The requests running on ``adapter`` on ``replica``, on a copy the machine still holds."""
         return [
-            n for n, t in self.tickets.items() if (t.replica, t.adapter) == (command.replica, command.adapter)
+            n
+            for n, t in self.tickets.items()
+            if t.state is State.GRANTED and (t.replica, t.adapter) == (replica, adapter)
         ]
 
-    def pick_call(self, data: st.DataObject, kind: type) -> tuple[int, Call]:
-        ops = sorted(op for op, c in self.calls.items() if isinstance(c.command, kind))
-        op = data.draw(st.sampled_from(ops))
-        return op, self.calls[op]
+    def in_state(self, *states: State) -> list[int]:
+        return sorted(n for n, t in self.tickets.items() if t.state in states)
 
-    def has(self, kind: type) -> bool:
-        return any(isinstance(c.command, kind) for c in self.calls.values())
+    def add(self, replica: str, limit: int) -> list[Command]:
+        self.active.add(replica)
+        return self.send(ReplicaAdded(replica=replica, model=REPLICAS[replica], limit=limit))
 
-    # -- requests ----------------------------------------------------------------------------
+    def new_ticket(self, replica: str, adapter: str, gap: int = 1) -> int:
+        ticket = self.machine.next_ticket + gap - 1
+        self.tickets[ticket] = Ticket(replica, adapter)
+        return ticket
+
+    def ask(self, replica: str, adapter: str, *, fast: bool, gap: int = 1) -> None:
+        """A request, the way a shell makes one: the fast path first, if it takes it."""
+        ticket = self.new_ticket(replica, adapter, gap)
+        if fast:
+            expected = self.model.hit(ticket, replica, adapter)
+            granted = self.machine.hit(ticket, replica=replica, adapter=adapter)
+            note(f"hit({ticket}, {replica!r}, {adapter!r}) -> {granted}")
+            self.log.append((Hit(ticket, replica, adapter), granted))
+            assert granted == expected, f"hit({ticket}, {replica}, {adapter}) gave {granted}"
+            if granted:
+                self.tickets[ticket].state = State.GRANTED
+                self.tickets[ticket].ended = 1
+                return
+        self.send(Requested(ticket=ticket, replica=replica, adapter=adapter, path=f"/adapters/{adapter}"))
+
+    # -- requests ----------------------------------------------------------------------------------
 
     @precondition(lambda self: bool(self.active))
-    @rule(data=st.data(), adapter=st.sampled_from(ADAPTERS))
-    def request(self, data: st.DataObject, adapter: str) -> None:
-        replica = data.draw(st.sampled_from(sorted(self.active)))
-        ticket = self.next_ticket
-        self.next_ticket += 1
-        self.tickets[ticket] = Ticket(replica, adapter, self.epoch[replica])
-        self.send(Requested(ticket, replica, adapter, f"/adapters/{adapter}"))
+    @rule(
+        data=st.data(),
+        adapter=st.sampled_from(ADAPTERS),
+        fast=st.booleans(),
+        gap=st.sampled_from([1, 1, 1, 3]),
+    )
+    def request(self, data: st.DataObject, adapter: str, fast: bool, gap: int) -> None:
+        self.ask(data.draw(st.sampled_from(sorted(self.active))), adapter, fast=fast, gap=gap)
 
     def contested(self) -> list[tuple[str, str]]:
         return sorted(
             {
                 (c.command.replica, c.command.adapter)
-                for c in self.calls.values()
+                for c in self.world.calls.values()
                 if isinstance(c.command, IssueLoad | IssueUnload) and c.command.replica in self.active
             }
         )
 
     @precondition(lambda self: bool(self.contested()))
-    @rule(data=st.data())
-    def request_contested(self, data: st.DataObject) -> None:
+    @rule(data=st.data(), fast=st.booleans())
+    def request_contested(self, data: st.DataObject, fast: bool) -> None:
         """A request for an adapter with a call out: where joins, waits and races happen."""
         replica, adapter = data.draw(st.sampled_from(self.contested()))
-        ticket = self.next_ticket
-        self.next_ticket += 1
-        self.tickets[ticket] = Ticket(replica, adapter, self.epoch[replica])
-        self.send(Requested(ticket, replica, adapter, f"/adapters/{adapter}"))
+        self.ask(replica, adapter, fast=fast)
 
-    def in_state(self, *states: str) -> list[int]:
-        return sorted(n for n, t in self.tickets.items() if t.state in states)
+    def held_somewhere(self) -> list[tuple[str, str]]:
+        return sorted(
+            (replica, name)
+            for replica, r in self.machine.statistics().replicas.items()
+            for name in r.held
+            if name != "bad"
+        )
 
-    @precondition(lambda self: bool(self.in_state("granted")))
+    @precondition(lambda self: bool(self.held_somewhere()))
+    @rule(data=st.data())
+    def request_warm(self, data: st.DataObject) -> None:
+        """A request for an adapter the replica holds, through the fast path: every warm request's way."""
+        replica, adapter = data.draw(st.sampled_from(self.held_somewhere()))
+        self.ask(replica, adapter, fast=True)
+
+    @precondition(lambda self: bool(self.in_state(*LEASED)))
     @rule(data=st.data(), twice=st.booleans())
     def release(self, data: st.DataObject, twice: bool) -> None:
-        ticket = data.draw(st.sampled_from(self.in_state("granted")))
-        self.tickets[ticket].state = "released"
-        assert self.send(Released(ticket)) == []
+        ticket = data.draw(st.sampled_from(self.in_state(*LEASED)))
+        self.tickets[ticket].state = State.RELEASED
+        self.send(Released(ticket=ticket))
         if twice:
-            assert self.send(Released(ticket)) == []
+            self.send(Released(ticket=ticket))
 
-    @precondition(lambda self: bool(self.in_state("waiting", "granted")))
+    @precondition(lambda self: bool(self.in_state(State.WAITING, *LEASED)))
     @rule(data=st.data())
     def cancel(self, data: st.DataObject) -> None:
-        ticket = data.draw(st.sampled_from(self.in_state("waiting", "granted")))
+        ticket = data.draw(st.sampled_from(self.in_state(State.WAITING, *LEASED)))
         t = self.tickets[ticket]
-        t.state = "released" if t.state == "granted" else "cancelled"
-        assert self.send(Cancelled(ticket)) == []
+        t.state = State.CANCELLED if t.state is State.WAITING else State.RELEASED
+        self.send(Cancelled(ticket=ticket))
 
-    @precondition(lambda self: bool(self.in_state("granted")))
-    @rule(data=st.data())
-    def forward(self, data: st.DataObject) -> None:
-        """The router forwards a granted request; if the engine lacks the adapter it says so."""
-        ticket = data.draw(st.sampled_from(self.in_state("granted")))
+    @precondition(lambda self: bool(self.in_state(*LEASED)))
+    @rule(data=st.data(), report_first=st.booleans())
+    def forward(self, data: st.DataObject, report_first: bool) -> None:
+        """The router forwards a granted request; if the engine lacks the adapter it answers 404, and
+        the router reports it (while the request still holds its lease, or after releasing it)."""
+        ticket = data.draw(st.sampled_from(self.in_state(*LEASED)))
         t = self.tickets[ticket]
-        if t.adapter not in self.engine[t.replica]:
-            t.state = "released"
-            self.send(Released(ticket))
-            self.send(AdapterMissing(t.replica, t.adapter))
+        if self.world.has(t.replica, t.adapter):
+            return
+        if report_first:
+            self.send(AdapterMissing(replica=t.replica, adapter=t.adapter))
+        t.state = State.RELEASED
+        self.send(Released(ticket=ticket))
+        if not report_first:
+            self.send(AdapterMissing(replica=t.replica, adapter=t.adapter))
 
-    # -- the engine answers ------------------------------------------------------------------
+    # -- the engines answer ------------------------------------------------------------------------
 
-    @precondition(lambda self: self.has(IssueLoad))
+    def answer(self, op: int, way: Way, variant: int, wire: bool) -> None:
+        reply = self.world.answer(op, way, variant)
+        event = reply.event
+        if wire:
+            event = reply.over_the_wire()
+            note(f"the engine answered {reply.status} {reply.body[:120]!r}")
+            assert reply.means(event), (
+                f"the wire read {reply.status} {reply.body!r} as {event}, not {reply.event}"
+            )
+        self.send(event)
+
+    @precondition(lambda self: bool(self.world.pending(IssueLoad)))
     @rule(
         data=st.data(),
-        how=st.sampled_from(["engine", "engine", "engine", "adapter_fault", "fault_before", "fault_after"]),
+        way=st.sampled_from([Way.AS_ASKED] * 3 + [Way.ADAPTER_FAULT, Way.FAULT_BEFORE, Way.FAULT_AFTER]),
+        variant=st.integers(0, 11),
+        wire=st.booleans(),
     )
-    def answer_load(self, data: st.DataObject, how: str) -> None:
-        op, call = self.pick_call(data, IssueLoad)
-        del self.calls[op]
-        cmd = call.command
-        assert isinstance(cmd, IssueLoad)
-        names = self.engine[cmd.replica]
-        if cmd.adapter == BAD or how == "adapter_fault":
-            outcome = LoadOutcome.ADAPTER_FAULT
-        elif how == "fault_before":
-            outcome = LoadOutcome.REPLICA_FAULT
-        elif how == "fault_after":  # the engine loaded it; the answer was lost
-            names.add(cmd.adapter)
-            outcome = LoadOutcome.REPLICA_FAULT
-        elif cmd.adapter in names:
-            outcome = LoadOutcome.ALREADY_LOADED
-        else:
-            names.add(cmd.adapter)
-            outcome = LoadOutcome.LOADED
-        self.send(LoadFinished(op, outcome, "sim"))
+    def answer_load(self, data: st.DataObject, way: Way, variant: int, wire: bool) -> None:
+        self.answer(data.draw(st.sampled_from(self.world.pending(IssueLoad))), way, variant, wire)
 
-    @precondition(lambda self: self.has(IssueUnload))
-    @rule(data=st.data(), how=st.sampled_from(["engine", "engine", "fault_before", "fault_after"]))
-    def answer_unload(self, data: st.DataObject, how: str) -> None:
-        op, call = self.pick_call(data, IssueUnload)
-        del self.calls[op]
-        cmd = call.command
-        assert isinstance(cmd, IssueUnload)
-        names = self.engine[cmd.replica]
-        if how == "fault_before":
-            outcome = UnloadOutcome.FAILED
-        elif how == "fault_after":
-            names.discard(cmd.adapter)
-            outcome = UnloadOutcome.FAILED
-        elif cmd.adapter in names:
-            names.discard(cmd.adapter)
-            outcome = UnloadOutcome.UNLOADED
-        else:
-            outcome = UnloadOutcome.NOT_FOUND
-        self.send(UnloadFinished(op, outcome, "sim"))
-
-    @precondition(
-        lambda self: any(
-            isinstance(c.command, ReadListing) and c.snapshot is None for c in self.calls.values()
-        )
+    @precondition(lambda self: bool(self.world.pending(IssueUnload)))
+    @rule(
+        data=st.data(),
+        way=st.sampled_from([Way.AS_ASKED] * 2 + [Way.FAULT_BEFORE, Way.FAULT_AFTER]),
+        variant=st.integers(0, 11),
+        wire=st.booleans(),
     )
+    def answer_unload(self, data: st.DataObject, way: Way, variant: int, wire: bool) -> None:
+        self.answer(data.draw(st.sampled_from(self.world.pending(IssueUnload))), way, variant, wire)
+
+    @precondition(lambda self: bool(self.world.unserved_listings()))
     @rule(data=st.data())
     def engine_serves_listing(self, data: st.DataObject) -> None:
         """The engine reads its registry for a listing; the answer is still on its way."""
-        ops = sorted(
-            op for op, c in self.calls.items() if isinstance(c.command, ReadListing) and c.snapshot is None
-        )
-        call = self.calls[data.draw(st.sampled_from(ops))]
-        call.snapshot = frozenset(self.engine[call.command.replica])
+        self.world.serve_listing(data.draw(st.sampled_from(self.world.unserved_listings())))
 
-    @precondition(lambda self: self.has(ReadListing))
-    @rule(data=st.data())
-    def listing_fails(self, data: st.DataObject) -> None:
-        op, _ = self.pick_call(data, ReadListing)
-        del self.calls[op]
-        self.send(ListingFailed(op, "sim"))
+    @precondition(lambda self: bool(self.world.pending(ReadListing)))
+    @rule(
+        data=st.data(),
+        way=st.sampled_from([Way.AS_ASKED, Way.AS_ASKED, Way.FAULT_BEFORE]),
+        variant=st.integers(0, 11),
+        wire=st.booleans(),
+    )
+    def answer_listing(self, data: st.DataObject, way: Way, variant: int, wire: bool) -> None:
+        self.answer(data.draw(st.sampled_from(self.world.pending(ReadListing))), way, variant, wire)
 
-    @precondition(lambda self: self.has(ReadListing))
-    @rule(data=st.data())
-    def answer_listing(self, data: st.DataObject) -> None:
-        op, call = self.pick_call(data, ReadListing)
-        del self.calls[op]
-        snapshot = call.snapshot
-        if snapshot is None:
-            snapshot = frozenset(self.engine[call.command.replica])
-        self.send(ListingReceived(op, tuple(sorted(snapshot))))
-
-    # -- the world around --------------------------------------------------------------------
+    # -- the world around --------------------------------------------------------------------------
 
     @rule(
         replica=st.sampled_from(sorted(REPLICAS)), adapter=st.sampled_from(ADAPTERS[:-1]), load=st.booleans()
     )
     def another_router(self, replica: str, adapter: str, load: bool) -> None:
-        if load:
-            self.engine[replica].add(adapter)
-        else:
-            self.engine[replica].discard(adapter)
+        note(f"another router {'loads' if load else 'unloads'} {adapter} on {replica}")
+        self.world.other_router(replica, adapter, load=load)
 
     @rule(replica=st.sampled_from(sorted(REPLICAS)))
     def engine_restarts(self, replica: str) -> None:
-        self.engine[replica].clear()
+        note(f"the engine of {replica} restarts")
+        self.world.restart(replica)
 
     @precondition(lambda self: bool(self.active))
     @rule(data=st.data())
-    def remove_replica(self, data: st.DataObject) -> None:
-        replica = data.draw(st.sampled_from(sorted(self.active)))
-        self.active.discard(replica)
-        self.epoch[replica] += 1
-        commands = self.send(ReplicasRemoved((replica,)))
-        assert all(isinstance(c, Fail) for c in commands)
-        for ticket in self.tickets.values():
-            if ticket.replica == replica and ticket.state == "granted":
-                ticket.state = "orphaned"  # its release must do nothing, and is never required
+    def remove_replicas(self, data: st.DataObject) -> None:
+        ids = data.draw(st.lists(st.sampled_from([*sorted(REPLICAS), UNKNOWN]), min_size=1, max_size=3))
+        self.active -= set(ids)
+        self.send(ReplicasRemoved(replicas=tuple(ids)))
 
-    @precondition(lambda self: len(self.active) < len(REPLICAS))
+    @rule(replica=st.sampled_from(sorted(REPLICAS)), limit=st.integers(1, 3))
+    def add_replica(self, replica: str, limit: int) -> None:
+        """A replica added (back), or added again while in use: then only its limit changes."""
+        self.add(replica, limit)
+
+    @precondition(lambda self: bool(self.in_state(State.GRANTED)))
     @rule(data=st.data())
-    def add_replica_back(self, data: st.DataObject) -> None:
-        self.add(data.draw(st.sampled_from(sorted(set(REPLICAS) - self.active))))
+    def remove_and_add_back_while_leased(self, data: st.DataObject) -> None:
+        """The router drops a replica a request runs on, and uses it again at once."""
+        ticket = self.tickets[data.draw(st.sampled_from(self.in_state(State.GRANTED)))]
+        self.active.discard(ticket.replica)
+        self.send(ReplicasRemoved(replicas=(ticket.replica,)))
+        self.add(ticket.replica, LIMITS[REPLICAS[ticket.replica]])
 
     @rule(model=st.sampled_from(["m0", "m1"]), limit=st.integers(1, 3))
     def set_limit(self, model: str, limit: int) -> None:
-        self.limits[model] = limit
-        assert self.send(LimitSet(model, limit)) == []
+        self.send(LimitSet(model=model, limit=limit))
 
-    @rule(dt=st.sampled_from([DEFAULT_LISTING_INTERVAL, DEFAULT_LISTING_INTERVAL, 1.0]))
+    @rule(dt=st.sampled_from([DEFAULT_LISTING_INTERVAL, DEFAULT_LISTING_INTERVAL, 1.0, 0.0, 12.5]))
     def time_passes(self, dt: float) -> None:
         self.now += dt
-        self.send(TimeAdvanced(self.now))
+        self.send(TimeAdvanced(now=self.now))
 
-    @precondition(lambda self: bool(self.in_state("orphaned")))
     @rule(data=st.data())
-    def release_orphan(self, data: st.DataObject) -> None:
-        ticket = data.draw(st.sampled_from(self.in_state("orphaned")))
-        self.tickets[ticket].state = "released"
-        before = self.machine.statistics()
-        assert self.send(Released(ticket)) == []
-        assert self.machine.statistics().replicas == before.replicas
+    def break_the_contract(self, data: st.DataObject) -> None:
+        """A call the contract forbids raises its usage error and changes nothing."""
+        m = self.machine
+        cases: list[tuple[type[UsageError], Callable[[], object]]] = [
+            (UnknownTicketError, lambda: m.handle(Released(ticket=m.next_ticket + 4))),
+            (UnknownOperationError, lambda: m.handle(LoadFinished(load=10_000, outcome=LoadOutcome.LOADED))),
+            (UnknownOperationError, lambda: m.handle(ListingFailed(listing=10_000, message="x"))),
+            (UnknownReplicaError, lambda: m.hit(m.next_ticket, replica=UNKNOWN, adapter="a0")),
+            (
+                UnknownReplicaError,
+                lambda: m.handle(Requested(ticket=m.next_ticket, replica=UNKNOWN, adapter="a0", path="/a0")),
+            ),
+        ]
+        if m.next_ticket > 1:
+            stale = m.next_ticket - 1
+            path = "/adapters/a0"
+            cases.append(
+                (
+                    TicketOrderError,
+                    lambda: m.handle(Requested(ticket=stale, replica="r0", adapter="a0", path=path)),
+                )
+            )
+            cases.append((TicketOrderError, lambda: m.hit(stale, replica="r0", adapter="a0")))
+        if self.now > 0:
+            cases.append((ClockWentBackwardsError, lambda: m.handle(TimeAdvanced(now=self.now - 1))))
+        if waiting := self.in_state(State.WAITING):
+            cases.append((UnknownTicketError, lambda: m.handle(Released(ticket=waiting[0]))))
+        if answered := [
+            e.load if isinstance(e, LoadFinished) else e.unload
+            for e, _ in self.log
+            if isinstance(e, LoadFinished | UnloadFinished)
+        ]:
+            # Answered already, and asked as an unload whatever it was.
+            late = UnloadFinished(unload=answered[-1], outcome=UnloadOutcome.UNLOADED)
+            cases.append((UnknownOperationError, lambda: m.handle(late)))
+        error, call = data.draw(st.sampled_from(cases))
+        before = (m.statistics(), m.next_ticket, m.next_due())
+        try:
+            call()
+        except error as exc:
+            note(f"{error.__name__}: {exc}")
+        else:
+            raise AssertionError(f"no {error.__name__}")
+        assert (m.statistics(), m.next_ticket, m.next_due()) == before
 
     @rule()
     def settle(self) -> None:
-        """The engines go quiet: answer everything as asked, then list every replica.
+        """The engines go quiet: every call answered as asked, then every replica listed afresh.
 
-        After that the machine's view is the engines', except for adapters in use the engine lost.
+        After that the machine holds what the engines hold, except adapters in use the engine lost.
         """
-        while self.calls:
-            op = min(self.calls)
-            call = self.calls.pop(op)
-            cmd = call.command
-            if isinstance(cmd, IssueLoad):
-                names = self.engine[cmd.replica]
-                if cmd.adapter == BAD:
-                    outcome = LoadOutcome.ADAPTER_FAULT
-                else:
-                    outcome = LoadOutcome.ALREADY_LOADED if cmd.adapter in names else LoadOutcome.LOADED
-                    names.add(cmd.adapter)
-                self.send(LoadFinished(op, outcome))
-            elif isinstance(cmd, IssueUnload):
-                names = self.engine[cmd.replica]
-                outcome_u = UnloadOutcome.UNLOADED if cmd.adapter in names else UnloadOutcome.NOT_FOUND
-                names.discard(cmd.adapter)
-                self.send(UnloadFinished(op, outcome_u))
-            else:
-                snapshot = call.snapshot if call.snapshot is not None else frozenset(self.engine[cmd.replica])
-                self.send(ListingReceived(op, tuple(sorted(snapshot))))
-        assert self.machine.statistics().waiting == 0
-        assert not self.in_state("waiting")
+        while self.world.calls:
+            self.send(self.world.answer(min(self.world.calls)).event)
+        assert not self.in_state(State.WAITING)
         self.now += DEFAULT_LISTING_INTERVAL
-        listings = self.send(TimeAdvanced(self.now))
+        listings = self.send(TimeAdvanced(now=self.now))
         assert sorted(c.replica for c in listings if isinstance(c, ReadListing)) == sorted(self.active)
         for command in listings:
             assert isinstance(command, ReadListing)
-            del self.calls[command.listing]
-            self.send(ListingReceived(command.listing, tuple(sorted(self.engine[command.replica]))))
+            self.send(self.world.answer(command.listing).event)
         stats = self.machine.statistics()
         for replica in self.active:
             held = stats.replicas[replica].held
-            engine = self.engine[replica]
+            engine = self.world.engines[replica].keys()
             assert engine <= held.keys(), (replica, engine, held)
             for name in held.keys() - engine:
                 assert held[name] > 0, f"{replica} holds idle {name} the engine does not have"
 
-    # -- invariants --------------------------------------------------------------------------
+    # -- invariants --------------------------------------------------------------------------------
 
     @invariant()
-    def in_use_counts_are_the_grants_not_yet_released(self) -> None:
+    def the_machine_tells_what_the_model_tells(self) -> None:
+        m, model = self.machine, self.model
+        stats = m.statistics()
+        expected = model.statistics()
+        assert ordered(stats) == ordered(expected), f"statistics\n  machine {stats}\n  model   {expected}"
+        ids = [*sorted(REPLICAS), UNKNOWN]
+        for adapter in ADAPTERS:
+            assert m.view(ids, adapter) == model.view(ids, adapter), adapter
+        assert m.next_due() == model.next_due()
+        assert [m.is_met(r) for r in ids] == [model.is_met(r) for r in ids]
+        assert m.next_ticket == model.last_ticket + 1
+        check = getattr(m, "check_invariants", None)
+        if check is not None:
+            check()
+
+    @invariant()
+    def in_use_counts_are_the_requests_running(self) -> None:
         stats = self.machine.statistics()
         assert sorted(stats.replicas) == sorted(self.active)
         for replica in self.active:
             held = stats.replicas[replica].held
             for adapter in ADAPTERS:
-                assert held.get(adapter, 0) == self.leases(replica, adapter), (replica, adapter, held)
-        live = sum(1 for t in self.tickets.values() if t.state in ("granted", "orphaned"))
-        assert stats.leases == live
+                assert held.get(adapter, 0) == len(self.running(replica, adapter)), (replica, adapter, held)
+        assert stats.leases == len(self.in_state(*LEASED))
 
     @invariant()
     def an_adapter_is_held_loading_or_unloading_never_two_at_once(self) -> None:
@@ -421,29 +461,35 @@ class FleetModel(RuleBasedStateMachine):
             assert not (set(r.loading) & set(r.unloading)), (replica, r)
 
     @invariant()
-    def within_the_limit_unless_every_held_adapter_is_in_use(self) -> None:
-        # The limit binds when a request starts a load, the moment victims are chosen: a lower
-        # limit, or adapters another router loaded, wait for the next load.
-        if not self.log:
-            return
-        event, commands = self.log[-1]
-        started = any(isinstance(c, IssueLoad | IssueUnload) for c in commands)
-        if not (isinstance(event, Requested) and started) or event.replica not in self.active:
-            return
-        r = self.machine.statistics().replicas[event.replica]
-        if len(r.held) + len(r.loading) > r.limit:
-            assert all(n > 0 for n in r.held.values()), (event, r)
-
-    @invariant()
     def every_request_ends_at_most_once_and_none_waits_when_nothing_is_out(self) -> None:
         assert all(t.ended <= 1 for t in self.tickets.values())
-        waiting = self.in_state("waiting")
+        waiting = self.in_state(State.WAITING)
         assert self.machine.statistics().waiting == len(waiting)
-        if not self.calls:
+        if not self.world.calls:
             assert waiting == []
 
     def teardown(self) -> None:
         """The same events give the same commands: replay the log on a fresh machine."""
         fresh = type(self).factory()
-        for event, commands in self.log:
-            assert fresh.handle(event) == commands, event
+        for step, result in self.log:
+            if isinstance(step, Hit):
+                assert fresh.hit(step.ticket, replica=step.replica, adapter=step.adapter) == result, step
+            else:
+                assert fresh.handle(step) == result, step
+
+
+def ordered(stats: Statistics) -> tuple[object, ...]:
+    """Statistics as nested items, so that two compare equal only with their keys in the same order."""
+    replicas = [
+        (k, r.model, r.limit, r.met, list(r.held.items()), r.loading, r.unloading)
+        for k, r in stats.replicas.items()
+    ]
+    return (
+        list(stats.loads.items()),
+        list(stats.evictions.items()),
+        list(stats.grants.items()),
+        list(stats.failures.items()),
+        replicas,
+        stats.waiting,
+        stats.leases,
+    )

@@ -1,0 +1,354 @@
+"""Plant small semantic bugs in a copy of the core, one at a time, and say which the tests catch.
+
+    .venv/bin/python properties/mutants.py                      # the ci property run, every mutant
+    .venv/bin/python properties/mutants.py --tests tests/test_rules.py tests/test_rules_edges.py
+    .venv/bin/python properties/mutants.py --only evict-most-recent --show
+
+Each mutant replaces one snippet of ``core/lorafleet`` (it must occur exactly once) in a copy made in a
+temporary folder, which goes first on PYTHONPATH; nothing in the source tree changes, and no mutant is
+part of the package. The properties run under the ``ci-find`` profile: the ci profile's examples,
+without shrinking (finding is what counts here, not the shortest story).
+
+A mutant the tests do not catch either shows a gap in them or changes nothing anyone can see (an
+equivalent mutant); read the survivors with ``--show`` before trusting the score.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import attrs
+
+ROOT = Path(__file__).resolve().parent.parent
+CORE = ROOT / "core" / "lorafleet"
+
+
+@attrs.frozen
+class Mutant:
+    name: str
+    rule: str
+    """The SPEC.md rule (or ``wire``) it breaks."""
+    what: str
+    file: str
+    old: str
+    new: str
+
+
+MACHINE = "_machine.py"
+WIRE = "_vllm.py"
+
+MUTANTS = [
+    Mutant(
+        "hit-keeps-ticket",
+        "hit",
+        "hit() does not advance the highest ticket seen",
+        MACHINE,
+        "        self._last_ticket = ticket\n        self._take(ticket, rep, held)\n        return True",
+        "        self._take(ticket, rep, held)\n        return True",
+    ),
+    Mutant(
+        "hit-uncounted",
+        "hit",
+        "a hit is not counted in the statistics",
+        MACHINE,
+        "        self._leases[ticket] = held\n        self._hits += 1",
+        "        self._leases[ticket] = held",
+    ),
+    Mutant(
+        "hit-stays-idle",
+        "hit",
+        "a hit refreshes the adapter's place in the idle list instead of taking it off",
+        MACHINE,
+        "        if not held.in_use:\n            del rep.idle[held.adapter]",
+        "        if not held.in_use:\n            rep.idle.move_to_end(held.adapter)",
+    ),
+    Mutant(
+        "evict-most-recent",
+        "evict",
+        "the victim is the most recently used idle adapter",
+        MACHINE,
+        "victim, _ = rep.idle.popitem(last=False)",
+        "victim, _ = rep.idle.popitem(last=True)",
+    ),
+    Mutant(
+        "evict-one-short",
+        "evict",
+        "victims are chosen as if the new load did not count",
+        MACHINE,
+        "excess = len(rep.held) + len(rep.loading) + 1 - rep.limit",
+        "excess = len(rep.held) + len(rep.loading) - rep.limit",
+    ),
+    Mutant(
+        "evict-unloads-reversed",
+        "evict",
+        "the unloads of several victims come out last victim first",
+        MACHINE,
+        "            commands.append(IssueUnload(unload.op, rep.id, victim))",
+        "            commands.insert(0, IssueUnload(unload.op, rep.id, victim))",
+    ),
+    Mutant(
+        "listing-adds-at-back",
+        "listing",
+        "a listing's additions go to the back of the idle list (most recently used)",
+        MACHINE,
+        "            rep.idle.move_to_end(name, last=False)\n",
+        "",
+    ),
+    Mutant(
+        "listing-ties-reversed",
+        "listing",
+        "a listing's additions are ordered largest name first",
+        MACHINE,
+        "for name in sorted(listed - known, reverse=True):",
+        "for name in sorted(listed - known):",
+    ),
+    Mutant(
+        "listing-drops-newer",
+        "listing",
+        "a listing drops an unlisted idle adapter even if it became held after the listing started",
+        MACHINE,
+        "if name not in listed and held.since < finished.started and not held.in_use:",
+        "if name not in listed and not held.in_use:",
+    ),
+    Mutant(
+        "release-renews-since",
+        "listing",
+        "a release dates the adapter anew, so an older listing no longer drops it once it went idle",
+        MACHINE,
+        "            held.replica.idle[held.adapter] = None\n        return []",
+        "            held.replica.idle[held.adapter] = None\n            held.since = self._tick()\n"
+        "        return []",
+    ),
+    Mutant(
+        "listing-revives-dropped",
+        "listing",
+        "a listing brings back adapters dropped since it started",
+        MACHINE,
+        "rep.unloading.keys() | rep.gone",
+        "rep.unloading.keys()",
+    ),
+    Mutant(
+        "listing-holds-loading",
+        "listing",
+        "a listing holds an adapter that is being loaded (the seed's fault 3)",
+        MACHINE,
+        "known = rep.held.keys() | rep.loading.keys() |",
+        "known = rep.held.keys() |",
+    ),
+    Mutant(
+        "unload-end-not-gone",
+        "listing",
+        "an unload answered while a listing is out does not keep the listing from bringing it back",
+        MACHINE,
+        "        if rep.listing is not None:\n            rep.gone.add(op.adapter)\n        commands",
+        "        commands",
+    ),
+    Mutant(
+        "forget-not-gone",
+        "forget",
+        "adapter_missing stops holding the adapter without noting it for the listing out",
+        MACHINE,
+        "        if held is not None and not held.in_use:\n            self._drop(rep, adapter)",
+        "        if held is not None and not held.in_use:\n            del rep.held[adapter]",
+    ),
+    Mutant(
+        "waiters-before-load",
+        "unload-outcome",
+        "an unload's waiters are admitted before the load it made room for goes out",
+        MACHINE,
+        "        load = op.blocks\n        if load is not None:\n            load.blockers.discard(unload)\n"
+        "            if not load.blockers:\n                commands.append(self._issue(load))\n"
+        "        for ticket, path in op.waiters:\n            del self._waiting[ticket]\n"
+        "            commands.extend(self._admit(ticket, rep, op.adapter, path))\n",
+        "        for ticket, path in op.waiters:\n            del self._waiting[ticket]\n"
+        "            commands.extend(self._admit(ticket, rep, op.adapter, path))\n"
+        "        load = op.blocks\n        if load is not None:\n            load.blockers.discard(unload)\n"
+        "            if not load.blockers:\n                commands.append(self._issue(load))\n",
+    ),
+    Mutant(
+        "loaded-goes-to-first-waiter",
+        "load-outcome",
+        "when the starter was cancelled, the first remaining waiter is granted 'loaded'",
+        MACHINE,
+        "                if ticket == op.starter:",
+        "                if ticket == op.waiters[0]:",
+    ),
+    Mutant(
+        "landed-unused-never-idle",
+        "load-outcome",
+        "a load that lands with no one waiting is held but never idle, so never a victim",
+        MACHINE,
+        "            if not held.in_use:\n                rep.idle[op.adapter] = None\n"
+        "            for ticket",
+        "            for ticket",
+    ),
+    Mutant(
+        "abandon-keeps-room",
+        "cancel",
+        "an abandoned load is still issued when its victims' unloads finish",
+        MACHINE,
+        "            unload.blocks = None",
+        "            pass",
+    ),
+    Mutant(
+        "removal-order",
+        "replicas",
+        "a removal fails its waiters in the order it finds them, not in ticket order",
+        MACHINE,
+        "for ticket in sorted(failed):",
+        "for ticket in failed:",
+    ),
+    Mutant(
+        "late-answer-uncounted",
+        "replicas",
+        "a removed replica's late answers are not counted in the statistics",
+        MACHINE,
+        "        key = (rep.model, outcome.value)\n"
+        "        self._evictions[key] = self._evictions.get(key, 0) + 1\n"
+        "        if self._answered(rep):\n            return []",
+        "        if self._answered(rep):\n            return []\n        key = (rep.model, outcome.value)\n"
+        "        self._evictions[key] = self._evictions.get(key, 0) + 1",
+    ),
+    Mutant(
+        "removed-forgotten-early",
+        "replicas",
+        "a removed replica is forgotten at its first late answer, though calls to it are still out",
+        MACHINE,
+        "if not rep.outstanding and self._replicas.get(rep.id) is rep:",
+        "if self._replicas.get(rep.id) is rep:",
+    ),
+    Mutant(
+        "listings-reversed",
+        "time",
+        "the listings one advance starts come out last replica first",
+        MACHINE,
+        "                commands.append(self._start_listing(rep))",
+        "                commands.insert(0, self._start_listing(rep))",
+    ),
+    Mutant(
+        "due-catches-up",
+        "time",
+        "the next listing is due an interval after it was due, not after now",
+        MACHINE,
+        "            rep.due = now + self._interval\n",
+        "            rep.due = at + self._interval\n",
+    ),
+    Mutant(
+        "view-full-has-room",
+        "view",
+        "a replica at its limit counts as having room",
+        MACHINE,
+        "if len(held) + len(loading) < rep.limit:",
+        "if len(held) + len(loading) <= rep.limit:",
+    ),
+    Mutant(
+        "wire-worker-is-adapter",
+        "wire",
+        "every worker failure is the adapter's fault",
+        WIRE,
+        '    "must be provided",  # an empty name or path\n',
+        '    "must be provided",  # an empty name or path\n    "Worker failed",\n',
+    ),
+    Mutant(
+        "wire-unload-400",
+        "wire",
+        "a 400 'cannot be found' (vLLM 0.6) is a failed unload, not a successful one",
+        WIRE,
+        "if status in (400, 404) and not _routes_absent(status, body):",
+        "if status == 404 and not _routes_absent(status, body):",
+    ),
+    Mutant(
+        "wire-no-answer-adapter",
+        "wire",
+        "a load that got no answer is the adapter's fault",
+        WIRE,
+        "            return LoadFinished(command.load, LoadOutcome.REPLICA_FAULT, message)",
+        "            return LoadFinished(command.load, LoadOutcome.ADAPTER_FAULT, message)",
+    ),
+    Mutant(
+        "wire-lists-base",
+        "wire",
+        "a listing names the base model as an adapter",
+        WIRE,
+        "        if parent:\n            adapters.append",
+        "        if True:\n            adapters.append",
+    ),
+]
+
+
+def mutate(source: Path, mutant: Mutant) -> None:
+    """Copy the core to ``source`` with ``mutant`` applied."""
+    target = source / "lorafleet"
+    shutil.copytree(CORE, target, ignore=shutil.ignore_patterns("__pycache__"))
+    path = target / mutant.file
+    text = path.read_text()
+    count = text.count(mutant.old)
+    if count != 1:
+        raise SystemExit(f"{mutant.name}: the snippet occurs {count} times in {mutant.file}, not once")
+    path.write_text(text.replace(mutant.old, mutant.new))
+
+
+def run(mutant: Mutant | None, tests: list[str], timeout: float) -> tuple[bool, float, str]:
+    """Run ``tests`` against the core with ``mutant`` in it; True when they fail (the mutant is caught)."""
+    with tempfile.TemporaryDirectory(prefix="lorafleet-mutant-") as folder:
+        env = dict(os.environ, HYPOTHESIS_PROFILE="ci-find", PYTHONDONTWRITEBYTECODE="1")
+        if mutant is not None:
+            mutate(Path(folder), mutant)
+            env["PYTHONPATH"] = os.pathsep.join(filter(None, [folder, env.get("PYTHONPATH")]))
+        started = time.monotonic()
+        try:
+            done = subprocess.run(
+                [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", *tests],
+                cwd=ROOT,
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=timeout,
+                check=False,
+            )
+        except subprocess.TimeoutExpired:
+            return False, time.monotonic() - started, "timed out"
+        took = time.monotonic() - started
+    last = done.stdout.strip().splitlines()[-1] if done.stdout.strip() else done.stderr[-300:]
+    return done.returncode != 0, took, last
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--tests", nargs="+", default=["properties/test_machine_properties.py"])
+    parser.add_argument("--only", nargs="+", help="mutant names")
+    parser.add_argument("--show", action="store_true", help="print each mutant's change")
+    parser.add_argument("--timeout", type=float, default=900.0, help="seconds for one run")
+    args = parser.parse_args()
+    chosen = [m for m in MUTANTS if not args.only or m.name in args.only]
+    for mutant in chosen:  # fail fast on a stale snippet, before any run
+        with tempfile.TemporaryDirectory() as folder:
+            mutate(Path(folder), mutant)
+    caught, took, last = run(None, args.tests, args.timeout)
+    if caught:
+        print(f"the tests fail on the unmutated core ({last}): nothing to measure")
+        return 1
+    print(f"unmutated: pass in {took:.0f} s; tests: {' '.join(args.tests)}")
+    score = 0
+    for mutant in chosen:
+        caught, took, last = run(mutant, args.tests, args.timeout)
+        score += caught
+        verdict = "caught  " if caught else "SURVIVED"
+        print(f"{verdict} {mutant.name:28} [{mutant.rule}] {mutant.what} ({took:.0f} s)", flush=True)
+        if args.show:
+            print(f"    - {mutant.old!r}\n    + {mutant.new!r}\n    {last}")
+    print(f"caught {score}/{len(chosen)}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
