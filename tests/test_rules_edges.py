@@ -140,8 +140,9 @@ def test_a_removed_replicas_late_answers_are_counted_and_do_nothing_else() -> No
 
 def test_a_removed_replica_is_kept_until_its_last_call_is_answered() -> None:
     s = Scenario.with_replicas(("r", 2))
-    t1, (load_a,) = s.request("r", "a")
-    t2, (load_b,) = s.request("r", "b")
+    t1, commands = s.request("r", "a")
+    t2, more = s.request("r", "b")
+    (load_a,), (load_b,) = loads(commands), loads(more)
     s.expect(ReplicasRemoved(replicas=("r",)), removed(t1), removed(t2))
     s.expect(LoadFinished(load=load_a.load, outcome=LoadOutcome.LOADED))
     assert s.machine.statistics().loads == {("base", "loaded"): 1}
@@ -248,7 +249,8 @@ def test_a_worker_failure_is_the_adapters_fault_only_when_its_words_say_the_adap
     reason: str, fault: Fault
 ) -> None:
     s = Scenario.with_replicas(("r", 2))
-    t, (load,) = s.request("r", "x")
+    t, commands = s.request("r", "x")
+    (load,) = loads(commands)
     event = vllm.answer_event(load, 500, worker_failed(reason))
     s.expect(event, Fail(ticket=t, fault=fault, message=event.message))
 
@@ -267,7 +269,8 @@ def test_an_unload_answered_not_found_by_any_vllm_is_a_success() -> None:
 
 def test_a_load_that_got_no_answer_is_the_replicas_fault() -> None:
     s = Scenario.with_replicas(("r", 2))
-    t, (load,) = s.request("r", "a")
+    t, commands = s.request("r", "a")
+    (load,) = loads(commands)
     event = vllm.failure_event(load, "timed out")
     s.expect(event, Fail(ticket=t, fault=Fault.REPLICA, message=event.message))
     unload = IssueUnload(unload=9, replica="r", adapter="a")
