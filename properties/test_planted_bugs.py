@@ -21,7 +21,7 @@ class EvictsBusyAdapters(AdapterStateMachine):
         commands = super()._requested(event)
         rep = self._replicas[event.replica]
         if event.adapter in rep.held and event.adapter not in rep.idle:
-            rep.idle[event.adapter] = None
+            rep.idle[event.adapter] = 0
         return commands
 
 

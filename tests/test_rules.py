@@ -17,6 +17,8 @@ from lorafleet import (
     LoadFinished,
     LoadOutcome,
     MarkMet,
+    Placed,
+    Placement,
     ReadListing,
     Released,
     ReplicaAdded,
@@ -449,6 +451,57 @@ def test_view_says_who_holds_and_who_has_room() -> None:
     assert s.machine.view(["full", "loading", "empty", "unmet"], "a") == View(
         holders=frozenset({"full", "loading"}), with_room=frozenset({"loading", "empty", "unmet"})
     )
+
+
+def test_place_prefers_the_least_busy_holder_then_a_free_slot() -> None:
+    s = Scenario.with_replicas(("r0", 2), ("r1", 2), ("r2", 2))
+    busy = s.load("r0", "a")
+    s.load("r1", "a")
+    s.hit("r1", "a")
+    assert s.machine.place("a") == Placement(replica="r0", placed=Placed.HELD)
+    s.expect(Released(ticket=busy))
+    s.request("r2", "a")  # loading there, and nothing else runs on it
+    assert s.machine.place("a") == Placement(replica="r0", placed=Placed.HELD)
+    assert s.machine.place("a", exclude={"r0"}) == Placement(replica="r2", placed=Placed.LOADING)
+    # Nobody holds b: a free slot, the least busy replica first.
+    assert s.machine.place("b") == Placement(replica="r0", placed=Placed.FREE)
+
+
+def test_place_a_cold_load_where_the_least_recently_used_idle_adapter_is_oldest() -> None:
+    s = Scenario.with_replicas(("r0", 1), ("r1", 1))
+    s.expect(Released(ticket=s.load("r0", "a")))
+    s.expect(Released(ticket=s.load("r1", "b")))
+    # Both are full; r0's idle adapter became idle first, so it goes.
+    assert s.machine.place("c") == Placement(replica="r0", placed=Placed.EVICT)
+    s.expect(Released(ticket=s.hit("r0", "a")))
+    assert s.machine.place("c") == Placement(replica="r1", placed=Placed.EVICT)
+
+
+def test_place_over_the_limit_only_where_every_adapter_is_in_use() -> None:
+    s = Scenario.with_replicas(("r0", 1), ("r1", 1))
+    s.load("r0", "a")
+    s.load("r1", "b")
+    s.hit("r1", "b")
+    assert s.machine.place("c") == Placement(replica="r0", placed=Placed.OVER)
+    assert s.machine.place("c", load={"r0": 5.0}) == Placement(replica="r1", placed=Placed.OVER)
+    assert s.machine.place("c", exclude={"r0", "r1"}) == Placement(replica=None, placed=None)
+
+
+def test_place_breaks_ties_by_rendezvous_hash_the_same_way_every_time() -> None:
+    s = Scenario.with_replicas(*((f"r{i}", 2) for i in range(8)))
+    chosen = {name: s.machine.place(name).replica for name in ("a", "b", "c", "d", "e", "f")}
+    assert len(set(chosen.values())) > 1  # different adapters spread over different replicas
+    again = Scenario.with_replicas(*((f"r{i}", 2) for i in reversed(range(8))))
+    assert {name: again.machine.place(name).replica for name in chosen} == chosen
+
+
+def test_place_only_among_replicas_of_the_model_and_never_a_removed_one() -> None:
+    s = Scenario.with_replicas(("r0", 2))
+    s.expect(ReplicaAdded(replica="q", model="other", limit=2), ReadListing(listing=2, replica="q"))
+    s.load("r0", "a")
+    assert s.machine.place("a", model="other") == Placement(replica="q", placed=Placed.FREE)
+    s(ReplicasRemoved(replicas=("r0",)))
+    assert s.machine.place("a", model="base") == Placement(replica=None, placed=None)
 
 
 def test_statistics_count_loads_evictions_grants_and_what_each_replica_holds() -> None:

@@ -63,6 +63,7 @@ RULES_BY_NAME = [
     ("forget", ["forget"]),
     ("replicas", ["replicas"]),
     ("view", ["view"]),
+    ("place", ["place"]),
     ("statistics", ["statistics"]),
     ("the_same_events", ["order"]),
     ("fault_1", ["seed-1", "listing"]),
@@ -376,7 +377,20 @@ def _survey() -> list[Program]:
 # -- writing ------------------------------------------------------------------------------------
 
 
-STEP_ORDER = ("event", "hit", "commands", "error", "query", "replicas", "replica", "adapter", "result")
+STEP_ORDER = (
+    "event",
+    "hit",
+    "commands",
+    "error",
+    "query",
+    "replicas",
+    "replica",
+    "adapter",
+    "model",
+    "exclude",
+    "load",
+    "result",
+)
 
 
 def _ordered(value: Any) -> Any:

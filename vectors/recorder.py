@@ -7,11 +7,11 @@ the queries records everything.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
-from lorafleet import AdapterStateMachine, Command, Event, Statistics, UsageError, View
-from lorafleet._json import encode, encode_statistics, encode_view
+from lorafleet import AdapterStateMachine, Command, Event, Placement, Statistics, UsageError, View
+from lorafleet._json import encode, encode_placement, encode_statistics, encode_view
 from lorafleet.vectors import FORMAT
 
 
@@ -63,6 +63,27 @@ class Recorder(AdapterStateMachine):
     def statistics(self) -> Statistics:
         result = super().statistics()
         self.steps.append({"query": "statistics", "result": encode_statistics(result)})
+        return result
+
+    def place(
+        self,
+        adapter: str,
+        *,
+        model: str | None = None,
+        exclude: Iterable[str] = (),
+        load: Mapping[str, float] | None = None,
+    ) -> Placement:
+        skip = sorted(exclude)
+        result = super().place(adapter, model=model, exclude=skip, load=load)
+        step: dict[str, Any] = {"query": "place", "adapter": adapter}
+        if model is not None:
+            step["model"] = model
+        if skip:
+            step["exclude"] = skip
+        if load:
+            step["load"] = dict(sorted(load.items()))
+        step["result"] = encode_placement(result)
+        self.steps.append(step)
         return result
 
     def next_due(self) -> float | None:

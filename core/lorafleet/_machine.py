@@ -69,7 +69,7 @@ from __future__ import annotations
 import heapq
 import math
 from collections import OrderedDict
-from collections.abc import Iterable
+from collections.abc import Container, Iterable, Mapping
 from typing import Any, assert_never
 
 import attrs
@@ -99,8 +99,8 @@ from ._events import (
     TimeAdvanced,
     UnloadFinished,
 )
-from ._snapshots import ReplicaStatistics, Statistics, View
-from ._values import Fault, How, LoadOutcome, UnloadOutcome
+from ._snapshots import Placement, ReplicaStatistics, Statistics, View
+from ._values import Fault, How, LoadOutcome, Placed, UnloadOutcome
 
 DEFAULT_LISTING_INTERVAL = 30.0
 """Seconds between two readings of a replica's listing."""
@@ -170,8 +170,12 @@ class _Replica:
     limit: int
     due: float
     held: dict[str, _Held] = attrs.field(factory=dict)
-    idle: OrderedDict[str, None] = attrs.field(factory=OrderedDict)
-    """Held adapters no request runs on, least recently used first: the eviction order."""
+    idle: OrderedDict[str, int] = attrs.field(factory=OrderedDict)
+    """Held adapters no request runs on, least recently used first: the eviction order.
+
+    Each maps to the logical time it became idle (0 for adapters a listing brought in: older than
+    anything), which placement compares across replicas.
+    """
     loading: dict[str, _Load] = attrs.field(factory=dict)
     unloading: dict[str, _Unload] = attrs.field(factory=dict)
     listing: _Listing | None = None
@@ -181,6 +185,8 @@ class _Replica:
     removed: bool = False
     outstanding: int = 0
     """Issued operations not yet answered; a removed replica is kept until they are."""
+    in_flight: int = 0
+    """This router's requests on the replica that have not ended (waiting or granted)."""
 
 
 class AdapterStateMachine:
@@ -210,6 +216,8 @@ class AdapterStateMachine:
         self._ops: dict[int, _Operation] = {}
         self._leases: dict[int, _Held] = {}
         self._waiting: dict[int, _Load | _Unload] = {}
+        self._where: dict[str, dict[str, _Replica]] = {}
+        """Adapter name to the replicas in use that hold it or are loading it: placement's index."""
         self._hits = 0
         self._joined = 0
         self._loaded = 0
@@ -329,6 +337,7 @@ class AdapterStateMachine:
         if held is None:
             return False
         self._last_ticket = ticket
+        rep.in_flight += 1
         self._take(ticket, rep, held)
         return True
 
@@ -341,6 +350,7 @@ class AdapterStateMachine:
         if type(path) is not str or not path:
             raise _invalid("path", path, "adapter path must be a non-empty str")
         self._last_ticket = ticket
+        rep.in_flight += 1
         return self._admit(ticket, rep, adapter, path)
 
     def _replica_for(self, ticket: int, replica: str) -> _Replica:
@@ -403,6 +413,7 @@ class AdapterStateMachine:
         for unload in victims:
             unload.makes_room_for = load
         rep.loading[adapter] = load
+        self._where.setdefault(adapter, {})[rep.id] = rep
         self._ops[load.op] = load
         self._waiting[ticket] = load
         if not victims:
@@ -421,9 +432,10 @@ class AdapterStateMachine:
             self._check_ended_ticket(ticket, "release")
             return []
         held.in_use -= 1
+        rep = held.replica
+        rep.in_flight -= 1
         if held.in_use or not held.current:
             return []
-        rep = held.replica
         if rep.removed:
             # Kept only while requests ran on it (see Removal above): now it can go.
             self._drop(rep, held.adapter)
@@ -431,7 +443,7 @@ class AdapterStateMachine:
         else:
             # Least recently used order is the order in which adapters became idle: any use of an
             # idle adapter takes it out of the idle list, so its last use is its release.
-            rep.idle[held.adapter] = None
+            rep.idle[held.adapter] = self._tick()
         return []
 
     def _cancelled(self, ticket: int) -> list[Command]:
@@ -446,6 +458,7 @@ class AdapterStateMachine:
         if waited is None:
             self._check_ended_ticket(ticket, "cancel")
             return []
+        waited.replica.in_flight -= 1
         if isinstance(waited, _Load):
             waited.waiters.remove(ticket)
             if waited.starter == ticket:
@@ -469,6 +482,7 @@ class AdapterStateMachine:
 
     def _abandon_pending(self, load: _Load) -> None:
         del load.replica.loading[load.adapter]
+        self._unwhere(load.replica, load.adapter)
         del self._ops[load.op]
         for op in load.waits_for:
             unload = self._ops[op]
@@ -493,6 +507,7 @@ class AdapterStateMachine:
         del self._ops[event.load]
         rep = op.replica
         del rep.loading[op.adapter]
+        self._unwhere(rep, op.adapter)
         key = (rep.model, outcome.value)
         self._loads[key] = self._loads.get(key, 0) + 1
         if self._count_answer(rep):
@@ -501,8 +516,9 @@ class AdapterStateMachine:
         if outcome.succeeded:
             held = _Held(rep, op.adapter, len(op.waiters), self._tick())
             rep.held[op.adapter] = held
+            self._where.setdefault(op.adapter, {})[rep.id] = rep
             if not held.in_use:
-                rep.idle[op.adapter] = None
+                rep.idle[op.adapter] = held.since
             for ticket in op.waiters:
                 del self._waiting[ticket]
                 self._leases[ticket] = held
@@ -517,7 +533,7 @@ class AdapterStateMachine:
             text = event.message or load_failed_message(op.adapter, rep.id)
             for ticket in op.waiters:
                 del self._waiting[ticket]
-                commands.append(self._fail(ticket, fault, text))
+                commands.append(self._fail(ticket, rep, fault, text))
         return commands
 
     def _unload_finished(self, event: UnloadFinished) -> list[Command]:
@@ -672,7 +688,8 @@ class AdapterStateMachine:
         since = self._tick()
         for name in sorted(listed - known, reverse=True):
             rep.held[name] = _Held(rep, name, 0, since)
-            rep.idle[name] = None
+            self._where.setdefault(name, {})[rep.id] = rep
+            rep.idle[name] = 0
             rep.idle.move_to_end(name, last=False)
         return commands
 
@@ -749,6 +766,8 @@ class AdapterStateMachine:
             # that a new load never crosses an old one and a running request's adapter stays held.
             rep.removed, rep.model, rep.limit, rep.met = False, model, limit, False
             rep.due = self._clock + self._interval
+            for name in list(rep.held) + list(rep.loading):
+                self._where.setdefault(name, {})[rep.id] = rep
         heapq.heappush(self._due, (rep.due, replica))
         return [self._start_listing(rep)]
 
@@ -773,6 +792,8 @@ class AdapterStateMachine:
             rep.removed = True
             for name in list(rep.idle):
                 self._drop(rep, name)
+            for name in list(rep.held) + list(rep.loading):
+                self._unwhere(rep, name)  # unseen: placement never chooses a removed replica
             for load in list(rep.loading.values()):
                 failed.extend(load.waiters)
                 load.waiters.clear()
@@ -787,8 +808,8 @@ class AdapterStateMachine:
             self._forget_if_done(rep)
         commands: list[Command] = []
         for ticket in sorted(failed):
-            del self._waiting[ticket]
-            commands.append(self._fail(ticket, Fault.REPLICA, REPLICA_REMOVED))
+            waited = self._waiting.pop(ticket)
+            commands.append(self._fail(ticket, waited.replica, Fault.REPLICA, REPLICA_REMOVED))
         return commands
 
     def _limit_set(self, event: LimitSet) -> list[Command]:
@@ -820,6 +841,65 @@ class AdapterStateMachine:
             if len(held) + len(loading) < rep.limit:
                 with_room.append(replica)
         return View(holders=frozenset(holders), with_room=frozenset(with_room))
+
+    def place(
+        self,
+        adapter: str,
+        *,
+        model: str | None = None,
+        exclude: Iterable[str] = (),
+        load: Mapping[str, float] | None = None,
+    ) -> Placement:
+        """Where to send a request for ``adapter`` ([place]): pure, and the same for the same state.
+
+        Candidates are the replicas in use (of ``model`` when given), less ``exclude`` (replicas
+        this request already tried). A holder that is not busy comes first; a cold load goes where it
+        costs least: a free slot, else the replica whose least recently used idle adapter is oldest.
+        Ties go to the highest rendezvous hash of adapter and replica, so that routers with the same
+        view choose alike and spread different adapters over different replicas.
+
+        Args:
+            load: a figure per replica id the router may report (e.g. the engine's queue length),
+                added to this router's own requests in flight there.
+        """
+        if type(adapter) is not str or not adapter:
+            raise _invalid("adapter", adapter, "adapter name must be a non-empty str")
+        skip = exclude if isinstance(exclude, set | frozenset | dict) else set(exclude)
+        extra = load or {}
+        best: _Replica | None = None
+        best_key: tuple[float, int] = (0.0, 0)
+        for rep in self._where.get(adapter, {}).values():
+            if rep.id in skip or (model is not None and rep.model != model):
+                continue
+            key = (rep.in_flight + extra.get(rep.id, 0), -_rendezvous(adapter, rep.id))
+            if best is None or key < best_key:
+                best, best_key = rep, key
+        if best is not None:
+            return Placement(replica=best.id, placed=Placed.HELD if adapter in best.held else Placed.LOADING)
+        return self._place_cold(adapter, model, skip, extra)
+
+    def _place_cold(
+        self, adapter: str, model: str | None, skip: Container[str], extra: Mapping[str, float]
+    ) -> Placement:
+        chosen: _Replica | None = None
+        chosen_key: tuple[Any, ...] = ()
+        for rep in self._replicas.values():
+            if rep.removed or rep.id in skip or (model is not None and rep.model != model):
+                continue
+            free = rep.limit - len(rep.held) - len(rep.loading)
+            busy = rep.in_flight + extra.get(rep.id, 0)
+            if free > 0:
+                key: tuple[Any, ...] = (0, busy, -free)
+            elif rep.idle:
+                key = (1, next(iter(rep.idle.values())), busy)
+            else:
+                key = (2, busy, len(rep.held) + len(rep.loading) - rep.limit)
+            key = (*key, -_rendezvous(adapter, rep.id))
+            if chosen is None or key < chosen_key:
+                chosen, chosen_key = rep, key
+        if chosen is None:
+            return Placement(replica=None, placed=None)
+        return Placement(replica=chosen.id, placed=(Placed.FREE, Placed.EVICT, Placed.OVER)[chosen_key[0]])
 
     def is_met(self, replica: str) -> bool:
         """Whether ``replica`` is in use and its first listing since it was added was answered.
@@ -884,8 +964,22 @@ class AdapterStateMachine:
             assert self._replicas.get(rep.id) is rep, f"operation {op} of a forgotten replica"
             if not isinstance(operation, _Load) or operation.issued:
                 outstanding[rep.id] = outstanding.get(rep.id, 0) + 1
+        in_flight: dict[str, int] = {}
+        for held in self._leases.values():
+            in_flight[held.replica.id] = in_flight.get(held.replica.id, 0) + 1
+        for waited in self._waiting.values():
+            in_flight[waited.replica.id] = in_flight.get(waited.replica.id, 0) + 1
+        where = {
+            (name, rep.id)
+            for rep in self._replicas.values()
+            if not rep.removed
+            for name in rep.held.keys() | rep.loading.keys()
+        }
+        assert where == {(name, rid) for name, reps in self._where.items() for rid in reps}, "index"
+        assert all(self._where.values()), "empty index entry"
         for rid, rep in self._replicas.items():
             assert rep.id == rid
+            assert rep.in_flight == in_flight.get(rid, 0), (rid, rep.in_flight)
             assert rep.outstanding == outstanding.get(rid, 0), (rid, rep.outstanding)
             names = rep.held.keys() | rep.loading.keys() | rep.unloading.keys()
             assert len(names) == len(rep.held) + len(rep.loading) + len(rep.unloading), rid
@@ -933,12 +1027,32 @@ class AdapterStateMachine:
         held = rep.held.pop(name)
         held.current = False
         rep.idle.pop(name, None)
+        self._unwhere(rep, name)
         if rep.listing is not None:
             rep.dropped_while_listing.add(name)
 
-    def _fail(self, ticket: int, fault: Fault, message: str) -> Fail:
+    def _fail(self, ticket: int, rep: _Replica, fault: Fault, message: str) -> Fail:
+        """End a waiting request (already taken off ``_waiting``) with a ``Fail``."""
+        rep.in_flight -= 1
         self._failures[fault.value] = self._failures.get(fault.value, 0) + 1
         return Fail(ticket=ticket, fault=fault, message=message)
+
+    def _unwhere(self, rep: _Replica, adapter: str) -> None:
+        where = self._where.get(adapter)
+        if where is not None and where.pop(rep.id, None) is not None and not where:
+            del self._where[adapter]
+
+
+def _rendezvous(adapter: str, replica: str) -> int:
+    """FNV-1a (64 bits) of the UTF-8 bytes of ``adapter``, a zero byte, and ``replica``.
+
+    The rendezvous weight of a replica for an adapter: any language computes the same number, so
+    independent routers break ties alike.
+    """
+    h = 0xCBF29CE484222325
+    for byte in f"{adapter}\0{replica}".encode():
+        h = ((h ^ byte) * 0x100000001B3) & 0xFFFFFFFFFFFFFFFF
+    return h
 
 
 def _is_number(value: Any) -> bool:

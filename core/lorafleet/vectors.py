@@ -9,8 +9,9 @@ the rule identifiers it exercises (SPEC.md), the machine's configuration and its
 - ``{"hit": {"ticket": T, "replica": R, "adapter": A}, "result": true}``: the ``hit`` shortcut answers
   this (or ``"error"``, as for an event);
 - ``{"query": "view", "replicas": [...], "adapter": "a", "result": {...}}``, and likewise
-  ``"statistics"`` (no arguments), ``"next_due"`` and ``"is_met"`` (``"replica"``): what the machine
-  answers at that point.
+  ``"statistics"`` (no arguments), ``"next_due"``, ``"is_met"`` (``"replica"``) and ``"place"``
+  (``"adapter"``, and optionally ``"model"``, ``"exclude"``, ``"load"``): what the machine answers at
+  that point.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import json
 from typing import Any
 
 from . import _errors
-from ._json import decode, encode, encode_statistics, encode_view
+from ._json import decode, encode, encode_placement, encode_statistics, encode_view
 from ._machine import AdapterStateMachine
 
 FORMAT = "lorafleet-vector/1"
@@ -96,6 +97,14 @@ def _query(machine: AdapterStateMachine, step: dict[str, Any]) -> Any:
             return machine.next_due()
         case "is_met":
             return machine.is_met(step["replica"])
+        case "place":
+            placement = machine.place(
+                step["adapter"],
+                model=step.get("model"),
+                exclude=step.get("exclude", ()),
+                load=step.get("load"),
+            )
+            return encode_placement(placement)
     raise ValueError(f"unknown query {step['query']!r}")
 
 
