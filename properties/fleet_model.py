@@ -34,12 +34,15 @@ from lorafleet import (
     Event,
     Fail,
     Grant,
+    How,
     IssueLoad,
     IssueUnload,
     LimitSet,
     ListingFailed,
+    ListingReceived,
     LoadFinished,
     LoadOutcome,
+    MarkMet,
     ReadListing,
     Released,
     ReplicaAdded,
@@ -107,6 +110,8 @@ class FleetModel(RuleBasedStateMachine):
     """The shell, the world and the model, around one AdapterStateMachine."""
 
     factory: MachineFactory = AdapterStateMachine
+    with_model: bool = True
+    """Compare with the model; without it, only what the world itself says must hold is checked."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -116,7 +121,13 @@ class FleetModel(RuleBasedStateMachine):
         self.log: list[tuple[Event | Hit, list[Command] | bool]] = []
         self.tickets: dict[int, Ticket] = {}
         self.active: set[str] = set()
+        self.met: set[str] = set()
         self.now = 0.0
+        self.steps = 0
+        self.held_since: dict[tuple[str, str], int] = {}
+        """The step at which the machine came to hold the copy of an adapter it holds now."""
+        self.listings: dict[int, tuple[str, int]] = {}
+        """Listings out that the machine will read: the replica, and the step that started it."""
         for replica in sorted(REPLICAS):
             self.add(replica, LIMITS[REPLICAS[replica]])
 
@@ -124,18 +135,61 @@ class FleetModel(RuleBasedStateMachine):
 
     def send(self, event: Event) -> list[Command]:
         """Feed ``event`` to the machine and the model; their commands must be the same list."""
-        expected = self.model.handle(event)
+        self.steps += 1
+        before = self.held()
+        expected = self.model.handle(event) if self.with_model else None
         commands = self.machine.handle(event)
         note(f"{event!r}\n    -> {commands!r}")
         self.log.append((event, commands))
-        assert commands == expected, f"after {event}:\n  machine {commands}\n  model   {expected}"
+        if expected is not None:
+            assert commands == expected, f"after {event}:\n  machine {commands}\n  model   {expected}"
         self.take(commands)
+        self.what_the_engine_said(event, before)
         return commands
+
+    def held(self) -> dict[str, dict[str, int]]:
+        return {r: dict(s.held) for r, s in self.machine.statistics().replicas.items()}
+
+    def what_the_engine_said(self, event: Event, before: dict[str, dict[str, int]]) -> None:
+        """Once the engine said it does not have an adapter, the machine stops holding it ([listing],
+        [forget]), in use or not: its leases go dead, and no request for it is granted a hit."""
+        after = self.held()
+        lost: set[tuple[str, str]] = set()
+        if isinstance(event, AdapterMissing) and event.adapter in before.get(event.replica, {}):
+            # A report without a ticket is trusted; with one, it is about the copy held now when that
+            # request still runs on it (a granted request's copy is the one held, or it would be dead).
+            ticket = self.tickets.get(event.ticket) if event.ticket is not None else None
+            on = (event.replica, event.adapter)
+            if ticket is None or (ticket.state is State.GRANTED and (ticket.replica, ticket.adapter) == on):
+                lost.add((event.replica, event.adapter))
+        if isinstance(event, ListingReceived) and event.listing in self.listings:
+            replica, started = self.listings.pop(event.listing)
+            for name in before.get(replica, {}).keys() - set(event.adapters):
+                if self.held_since[replica, name] < started:
+                    lost.add((replica, name))
+        for replica, adapter in sorted(lost):
+            assert adapter not in after.get(replica, {}), f"{replica} still holds {adapter} after {event}"
+        if not isinstance(event, ReplicaAdded):  # what a replica added back shows, it held before
+            for replica, names in after.items():
+                for name in names.keys() - before.get(replica, {}).keys():
+                    self.held_since[replica, name] = self.steps
+        for number, ticket in self.tickets.items():
+            shown = after.get(ticket.replica)  # None: removed, and what its requests run on is kept
+            if ticket.state is State.GRANTED and shown is not None and ticket.adapter not in shown:
+                ticket.state = State.DEAD
+                if self.with_model:
+                    assert not self.model.leases[number].current, number
 
     def take(self, commands: list[Command]) -> None:
         """Carry out the commands as a shell would, checking what must hold of each in the world."""
         for command in commands:
-            if isinstance(command, Grant | Fail):
+            if isinstance(command, MarkMet):
+                assert command.replica not in self.met, f"{command} twice"
+                assert self.machine.is_met(command.replica), command
+                self.met.add(command.replica)
+            elif isinstance(command, ReadListing):
+                self.listings[command.listing] = (command.replica, self.steps)
+            elif isinstance(command, Grant | Fail):
                 ticket = self.tickets[command.ticket]
                 assert ticket.state is State.WAITING, f"{command} for a ticket that is {ticket.state.value}"
                 ticket.ended += 1
@@ -148,9 +202,6 @@ class FleetModel(RuleBasedStateMachine):
                 running = self.running(command.replica, command.adapter)
                 assert not running, f"{command} while requests {running} run on it"
         self.world.took(commands)
-        for number, ticket in self.tickets.items():
-            if ticket.state is State.GRANTED and not self.model.leases[number].current:
-                ticket.state = State.DEAD
 
     def running(self, replica: str, adapter: str) -> list[int]:
         """The requests running on ``adapter`` on ``replica``, on a copy the machine still holds."""
@@ -164,8 +215,16 @@ class FleetModel(RuleBasedStateMachine):
         return sorted(n for n, t in self.tickets.items() if t.state in states)
 
     def add(self, replica: str, limit: int) -> list[Command]:
+        if replica not in self.active:
+            self.met.discard(replica)  # the next listing answered marks it met again
         self.active.add(replica)
         return self.send(ReplicaAdded(replica=replica, model=REPLICAS[replica], limit=limit))
+
+    def remove(self, replicas: tuple[str, ...]) -> list[Command]:
+        self.active -= set(replicas)
+        # Their listings out are abandoned: the machine ignores the answers, even once they are back.
+        self.listings = {op: (r, started) for op, (r, started) in self.listings.items() if r not in replicas}
+        return self.send(ReplicasRemoved(replicas=replicas))
 
     def new_ticket(self, replica: str, adapter: str, gap: int = 1) -> int:
         ticket = self.machine.next_ticket + gap - 1
@@ -173,19 +232,31 @@ class FleetModel(RuleBasedStateMachine):
         return ticket
 
     def ask(self, replica: str, adapter: str, *, fast: bool, gap: int = 1) -> None:
-        """A request, the way a shell makes one: the fast path first, if it takes it."""
+        """A request, the way a shell makes one: the fast path first, if it takes it.
+
+        It is a hit exactly when the replica holds the adapter; otherwise it joins a load, waits
+        out an unload, or starts a load of its own.
+        """
         ticket = self.new_ticket(replica, adapter, gap)
+        was = self.machine.statistics().replicas[replica]
         if fast:
-            expected = self.model.hit(ticket, replica, adapter)
             granted = self.machine.hit(ticket, replica=replica, adapter=adapter)
             note(f"hit({ticket}, {replica!r}, {adapter!r}) -> {granted}")
             self.log.append((Hit(ticket, replica, adapter), granted))
-            assert granted == expected, f"hit({ticket}, {replica}, {adapter}) gave {granted}"
+            assert granted == (adapter in was.held), f"hit({ticket}, {replica}, {adapter}) gave {granted}"
+            if self.with_model:
+                assert self.model.hit(ticket, replica, adapter) == granted
             if granted:
                 self.tickets[ticket].state = State.GRANTED
                 self.tickets[ticket].ended = 1
                 return
-        self.send(Requested(ticket=ticket, replica=replica, adapter=adapter, path=f"/adapters/{adapter}"))
+        event = Requested(ticket=ticket, replica=replica, adapter=adapter, path=f"/adapters/{adapter}")
+        commands = self.send(event)
+        hit = Grant(ticket=ticket, how=How.HIT)
+        assert (hit in commands) == (adapter in was.held), f"{event} gave {commands}"
+        if adapter not in was.held and adapter not in was.loading and adapter not in was.unloading:
+            now = self.machine.statistics().replicas[replica]
+            assert adapter in now.loading, f"{event} started no load: {commands}"
 
     # -- requests ----------------------------------------------------------------------------------
 
@@ -248,20 +319,23 @@ class FleetModel(RuleBasedStateMachine):
         self.send(Cancelled(ticket=ticket))
 
     @precondition(lambda self: bool(self.in_state(*LEASED)))
-    @rule(data=st.data(), report_first=st.booleans())
-    def forward(self, data: st.DataObject, report_first: bool) -> None:
+    @rule(data=st.data(), how=st.sampled_from(["with its ticket", "after release", "stale"]))
+    def forward(self, data: st.DataObject, how: str) -> None:
         """The router forwards a granted request; if the engine lacks the adapter it answers 404, and
-        the router reports it (while the request still holds its lease, or after releasing it)."""
+        the router reports it: with the request's ticket while the lease is held (a shell's way),
+        without a ticket after releasing it, or with the ticket after releasing it (stale)."""
         ticket = data.draw(st.sampled_from(self.in_state(*LEASED)))
         t = self.tickets[ticket]
         if self.world.has(t.replica, t.adapter):
             return
-        if report_first:
-            self.send(AdapterMissing(replica=t.replica, adapter=t.adapter))
+        note(f"request {ticket} is answered 404: {t.adapter} is not on {t.replica}")
+        if how == "with its ticket":
+            self.send(AdapterMissing(replica=t.replica, adapter=t.adapter, ticket=ticket))
         t.state = State.RELEASED
         self.send(Released(ticket=ticket))
-        if not report_first:
-            self.send(AdapterMissing(replica=t.replica, adapter=t.adapter))
+        if how != "with its ticket":
+            reporter = ticket if how == "stale" else None
+            self.send(AdapterMissing(replica=t.replica, adapter=t.adapter, ticket=reporter))
 
     # -- the engines answer ------------------------------------------------------------------------
 
@@ -329,9 +403,9 @@ class FleetModel(RuleBasedStateMachine):
     @precondition(lambda self: bool(self.active))
     @rule(data=st.data())
     def remove_replicas(self, data: st.DataObject) -> None:
+        """Replicas removed; requests still running on them keep their adapters, unseen."""
         ids = data.draw(st.lists(st.sampled_from([*sorted(REPLICAS), UNKNOWN]), min_size=1, max_size=3))
-        self.active -= set(ids)
-        self.send(ReplicasRemoved(replicas=tuple(ids)))
+        self.remove(tuple(ids))
 
     @rule(replica=st.sampled_from(sorted(REPLICAS)), limit=st.integers(1, 3))
     def add_replica(self, replica: str, limit: int) -> None:
@@ -343,8 +417,7 @@ class FleetModel(RuleBasedStateMachine):
     def remove_and_add_back_while_leased(self, data: st.DataObject) -> None:
         """The router drops a replica a request runs on, and uses it again at once."""
         ticket = self.tickets[data.draw(st.sampled_from(self.in_state(State.GRANTED)))]
-        self.active.discard(ticket.replica)
-        self.send(ReplicasRemoved(replicas=(ticket.replica,)))
+        self.remove((ticket.replica,))
         self.add(ticket.replica, LIMITS[REPLICAS[ticket.replica]])
 
     @rule(model=st.sampled_from(["m0", "m1"]), limit=st.integers(1, 3))
@@ -402,11 +475,56 @@ class FleetModel(RuleBasedStateMachine):
             raise AssertionError(f"no {error.__name__}")
         assert (m.statistics(), m.next_ticket, m.next_due()) == before
 
+    def busy(self) -> list[tuple[str, str]]:
+        return sorted({(t.replica, t.adapter) for t in self.tickets.values() if t.state is State.GRANTED})
+
+    @precondition(lambda self: bool(self.busy()))
+    @rule(data=st.data(), told=st.sampled_from(["by a request's 404", "by a listing"]), fast=st.booleans())
+    def the_engine_loses_a_busy_adapter(self, data: st.DataObject, told: str, fast: bool) -> None:
+        """An adapter requests run on is lost by the engine (another router unloads it), and requests
+        for it keep coming, overlapping: once the engine has said so, none is a hit, and it is loaded
+        again (the liveness issue 8 asks for)."""
+        replica, adapter = data.draw(st.sampled_from(self.busy()))
+        note(f"the engine of {replica} loses {adapter} while requests run on it; told {told}")
+        self.world.other_router(replica, adapter, load=False)
+        if told == "by a listing":
+            self.list_afresh(replica)
+        elif replica in self.active:
+            reporter = self.running(replica, adapter)[0]
+            self.send(AdapterMissing(replica=replica, adapter=adapter, ticket=reporter))
+        if replica in self.active:
+            self.ask(replica, adapter, fast=fast)
+            self.ask(replica, adapter, fast=not fast)
+
+    @precondition(lambda self: bool(self.contested()))
+    @rule(data=st.data())
+    def a_listing_races_a_call(self, data: st.DataObject) -> None:
+        """A replica is listed, start to answer, while a load or an unload of it is out: the engine
+        lists what it has at that moment, which the call has or has not changed yet (the seed's
+        faults 1 to 4 live here)."""
+        replica, adapter = data.draw(st.sampled_from(self.contested()))
+        note(f"{replica} is listed while a call about {adapter} is out")
+        self.list_afresh(replica)
+
+    def list_afresh(self, replica: str) -> None:
+        """A listing of ``replica`` that starts now, served and answered at once."""
+        for op in self.world.pending(ReadListing):
+            if self.world.calls[op].command.replica == replica:
+                self.send(self.world.answer(op).event)
+        while replica in self.active:
+            due = self.machine.next_due()
+            assert due is not None
+            self.now = max(self.now, due)
+            for command in self.send(TimeAdvanced(now=self.now)):
+                if isinstance(command, ReadListing) and command.replica == replica:
+                    self.send(self.world.answer(command.listing).event)
+                    return
+
     @rule()
     def settle(self) -> None:
         """The engines go quiet: every call answered as asked, then every replica listed afresh.
 
-        After that the machine holds what the engines hold, except adapters in use the engine lost.
+        After that the machine holds what the engines hold, adapters in use included.
         """
         while self.world.calls:
             self.send(self.world.answer(min(self.world.calls)).event)
@@ -420,16 +538,20 @@ class FleetModel(RuleBasedStateMachine):
         stats = self.machine.statistics()
         for replica in self.active:
             held = stats.replicas[replica].held
-            engine = self.world.engines[replica].keys()
-            assert engine <= held.keys(), (replica, engine, held)
-            for name in held.keys() - engine:
-                assert held[name] > 0, f"{replica} holds idle {name} the engine does not have"
+            assert held.keys() == self.world.engines[replica].keys(), (
+                replica,
+                self.world.engines[replica],
+                held,
+            )
 
     # -- invariants --------------------------------------------------------------------------------
 
     @invariant()
     def the_machine_tells_what_the_model_tells(self) -> None:
         m, model = self.machine, self.model
+        m.check_invariants()
+        if not self.with_model:
+            return
         stats = m.statistics()
         expected = model.statistics()
         assert ordered(stats) == ordered(expected), f"statistics\n  machine {stats}\n  model   {expected}"
@@ -439,9 +561,6 @@ class FleetModel(RuleBasedStateMachine):
         assert m.next_due() == model.next_due()
         assert [m.is_met(r) for r in ids] == [model.is_met(r) for r in ids]
         assert m.next_ticket == model.last_ticket + 1
-        check = getattr(m, "check_invariants", None)
-        if check is not None:
-            check()
 
     @invariant()
     def in_use_counts_are_the_requests_running(self) -> None:
@@ -452,6 +571,7 @@ class FleetModel(RuleBasedStateMachine):
             for adapter in ADAPTERS:
                 assert held.get(adapter, 0) == len(self.running(replica, adapter)), (replica, adapter, held)
         assert stats.leases == len(self.in_state(*LEASED))
+        assert {r for r in REPLICAS if self.machine.is_met(r)} == self.met & self.active
 
     @invariant()
     def an_adapter_is_held_loading_or_unloading_never_two_at_once(self) -> None:

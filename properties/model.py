@@ -34,6 +34,7 @@ from lorafleet import (
     ListingReceived,
     LoadFinished,
     LoadOutcome,
+    MarkMet,
     ReadListing,
     Released,
     ReplicaAdded,
@@ -142,13 +143,14 @@ class Model:
             case UnloadFinished():
                 return self.unload_finished(event)
             case ListingReceived():
-                self.listing_received(event.listing, event.adapters)
-                return []
+                return self.listing_received(event.listing, event.adapters)
             case ListingFailed():
-                self.listing_answered(event.listing)
-                return []
+                rep, commands = self.listing_answered(event.listing)
+                if rep is not None:
+                    rep.dropped_while_listing = set()
+                return commands
             case AdapterMissing():
-                self.adapter_missing(event.replica, event.adapter)
+                self.adapter_missing(event.replica, event.adapter, event.ticket)
                 return []
             case ReplicaAdded():
                 return self.replica_added(event.replica, event.model, event.limit)
@@ -230,8 +232,14 @@ class Model:
         if copy is None:
             return  # ended already
         copy.users -= 1
-        if copy.users == 0 and copy.current:
-            copy.replica.lru.append(copy.adapter)
+        if copy.users or not copy.current:
+            return
+        rep = copy.replica
+        if rep.removed:  # kept only while requests ran on it
+            self.drop(rep, copy.adapter)
+            self.forget_if_done(rep)
+        else:
+            rep.lru.append(copy.adapter)
 
     def cancel(self, ticket: int) -> None:
         if ticket in self.leases:
@@ -336,22 +344,27 @@ class Model:
         rep.dropped_while_listing = set()
         return ReadListing(listing=rep.listing.op, replica=rep.id)
 
-    def listing_answered(self, op: int) -> Replica | None:
-        """The replica whose listing ``op`` was answered, or None when the answer is ignored."""
+    def listing_answered(self, op: int) -> tuple[Replica | None, list[Command]]:
+        """The replica whose listing ``op`` was answered (None when the answer is ignored), and the
+        ``MarkMet`` if it is the replica's first since it was added."""
         rep, listing, live = self.answered(op)
         if not live or rep.listing is not listing:
-            return None
+            return None, []
         rep.listing = None
+        if rep.met:
+            return rep, []
         rep.met = True
-        return rep
+        return rep, [MarkMet(replica=rep.id)]
 
-    def listing_received(self, op: int, names: Iterable[str]) -> None:
-        rep = self.listing_answered(op)
+    def listing_received(self, op: int, names: Iterable[str]) -> list[Command]:
+        rep, commands = self.listing_answered(op)
         if rep is None:
-            return
+            return []
         listed = set(names)
+        # The engine does not have what it does not list: held since before the listing started,
+        # the copy goes, in use or not (its leases go dead; nothing to unload).
         for copy in rep.at_listing_start:
-            if copy.current and copy.adapter not in listed and self.engine_lost_may_drop(copy):
+            if copy.current and copy.adapter not in listed:
                 self.stop_holding(rep, copy.adapter)
         known = rep.held.keys() | rep.loading.keys() | rep.unloading.keys() | rep.dropped_while_listing
         added = sorted(listed - known)
@@ -359,17 +372,16 @@ class Model:
             rep.held[name] = Copy(rep, name, 0)
         rep.lru = added + rep.lru
         rep.dropped_while_listing = set()
+        return commands
 
-    def engine_lost_may_drop(self, copy: Copy) -> bool:
-        """Whether the machine stops holding a copy the engine said it does not have ([listing], [forget])."""
-        return copy.users == 0
-
-    def adapter_missing(self, replica: str, adapter: str) -> None:
+    def adapter_missing(self, replica: str, adapter: str, ticket: int | None) -> None:
+        """[forget]: the copy held goes, in use or not, unless the report is about another copy."""
         rep = self.replicas.get(replica)
         if rep is None or rep.removed or adapter not in rep.held:
             return
-        if self.engine_lost_may_drop(rep.held[adapter]):
-            self.stop_holding(rep, adapter)
+        if ticket is not None and self.leases.get(ticket) is not rep.held[adapter]:
+            return  # its request ran on an older copy, or has ended: the report may be stale
+        self.stop_holding(rep, adapter)
 
     def stop_holding(self, rep: Replica, adapter: str) -> None:
         if adapter in rep.lru:
@@ -391,7 +403,7 @@ class Model:
         due = self.now + self.interval
         if rep is None:
             rep = self.replicas[replica] = Replica(replica, model, limit, due)
-        else:  # still answering calls from before its removal: they carry on
+        else:  # still answering calls, or running requests, from before its removal: they carry on
             rep.removed, rep.model, rep.limit, rep.met, rep.due = False, model, limit, False, due
         return [self.start_listing(rep)]
 
@@ -402,7 +414,8 @@ class Model:
             if rep is None or rep.removed:
                 continue
             rep.removed = True
-            for name in list(rep.held):
+            # Idle adapters go; those requests still run on are kept, unseen, until they end.
+            for name in rep.lru:
                 self.drop(rep, name)
             rep.lru = []
             for load in list(rep.loading.values()):
@@ -422,7 +435,7 @@ class Model:
         return [self.fail(ticket, Fault.REPLICA, REMOVED) for ticket in sorted(failed)]
 
     def forget_if_done(self, rep: Replica) -> None:
-        if rep.removed and not rep.out and self.replicas.get(rep.id) is rep:
+        if rep.removed and not rep.out and not rep.held and self.replicas.get(rep.id) is rep:
             del self.replicas[rep.id]
 
     def in_use(self) -> list[Replica]:

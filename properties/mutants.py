@@ -45,13 +45,14 @@ MACHINE = "_machine.py"
 WIRE = "_vllm.py"
 
 MUTANTS = [
+    # -- [hit], the fast path
     Mutant(
         "hit-keeps-ticket",
         "hit",
         "hit() does not advance the highest ticket seen",
         MACHINE,
-        "        self._last_ticket = ticket\n        self._take(ticket, rep, held)\n        return True",
-        "        self._take(ticket, rep, held)\n        return True",
+        "            return False\n        self._last_ticket = ticket\n",
+        "            return False\n",
     ),
     Mutant(
         "hit-uncounted",
@@ -69,13 +70,14 @@ MUTANTS = [
         "        if not held.in_use:\n            del rep.idle[held.adapter]",
         "        if not held.in_use:\n            rep.idle.move_to_end(held.adapter)",
     ),
+    # -- [evict]
     Mutant(
         "evict-most-recent",
         "evict",
         "the victim is the most recently used idle adapter",
         MACHINE,
-        "victim, _ = rep.idle.popitem(last=False)",
-        "victim, _ = rep.idle.popitem(last=True)",
+        "victim = next(iter(rep.idle))",
+        "victim = next(reversed(rep.idle))",
     ),
     Mutant(
         "evict-one-short",
@@ -90,9 +92,10 @@ MUTANTS = [
         "evict",
         "the unloads of several victims come out last victim first",
         MACHINE,
-        "            commands.append(IssueUnload(unload.op, rep.id, victim))",
-        "            commands.insert(0, IssueUnload(unload.op, rep.id, victim))",
+        "            commands.append(IssueUnload(unload=unload.op, replica=rep.id, adapter=victim))",
+        "            commands.insert(0, IssueUnload(unload=unload.op, replica=rep.id, adapter=victim))",
     ),
+    # -- [listing]
     Mutant(
         "listing-adds-at-back",
         "listing",
@@ -112,26 +115,25 @@ MUTANTS = [
     Mutant(
         "listing-drops-newer",
         "listing",
-        "a listing drops an unlisted idle adapter even if it became held after the listing started",
+        "a listing drops an unlisted adapter even if it became held after the listing started",
         MACHINE,
-        "if name not in listed and held.since < finished.started and not held.in_use:",
-        "if name not in listed and not held.in_use:",
+        "if name not in listed and held.since < finished.started:",
+        "if name not in listed:",
     ),
     Mutant(
         "release-renews-since",
         "listing",
         "a release dates the adapter anew, so an older listing no longer drops it once it went idle",
         MACHINE,
-        "            held.replica.idle[held.adapter] = None\n        return []",
-        "            held.replica.idle[held.adapter] = None\n            held.since = self._tick()\n"
-        "        return []",
+        "            rep.idle[held.adapter] = self._tick()\n",
+        "            rep.idle[held.adapter] = self._tick()\n            held.since = self._tick()\n",
     ),
     Mutant(
         "listing-revives-dropped",
         "listing",
         "a listing brings back adapters dropped since it started",
         MACHINE,
-        "rep.unloading.keys() | rep.gone",
+        "rep.unloading.keys() | rep.dropped_while_listing",
         "rep.unloading.keys()",
     ),
     Mutant(
@@ -143,34 +145,73 @@ MUTANTS = [
         "known = rep.held.keys() |",
     ),
     Mutant(
-        "unload-end-not-gone",
+        "unload-end-not-noted",
         "listing",
         "an unload answered while a listing is out does not keep the listing from bringing it back",
         MACHINE,
-        "        if rep.listing is not None:\n            rep.gone.add(op.adapter)\n        commands",
+        "        if rep.listing is not None:\n            rep.dropped_while_listing.add(op.adapter)\n"
+        "        commands",
         "        commands",
     ),
     Mutant(
-        "forget-not-gone",
+        "markmet-every-listing",
+        "listing",
+        "every listing answered marks its replica met again",
+        MACHINE,
+        "        if rep.met:\n            return []\n        rep.met = True",
+        "        rep.met = True",
+    ),
+    Mutant(
+        "old-listing-keeps-in-use",
+        "listing",
+        "the old [listing] (issue 8, 1): a listing does not drop an adapter requests run on",
+        MACHINE,
+        "if name not in listed and held.since < finished.started:",
+        "if name not in listed and held.since < finished.started and not held.in_use:",
+    ),
+    # -- [forget]
+    Mutant(
+        "forget-not-noted",
         "forget",
         "adapter_missing stops holding the adapter without noting it for the listing out",
         MACHINE,
-        "        if held is not None and not held.in_use:\n            self._drop(rep, adapter)",
-        "        if held is not None and not held.in_use:\n            del rep.held[adapter]",
+        "            return []\n        self._drop(rep, adapter)\n        return []",
+        "            return []\n        rep.held.pop(adapter).current = False\n"
+        "        rep.idle.pop(adapter, None)\n        self._unwhere(rep, adapter)\n        return []",
     ),
+    Mutant(
+        "forget-trusts-stale",
+        "forget",
+        "a report with the ticket of a request on an older copy drops the copy held now",
+        MACHINE,
+        "        if ticket is not None and self._leases.get(ticket) is not held:\n            return []\n",
+        "",
+    ),
+    Mutant(
+        "old-forget-keeps-in-use",
+        "forget",
+        "the old [forget] (issue 8, 1): adapter_missing does not drop an adapter requests run on",
+        MACHINE,
+        "            return []\n        self._drop(rep, adapter)\n        return []",
+        "            return []\n        if not held.in_use:\n"
+        "            self._drop(rep, adapter)\n        return []",
+    ),
+    # -- answers, releases, cancels
     Mutant(
         "waiters-before-load",
         "unload-outcome",
         "an unload's waiters are admitted before the load it made room for goes out",
         MACHINE,
-        "        load = op.blocks\n        if load is not None:\n            load.blockers.discard(unload)\n"
-        "            if not load.blockers:\n                commands.append(self._issue(load))\n"
+        "        load = op.makes_room_for\n        if load is not None:\n"
+        "            load.waits_for.discard(event.unload)\n"
+        "            if not load.waits_for:\n                commands.append(self._issue(load))\n"
         "        for ticket, path in op.waiters:\n            del self._waiting[ticket]\n"
         "            commands.extend(self._admit(ticket, rep, op.adapter, path))\n",
         "        for ticket, path in op.waiters:\n            del self._waiting[ticket]\n"
         "            commands.extend(self._admit(ticket, rep, op.adapter, path))\n"
-        "        load = op.blocks\n        if load is not None:\n            load.blockers.discard(unload)\n"
-        "            if not load.blockers:\n                commands.append(self._issue(load))\n",
+        "        load = op.makes_room_for\n        if load is not None:\n"
+        "            load.waits_for.discard(event.unload)\n"
+        "            if not load.waits_for:\n                commands.append(self._issue(load))\n",
     ),
     Mutant(
         "loaded-goes-to-first-waiter",
@@ -181,22 +222,14 @@ MUTANTS = [
         "                if ticket == op.waiters[0]:",
     ),
     Mutant(
-        "landed-unused-never-idle",
-        "load-outcome",
-        "a load that lands with no one waiting is held but never idle, so never a victim",
-        MACHINE,
-        "            if not held.in_use:\n                rep.idle[op.adapter] = None\n"
-        "            for ticket",
-        "            for ticket",
-    ),
-    Mutant(
         "abandon-keeps-room",
         "cancel",
         "an abandoned load is still issued when its victims' unloads finish",
         MACHINE,
-        "            unload.blocks = None",
+        "            unload.makes_room_for = None",
         "            pass",
     ),
+    # -- [replicas]
     Mutant(
         "removal-order",
         "replicas",
@@ -210,20 +243,30 @@ MUTANTS = [
         "replicas",
         "a removed replica's late answers are not counted in the statistics",
         MACHINE,
-        "        key = (rep.model, outcome.value)\n"
+        "        key = (rep.model, event.outcome.value)\n"
         "        self._evictions[key] = self._evictions.get(key, 0) + 1\n"
-        "        if self._answered(rep):\n            return []",
-        "        if self._answered(rep):\n            return []\n        key = (rep.model, outcome.value)\n"
+        "        if self._count_answer(rep):\n            return []",
+        "        if self._count_answer(rep):\n            return []\n"
+        "        key = (rep.model, event.outcome.value)\n"
         "        self._evictions[key] = self._evictions.get(key, 0) + 1",
     ),
     Mutant(
         "removed-forgotten-early",
         "replicas",
-        "a removed replica is forgotten at its first late answer, though calls to it are still out",
+        "a removed replica is forgotten while calls to it are still out",
         MACHINE,
-        "if not rep.outstanding and self._replicas.get(rep.id) is rep:",
-        "if self._replicas.get(rep.id) is rep:",
+        "if not rep.outstanding and not rep.held and self._replicas.get(rep.id) is rep:",
+        "if not rep.held and self._replicas.get(rep.id) is rep:",
     ),
+    Mutant(
+        "old-removal-drops-running",
+        "replicas",
+        "the old removal (issue 8, 2): adapters requests run on are dropped, so a re-add can unload them",
+        MACHINE,
+        "            for name in list(rep.idle):\n                self._drop(rep, name)",
+        "            for name in list(rep.held):\n                self._drop(rep, name)",
+    ),
+    # -- [time], [view]
     Mutant(
         "listings-reversed",
         "time",
@@ -248,6 +291,7 @@ MUTANTS = [
         "if len(held) + len(loading) < rep.limit:",
         "if len(held) + len(loading) <= rep.limit:",
     ),
+    # -- the wire
     Mutant(
         "wire-worker-is-adapter",
         "wire",
@@ -269,8 +313,8 @@ MUTANTS = [
         "wire",
         "a load that got no answer is the adapter's fault",
         WIRE,
-        "            return LoadFinished(command.load, LoadOutcome.REPLICA_FAULT, message)",
-        "            return LoadFinished(command.load, LoadOutcome.ADAPTER_FAULT, message)",
+        "outcome=LoadOutcome.REPLICA_FAULT, message=message)\n        case IssueUnload():",
+        "outcome=LoadOutcome.ADAPTER_FAULT, message=message)\n        case IssueUnload():",
     ),
     Mutant(
         "wire-lists-base",
@@ -283,10 +327,12 @@ MUTANTS = [
 ]
 
 
-def mutate(source: Path, mutant: Mutant) -> None:
-    """Copy the core to ``source`` with ``mutant`` applied."""
+def mutate(source: Path, mutant: Mutant | None) -> None:
+    """Copy the core to ``source`` with ``mutant`` applied (if any)."""
     target = source / "lorafleet"
     shutil.copytree(CORE, target, ignore=shutil.ignore_patterns("__pycache__"))
+    if mutant is None:
+        return
     path = target / mutant.file
     text = path.read_text()
     count = text.count(mutant.old)
@@ -299,9 +345,9 @@ def run(mutant: Mutant | None, tests: list[str], timeout: float) -> tuple[bool, 
     """Run ``tests`` against the core with ``mutant`` in it; True when they fail (the mutant is caught)."""
     with tempfile.TemporaryDirectory(prefix="lorafleet-mutant-") as folder:
         env = dict(os.environ, HYPOTHESIS_PROFILE="ci-find", PYTHONDONTWRITEBYTECODE="1")
-        if mutant is not None:
-            mutate(Path(folder), mutant)
-            env["PYTHONPATH"] = os.pathsep.join(filter(None, [folder, env.get("PYTHONPATH")]))
+        # The copy goes first on the path even unmutated: the installed package may be another tree's.
+        mutate(Path(folder), mutant)
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [folder, env.get("PYTHONPATH")]))
         started = time.monotonic()
         try:
             done = subprocess.run(

@@ -217,7 +217,7 @@ REAL_LISTING = (
 
 
 def test_listing_keeps_the_cards_with_a_parent() -> None:
-    assert vllm.listing_answer(5, 200, REAL_LISTING) == ListingReceived(5, ("a0", "a2"))
+    assert vllm.listing_answer(5, 200, REAL_LISTING) == ListingReceived(listing=5, adapters=("a0", "a2"))
 
 
 @pytest.mark.parametrize(
@@ -250,24 +250,32 @@ def test_misconfigurations_name_their_fix() -> None:
 
 
 def test_requests_follow_the_routes_and_hide_the_key() -> None:
-    load = vllm.http_request(IssueLoad(1, "r", "a0", "/adapters/a0"), api_key="s3cret")
+    load = vllm.http_request(
+        IssueLoad(load=1, replica="r", adapter="a0", path="/adapters/a0"), api_key="s3cret"
+    )
     assert (load.method, load.path) == ("POST", "/v1/load_lora_adapter")
     assert json.loads(load.body or b"") == {"lora_name": "a0", "lora_path": "/adapters/a0"}
     assert ("Authorization", "Bearer s3cret") in load.headers
     assert ("Content-Type", "application/json") in load.headers
     assert "s3cret" not in repr(load)
-    unload = vllm.http_request(IssueUnload(2, "r", "a0"))
+    unload = vllm.http_request(IssueUnload(unload=2, replica="r", adapter="a0"))
     assert json.loads(unload.body or b"") == {"lora_name": "a0"}
     assert all(k != "Authorization" for k, _ in unload.headers)
-    listing = vllm.http_request(ReadListing(3, "r"))
+    listing = vllm.http_request(ReadListing(listing=3, replica="r"))
     assert (listing.method, listing.path, listing.body) == ("GET", "/v1/models", None)
     assert listing.max_answer_bytes == vllm.MAX_LISTING_BYTES
 
 
 def test_no_answer_is_the_replicas_fault() -> None:
-    assert vllm.failure_event(IssueLoad(1, "r", "a", "/a"), "timed out").outcome is LoadOutcome.REPLICA_FAULT
-    assert vllm.failure_event(IssueUnload(2, "r", "a"), "refused").outcome is UnloadOutcome.FAILED
-    assert isinstance(vllm.failure_event(ReadListing(3, "r"), "reset"), ListingFailed)
+    assert (
+        vllm.failure_event(IssueLoad(load=1, replica="r", adapter="a", path="/a"), "timed out").outcome
+        is LoadOutcome.REPLICA_FAULT
+    )
+    assert (
+        vllm.failure_event(IssueUnload(unload=2, replica="r", adapter="a"), "refused").outcome
+        is UnloadOutcome.FAILED
+    )
+    assert isinstance(vllm.failure_event(ReadListing(listing=3, replica="r"), "reset"), ListingFailed)
 
 
 def test_error_messages_come_out_of_every_shape() -> None:

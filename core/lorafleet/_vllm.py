@@ -144,25 +144,25 @@ def load_answer(load: int, status: int, body: bytes, *, truncated: bool = False)
     """The event for a load's HTTP answer."""
     del truncated  # a load's answer is a line of text or an error; its first 4 KiB say all there is
     if status == 200:
-        return LoadFinished(load, LoadOutcome.LOADED)
+        return LoadFinished(load=load, outcome=LoadOutcome.LOADED)
     message = error_message(status, body)
     if status == 400 and any(words in message for words in ALREADY_LOADED):
-        return LoadFinished(load, LoadOutcome.ALREADY_LOADED, message)
+        return LoadFinished(load=load, outcome=LoadOutcome.ALREADY_LOADED, message=message)
     if status != 401 and not _routes_absent(status, body) and any(w in message for w in ADAPTER_AT_FAULT):
-        return LoadFinished(load, LoadOutcome.ADAPTER_FAULT, message)
-    return LoadFinished(load, LoadOutcome.REPLICA_FAULT, _explain(status, body))
+        return LoadFinished(load=load, outcome=LoadOutcome.ADAPTER_FAULT, message=message)
+    return LoadFinished(load=load, outcome=LoadOutcome.REPLICA_FAULT, message=_explain(status, body))
 
 
 def unload_answer(unload: int, status: int, body: bytes, *, truncated: bool = False) -> UnloadFinished:
     """The event for an unload's HTTP answer."""
     del truncated
     if status == 200:
-        return UnloadFinished(unload, UnloadOutcome.UNLOADED)
+        return UnloadFinished(unload=unload, outcome=UnloadOutcome.UNLOADED)
     if status in (400, 404) and not _routes_absent(status, body):
         message = error_message(status, body)
         if NOT_FOUND_ON_UNLOAD in message or _model_not_found(body):
-            return UnloadFinished(unload, UnloadOutcome.NOT_FOUND, message)
-    return UnloadFinished(unload, UnloadOutcome.FAILED, _explain(status, body))
+            return UnloadFinished(unload=unload, outcome=UnloadOutcome.NOT_FOUND, message=message)
+    return UnloadFinished(unload=unload, outcome=UnloadOutcome.FAILED, message=_explain(status, body))
 
 
 def _model_not_found(body: bytes) -> bool:
@@ -180,26 +180,30 @@ def listing_answer(
 ) -> ListingReceived | ListingFailed:
     """The event for a listing's HTTP answer: the adapters are the models whose ``parent`` is set."""
     if status != 200:
-        return ListingFailed(listing, _explain(status, body))
+        return ListingFailed(listing=listing, message=_explain(status, body))
     if truncated or len(body) > MAX_LISTING_BYTES:
-        return ListingFailed(listing, f"the listing is larger than {MAX_LISTING_BYTES} bytes")
+        return ListingFailed(listing=listing, message=f"the listing is larger than {MAX_LISTING_BYTES} bytes")
     try:
         data: Any = json.loads(body)
     except ValueError as exc:
-        return ListingFailed(listing, f"the listing is not JSON: {exc}")
+        return ListingFailed(listing=listing, message=f"the listing is not JSON: {exc}")
     models = data.get("data") if isinstance(data, dict) else None
     if not isinstance(models, list):
-        return ListingFailed(listing, "the listing has no 'data' list")
+        return ListingFailed(listing=listing, message="the listing has no 'data' list")
     adapters: list[str] = []
     for card in models:
         if not isinstance(card, dict) or not isinstance(card.get("id"), str) or not card["id"]:
-            return ListingFailed(listing, f"the listing has a model card without an id: {card!r:.200}")
+            return ListingFailed(
+                listing=listing, message=f"the listing has a model card without an id: {card!r:.200}"
+            )
         parent = card.get("parent")
         if parent is not None and not isinstance(parent, str):
-            return ListingFailed(listing, f"the listing has a model card with a bad parent: {card!r:.200}")
+            return ListingFailed(
+                listing=listing, message=f"the listing has a model card with a bad parent: {card!r:.200}"
+            )
         if parent:
             adapters.append(card["id"])
-    return ListingReceived(listing, tuple(adapters))
+    return ListingReceived(listing=listing, adapters=tuple(adapters))
 
 
 @overload
@@ -248,8 +252,8 @@ def failure_event(
     message = f"no answer from the replica: {reason}"
     match command:
         case IssueLoad():
-            return LoadFinished(command.load, LoadOutcome.REPLICA_FAULT, message)
+            return LoadFinished(load=command.load, outcome=LoadOutcome.REPLICA_FAULT, message=message)
         case IssueUnload():
-            return UnloadFinished(command.unload, UnloadOutcome.FAILED, message)
+            return UnloadFinished(unload=command.unload, outcome=UnloadOutcome.FAILED, message=message)
         case ReadListing():
-            return ListingFailed(command.listing, message)
+            return ListingFailed(listing=command.listing, message=message)

@@ -28,6 +28,7 @@ from lorafleet import (
     IssueUnload,
     ListingFailed,
     LoadFinished,
+    MarkMet,
     ReadListing,
     Statistics,
     UnloadFinished,
@@ -181,7 +182,7 @@ class Fleet:
 
     def forget(self, replica: Replica, adapter: str) -> None:
         """The replica answered a request for ``adapter`` with "no such model" (call it after the block)."""
-        self._machine.adapter_missing(replica.id, adapter)
+        self._machine.adapter_missing(replica=replica.id, adapter=adapter)
 
     def remove(self, replicas: Iterable[Replica | str]) -> None:
         """Stop using these replicas: requests waiting on them fail with ``ReplicaError``."""
@@ -220,7 +221,7 @@ class Fleet:
         if current is replica or current == replica:
             return
         self._run(self._machine.advance(anyio.current_time()))
-        commands = self._machine.add_replica(replica.id, replica.model, replica.limit)
+        commands = self._machine.add_replica(replica.id, model=replica.model, limit=replica.limit)
         self._replicas[replica.id] = replica
         if commands:
             self._unmet[replica.id] = anyio.Event()
@@ -241,6 +242,10 @@ class Fleet:
                 else:
                     waiter.failed = command
                 waiter.event.set()
+            elif isinstance(command, MarkMet):
+                met = self._unmet.pop(command.replica, None)
+                if met is not None:
+                    met.set()
             elif self._tasks is not None and self._open:
                 self._tasks.start_soon(self._call, command, self._replicas[command.replica])
 
@@ -264,10 +269,6 @@ class Fleet:
             return
         self._report(replica, command, event, anyio.current_time() - started)
         self._run(self._machine.handle(event))
-        if isinstance(command, ReadListing) and self._machine.is_met(replica.id):
-            met = self._unmet.pop(replica.id, None)
-            if met is not None:
-                met.set()
 
     def _report(self, replica: Replica, command: _Call, event: Any, seconds: float) -> None:
         """Log and count one answer; the machine's own view is not touched here."""
@@ -349,12 +350,12 @@ class Lease:
         machine = fleet._machine
         ticket = machine.next_ticket
         self.ticket = ticket
-        if machine.hit(ticket, replica.id, self.adapter):  # granted at once: no waiting
+        if machine.hit(ticket, replica=replica.id, adapter=self.adapter):  # granted at once: no waiting
             if fleet._metrics is not None:
                 fleet._metrics.grant(How.HIT)
             self.how = How.HIT
             return self
-        commands = machine.request(ticket, replica.id, self.adapter, self._path)
+        commands = machine.request(ticket, replica=replica.id, adapter=self.adapter, path=self._path)
         waiter = _Waiter()
         fleet._waiters[ticket] = waiter
         fleet._run(commands)
