@@ -29,9 +29,7 @@ import httpx
 
 from lorafleet import How
 from lorafleet_fleet import Fleet, LoadError, Replica
-
-from ._app import VllmStandIn
-from ._server import StandInServer
+from lorafleet_standin import StandInServer, VllmStandIn
 
 PROG = "lorafleet demo"
 ROWS = 16
@@ -71,19 +69,27 @@ def parse(argv: list[str]) -> argparse.Namespace:
         prog=PROG, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     add = parser.add_argument
-    add("--replicas", type=_at_least_one, default=3, help="stand-in vLLM replicas (default 3)")
-    add("--limit", type=_at_least_one, default=4, help="adapters a replica may hold (default 4)")
-    add("--adapters", type=_at_least_one, default=40, help="distinct adapters (default 40)")
-    add("--requests", type=_at_least_one, default=2000, help="requests to send (default 2000)")
+    add("--replicas", metavar="N", type=_at_least_one, default=3, help="stand-in vLLM replicas (default 3)")
+    add("--limit", metavar="N", type=_at_least_one, default=4, help="adapters a replica may hold (default 4)")
+    add("--adapters", metavar="N", type=_at_least_one, default=40, help="distinct adapters (default 40)")
+    add("--requests", metavar="N", type=_at_least_one, default=2000, help="requests to send (default 2000)")
     add(
         "--skew",
+        metavar="ALPHA",
         type=_finite_not_negative,
         default=1.1,
         help="Zipf exponent of adapter popularity, 0 for uniform (default 1.1)",
     )
-    add("--concurrency", type=_at_least_one, default=32, help="requests in flight at once (default 32)")
+    add(
+        "--concurrency",
+        metavar="N",
+        type=_at_least_one,
+        default=32,
+        help="requests in flight at once (default 32)",
+    )
     add(
         "--load-ms",
+        metavar="MS",
         type=_finite_not_negative,
         default=20.0,
         help="how long a stand-in takes to load an adapter, in ms (default 20)",
@@ -97,6 +103,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
     )
     add(
         "--seed",
+        metavar="N",
         type=int,
         default=1,
         help="seed of the request stream (default 1): it fixes which adapters are asked for and in what "
