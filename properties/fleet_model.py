@@ -17,15 +17,19 @@ and once the engines go quiet the machine holds what they hold.
 from __future__ import annotations
 
 import enum
+from collections import Counter
 from collections.abc import Callable
+from typing import Any
 
 import attrs
 from hypothesis import note
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from lorafleet import (
+    DEFAULT_BACKOFF,
     DEFAULT_LISTING_INTERVAL,
+    DEFAULT_REFUSAL,
     AdapterMissing,
     AdapterStateMachine,
     Cancelled,
@@ -33,6 +37,7 @@ from lorafleet import (
     Command,
     Event,
     Fail,
+    Fault,
     Grant,
     How,
     IssueLoad,
@@ -46,6 +51,7 @@ from lorafleet import (
     ReadListing,
     Released,
     ReplicaAdded,
+    ReplicaFailed,
     ReplicasRemoved,
     Requested,
     Statistics,
@@ -103,7 +109,7 @@ class Hit:
     adapter: str
 
 
-MachineFactory = Callable[[], AdapterStateMachine]
+MachineFactory = Callable[..., AdapterStateMachine]
 
 
 class FleetModel(RuleBasedStateMachine):
@@ -117,6 +123,7 @@ class FleetModel(RuleBasedStateMachine):
         super().__init__()
         self.machine = type(self).factory()
         self.model = Model()
+        self.config: dict[str, Any] = {}
         self.world = World(REPLICAS)
         self.log: list[tuple[Event | Hit, list[Command] | bool]] = []
         self.tickets: dict[int, Ticket] = {}
@@ -128,6 +135,21 @@ class FleetModel(RuleBasedStateMachine):
         """The step at which the machine came to hold the copy of an adapter it holds now."""
         self.listings: dict[int, tuple[str, int]] = {}
         """Listings out that the machine will read: the replica, and the step that started it."""
+        self.loads: dict[int, IssueLoad] = {}
+        """The loads out, to know whose answer the machine will apply."""
+        self.refused: dict[str, float] = {}
+        """Adapters an engine refused as their own fault, and until when the machine refuses them."""
+
+    @initialize(
+        headroom=st.sampled_from([None, None, 0, 1]),
+        refusal=st.sampled_from([DEFAULT_REFUSAL, 45.0]),
+        backoff=st.sampled_from([DEFAULT_BACKOFF, 40.0]),
+    )
+    def start(self, headroom: int | None, refusal: float, backoff: float) -> None:
+        """A machine with these settings (the defaults, or a cap, a short refusal, a long backoff)."""
+        self.config = {"headroom": headroom, "refusal": refusal, "backoff": backoff}
+        self.machine = type(self).factory(**self.config)
+        self.model = Model(headroom=headroom, refusal=refusal, backoff=backoff)
         for replica in sorted(REPLICAS):
             self.add(replica, LIMITS[REPLICAS[replica]])
 
@@ -145,6 +167,10 @@ class FleetModel(RuleBasedStateMachine):
             assert commands == expected, f"after {event}:\n  machine {commands}\n  model   {expected}"
         self.take(commands)
         self.what_the_engine_said(event, before)
+        if isinstance(event, LoadFinished):
+            load = self.loads.pop(event.load)
+            if event.outcome is LoadOutcome.ADAPTER_FAULT and load.replica in self.active:  # [refuse]
+                self.refused[load.adapter] = self.now + self.config["refusal"]
         return commands
 
     def held(self) -> dict[str, dict[str, int]]:
@@ -173,6 +199,8 @@ class FleetModel(RuleBasedStateMachine):
             for replica, names in after.items():
                 for name in names.keys() - before.get(replica, {}).keys():
                     self.held_since[replica, name] = self.steps
+        if not isinstance(event, ListingReceived | AdapterMissing):
+            return  # nothing else drops an adapter a request runs on
         for number, ticket in self.tickets.items():
             shown = after.get(ticket.replica)  # None: removed, and what its requests run on is kept
             if ticket.state is State.GRANTED and shown is not None and ticket.adapter not in shown:
@@ -201,6 +229,8 @@ class FleetModel(RuleBasedStateMachine):
             elif isinstance(command, IssueUnload):
                 running = self.running(command.replica, command.adapter)
                 assert not running, f"{command} while requests {running} run on it"
+            elif isinstance(command, IssueLoad):
+                self.loads[command.load] = command
         self.world.took(commands)
 
     def running(self, replica: str, adapter: str) -> list[int]:
@@ -252,11 +282,18 @@ class FleetModel(RuleBasedStateMachine):
                 return
         event = Requested(ticket=ticket, replica=replica, adapter=adapter, path=f"/adapters/{adapter}")
         commands = self.send(event)
+        if self.refused.get(adapter, -1.0) > self.now:
+            # [refuse]: the engine said the adapter is at fault, so the request fails at once.
+            (fail,) = commands
+            assert isinstance(fail, Fail), commands
+            assert (fail.ticket, fail.fault) == (ticket, Fault.ADAPTER), commands
+            return
         hit = Grant(ticket=ticket, how=How.HIT)
         assert (hit in commands) == (adapter in was.held), f"{event} gave {commands}"
         if adapter not in was.held and adapter not in was.loading and adapter not in was.unloading:
             now = self.machine.statistics().replicas[replica]
-            assert adapter in now.loading, f"{event} started no load: {commands}"
+            # [cold], or [cap]: a load starts, or the request waits for room.
+            assert adapter in now.loading or now.queued > was.queued, f"{event} started no load: {commands}"
 
     # -- requests ----------------------------------------------------------------------------------
 
@@ -395,6 +432,11 @@ class FleetModel(RuleBasedStateMachine):
         note(f"another router {'loads' if load else 'unloads'} {adapter} on {replica}")
         self.world.other_router(replica, adapter, load=load)
 
+    @rule(replica=st.sampled_from([*sorted(REPLICAS), UNKNOWN]))
+    def replica_fails(self, replica: str) -> None:
+        """The router saw a replica fail on its own (a forwarded request got no answer): [health]."""
+        self.send(ReplicaFailed(replica=replica, message="no answer"))
+
     @rule(replica=st.sampled_from(sorted(REPLICAS)))
     def engine_restarts(self, replica: str) -> None:
         note(f"the engine of {replica} restarts")
@@ -475,6 +517,12 @@ class FleetModel(RuleBasedStateMachine):
             raise AssertionError(f"no {error.__name__}")
         assert (m.statistics(), m.next_ticket, m.next_due()) == before
 
+    def only_queued_wait(self) -> bool:
+        """Whether every waiting request waits for room at its replica's cap ([cap]), not for a call."""
+        stats = self.machine.statistics().replicas
+        waiting = Counter(self.tickets[n].replica for n in self.in_state(State.WAITING))
+        return all(r in stats and stats[r].queued == count for r, count in waiting.items())
+
     def busy(self) -> list[tuple[str, str]]:
         return sorted({(t.replica, t.adapter) for t in self.tickets.values() if t.state is State.GRANTED})
 
@@ -528,7 +576,7 @@ class FleetModel(RuleBasedStateMachine):
         """
         while self.world.calls:
             self.send(self.world.answer(min(self.world.calls)).event)
-        assert not self.in_state(State.WAITING)
+        assert self.only_queued_wait()
         self.now += DEFAULT_LISTING_INTERVAL
         listings = self.send(TimeAdvanced(now=self.now))
         assert sorted(c.replica for c in listings if isinstance(c, ReadListing)) == sorted(self.active)
@@ -585,12 +633,12 @@ class FleetModel(RuleBasedStateMachine):
         assert all(t.ended <= 1 for t in self.tickets.values())
         waiting = self.in_state(State.WAITING)
         assert self.machine.statistics().waiting == len(waiting)
-        if not self.world.calls:
-            assert waiting == []
+        if not self.world.calls:  # only a request waiting for room at a cap waits for no call
+            assert self.only_queued_wait(), waiting
 
     def teardown(self) -> None:
         """The same events give the same commands: replay the log on a fresh machine."""
-        fresh = type(self).factory()
+        fresh = type(self).factory(**self.config)
         for step, result in self.log:
             if isinstance(step, Hit):
                 assert fresh.hit(step.ticket, replica=step.replica, adapter=step.adapter) == result, step

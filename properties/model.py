@@ -18,7 +18,10 @@ from collections.abc import Iterable
 import attrs
 
 from lorafleet import (
+    DEFAULT_BACKOFF,
     DEFAULT_LISTING_INTERVAL,
+    DEFAULT_MAX_BACKOFF,
+    DEFAULT_REFUSAL,
     AdapterMissing,
     Cancelled,
     Command,
@@ -38,6 +41,7 @@ from lorafleet import (
     ReadListing,
     Released,
     ReplicaAdded,
+    ReplicaFailed,
     ReplicasRemoved,
     ReplicaStatistics,
     Requested,
@@ -104,6 +108,11 @@ class Replica:
     removed: bool = False
     out: set[int] = attrs.field(factory=set)
     """Operations issued to it and not yet answered."""
+    queue: list[tuple[int, str, str]] = attrs.field(factory=list)
+    """(ticket, adapter, path) of cold requests waiting for room at its cap, first come first served."""
+    failures: int = 0
+    """Its faults in a row ([health])."""
+    avoid_until: float = 0.0
 
     def count(self) -> int:
         return len(self.held) + len(self.loading)
@@ -111,16 +120,26 @@ class Replica:
 
 @attrs.define
 class Model:
-    """What the machine should do, event by event. It is given only events the contract allows."""
+    """What the machine should do, event by event. It is given only events the contract allows.
+
+    Its settings are the machine's, with the same defaults.
+    """
 
     interval: float = DEFAULT_LISTING_INTERVAL
+    headroom: int | None = None
+    backoff: float = DEFAULT_BACKOFF
+    max_backoff: float = DEFAULT_MAX_BACKOFF
+    refusal: float = DEFAULT_REFUSAL
+    refused: dict[str, tuple[float, str]] = attrs.field(factory=dict)
+    """Adapters the engine refused as their own fault: until when, and its words."""
     replicas: dict[str, Replica] = attrs.field(factory=dict)
     ops: dict[int, tuple[Replica, Load | Unload | Listing]] = attrs.field(factory=dict)
     next_op: int = 1
     last_ticket: int = 0
     now: float = 0.0
     leases: dict[int, Copy] = attrs.field(factory=dict)
-    waiting: dict[int, Load | Unload] = attrs.field(factory=dict)
+    waiting: dict[int, Load | Unload | Replica] = attrs.field(factory=dict)
+    """What each waiting request waits for: a load, an unload, or room at a replica's cap."""
     loads: dict[tuple[str, str], int] = attrs.field(factory=dict)
     evictions: dict[tuple[str, str], int] = attrs.field(factory=dict)
     grants: dict[str, int] = attrs.field(factory=lambda: {h.value: 0 for h in How})
@@ -130,14 +149,11 @@ class Model:
         """The commands ``event`` should give, in order."""
         match event:
             case Requested():
-                self.last_ticket = event.ticket
-                return self.admit(event.ticket, self.replicas[event.replica], event.adapter, event.path)
+                return self.requested(event)
             case Released():
-                self.release(event.ticket)
-                return []
+                return self.release(event.ticket)
             case Cancelled():
-                self.cancel(event.ticket)
-                return []
+                return self.cancel(event.ticket)
             case LoadFinished():
                 return self.load_finished(event)
             case UnloadFinished():
@@ -145,22 +161,19 @@ class Model:
             case ListingReceived():
                 return self.listing_received(event.listing, event.adapters)
             case ListingFailed():
-                rep, commands = self.listing_answered(event.listing)
-                if rep is not None:
-                    rep.dropped_while_listing = set()
-                return commands
+                return self.listing_failed(event.listing)
             case AdapterMissing():
-                self.adapter_missing(event.replica, event.adapter, event.ticket)
+                return self.adapter_missing(event.replica, event.adapter, event.ticket)
+            case ReplicaFailed():
+                if event.replica in self.replicas and not self.replicas[event.replica].removed:
+                    self.fault(self.replicas[event.replica])
                 return []
             case ReplicaAdded():
                 return self.replica_added(event.replica, event.model, event.limit)
             case ReplicasRemoved():
                 return self.replicas_removed(event.replicas)
             case LimitSet():
-                for rep in self.in_use():
-                    if rep.model == event.model:
-                        rep.limit = event.limit
-                return []
+                return self.limit_set(event.model, event.limit)
             case TimeAdvanced():
                 return self.time_advanced(event.now)
 
@@ -174,6 +187,16 @@ class Model:
         return True
 
     # -- requests -----------------------------------------------------------------------------------
+
+    def requested(self, event: Requested) -> list[Command]:
+        self.last_ticket = event.ticket
+        refused = self.refused.get(event.adapter)
+        if refused is not None:
+            until, message = refused
+            if until > self.now:  # [refuse]: the engine's words again, without a call
+                return [self.fail(event.ticket, Fault.ADAPTER, message)]
+            del self.refused[event.adapter]
+        return self.admit(event.ticket, self.replicas[event.replica], event.adapter, event.path)
 
     def admit(self, ticket: int, rep: Replica, adapter: str, path: str) -> list[Command]:
         if adapter in rep.held:  # [hit]
@@ -199,7 +222,12 @@ class Model:
         self.grants[How.HIT.value] += 1
 
     def cold(self, ticket: int, rep: Replica, adapter: str, path: str) -> list[Command]:
-        """[cold] and [evict]: unload the least recently used idle adapters until the load fits."""
+        """[cold] and [evict]: unload the least recently used idle adapters until the load fits;
+        [cap]: wait for room instead when even that would take the replica past its cap."""
+        if self.headroom is not None and rep.count() - len(rep.lru) >= rep.limit + self.headroom:
+            rep.queue.append((ticket, adapter, path))
+            self.waiting[ticket] = rep
+            return []
         excess = rep.count() + 1 - rep.limit
         victims = rep.lru[: max(excess, 0)]
         commands: list[Command] = []
@@ -227,33 +255,52 @@ class Model:
         rep.out.add(load.op)
         return IssueLoad(load=load.op, replica=rep.id, adapter=load.adapter, path=load.path)
 
-    def release(self, ticket: int) -> None:
+    def release(self, ticket: int) -> list[Command]:
         copy = self.leases.pop(ticket, None)
         if copy is None:
-            return  # ended already
+            return []  # ended already
         copy.users -= 1
         if copy.users or not copy.current:
-            return
+            return []
         rep = copy.replica
         if rep.removed:  # kept only while requests ran on it
             self.drop(rep, copy.adapter)
             self.forget_if_done(rep)
-        else:
-            rep.lru.append(copy.adapter)
+            return []
+        rep.lru.append(copy.adapter)
+        return self.admit_queued(rep)
 
-    def cancel(self, ticket: int) -> None:
+    def cancel(self, ticket: int) -> list[Command]:
         if ticket in self.leases:
-            self.release(ticket)
-            return
+            return self.release(ticket)
         waited = self.waiting.pop(ticket, None)
         if isinstance(waited, Load):
             waited.waiters.remove(ticket)
             if waited.starter == ticket:
                 waited.starter = None
             if not waited.waiters and not waited.issued:
+                rep, _ = self.ops[waited.op]
                 self.abandon(waited)
+                return self.admit_queued(rep)
         elif isinstance(waited, Unload):
             waited.waiters = [(t, p) for t, p in waited.waiters if t != ticket]
+        elif isinstance(waited, Replica):
+            waited.queue = [w for w in waited.queue if w[0] != ticket]
+        return []
+
+    def admit_queued(self, rep: Replica) -> list[Command]:
+        """[cap]: the requests waiting for room, in order, while there is room (or their adapter is known)."""
+        commands: list[Command] = []
+        cap = rep.limit + (self.headroom or 0)
+        while rep.queue:
+            ticket, adapter, path = rep.queue[0]
+            known = adapter in rep.held or adapter in rep.loading or adapter in rep.unloading
+            if not known and rep.count() - len(rep.lru) >= cap:
+                break
+            rep.queue.pop(0)
+            del self.waiting[ticket]
+            commands += self.admit(ticket, rep, adapter, path)
+        return commands
 
     def abandon(self, load: Load) -> None:
         """A load not yet issued that no one waits for: never issued; its victims' unloads go on."""
@@ -283,6 +330,13 @@ class Model:
         self.loads[key] = self.loads.get(key, 0) + 1
         if not live:
             return []
+        if event.outcome is LoadOutcome.REPLICA_FAULT:
+            self.fault(rep)
+        else:
+            self.healthy(rep)
+        if event.outcome is LoadOutcome.ADAPTER_FAULT:
+            message = event.message or f"the load of '{load.adapter}' on '{rep.id}' failed"
+            self.refused[load.adapter] = (self.now + self.refusal, message)
         commands: list[Command] = []
         if event.outcome.succeeded:
             copy = Copy(rep, load.adapter, len(load.waiters))
@@ -301,7 +355,7 @@ class Model:
             for ticket in load.waiters:
                 del self.waiting[ticket]
                 commands.append(self.fail(ticket, fault, message))
-        return commands
+        return commands + self.admit_queued(rep)
 
     def unload_finished(self, event: UnloadFinished) -> list[Command]:
         rep, unload, live = self.answered(event.unload)
@@ -360,6 +414,7 @@ class Model:
         rep, commands = self.listing_answered(op)
         if rep is None:
             return []
+        self.healthy(rep)
         listed = set(names)
         # The engine does not have what it does not list: held since before the listing started,
         # the copy goes, in use or not (its leases go dead; nothing to unload).
@@ -372,16 +427,24 @@ class Model:
             rep.held[name] = Copy(rep, name, 0)
         rep.lru = added + rep.lru
         rep.dropped_while_listing = set()
+        return commands + self.admit_queued(rep)
+
+    def listing_failed(self, op: int) -> list[Command]:
+        rep, commands = self.listing_answered(op)
+        if rep is not None:
+            rep.dropped_while_listing = set()
+            self.fault(rep)
         return commands
 
-    def adapter_missing(self, replica: str, adapter: str, ticket: int | None) -> None:
+    def adapter_missing(self, replica: str, adapter: str, ticket: int | None) -> list[Command]:
         """[forget]: the copy held goes, in use or not, unless the report is about another copy."""
         rep = self.replicas.get(replica)
         if rep is None or rep.removed or adapter not in rep.held:
-            return
+            return []
         if ticket is not None and self.leases.get(ticket) is not rep.held[adapter]:
-            return  # its request ran on an older copy, or has ended: the report may be stale
+            return []  # its request ran on an older copy, or has ended: the report may be stale
         self.stop_holding(rep, adapter)
+        return self.admit_queued(rep)
 
     def stop_holding(self, rep: Replica, adapter: str) -> None:
         if adapter in rep.lru:
@@ -399,7 +462,7 @@ class Model:
         rep = self.replicas.get(replica)
         if rep is not None and not rep.removed:
             rep.limit = limit
-            return []
+            return self.admit_queued(rep)
         due = self.now + self.interval
         if rep is None:
             rep = self.replicas[replica] = Replica(replica, model, limit, due)
@@ -427,12 +490,22 @@ class Model:
             for unload in rep.unloading.values():
                 failed += [t for t, _ in unload.waiters]
                 unload.waiters = []
+            failed += [t for t, _, _ in rep.queue]
+            rep.queue = []
             rep.listing = None
             rep.dropped_while_listing = set()
             self.forget_if_done(rep)
         for ticket in failed:
             del self.waiting[ticket]
         return [self.fail(ticket, Fault.REPLICA, REMOVED) for ticket in sorted(failed)]
+
+    def limit_set(self, model: str, limit: int) -> list[Command]:
+        commands: list[Command] = []
+        for rep in sorted(self.in_use(), key=lambda r: r.id):
+            if rep.model == model:
+                rep.limit = limit
+                commands += self.admit_queued(rep)
+        return commands
 
     def forget_if_done(self, rep: Replica) -> None:
         if rep.removed and not rep.out and not rep.held and self.replicas.get(rep.id) is rep:
@@ -452,7 +525,7 @@ class Model:
                 continue
             if adapter in rep.held or adapter in rep.loading:
                 holders.add(replica)
-            if rep.count() < rep.limit:
+            if rep.count() < rep.limit and rep.avoid_until <= self.now:
                 with_room.add(replica)
         return View(holders=frozenset(holders), with_room=frozenset(with_room))
 
@@ -477,6 +550,8 @@ class Model:
                     held={name: rep.held[name].users for name in sorted(rep.held)},
                     loading=tuple(sorted(rep.loading)),
                     unloading=tuple(sorted(rep.unloading)),
+                    queued=len(rep.queue),
+                    failing_until=rep.avoid_until if rep.avoid_until > self.now else None,
                 )
                 for rep in sorted(self.in_use(), key=lambda r: r.id)
             },
@@ -489,6 +564,14 @@ class Model:
         return list(self.replicas[replica].lru)
 
     # -- helpers ------------------------------------------------------------------------------------
+
+    def fault(self, rep: Replica) -> None:
+        """[health]: avoided for a while, twice as long as last time in a row, up to the longest."""
+        rep.failures += 1
+        rep.avoid_until = self.now + min(self.backoff * 2.0 ** min(rep.failures - 1, 32), self.max_backoff)
+
+    def healthy(self, rep: Replica) -> None:
+        rep.failures, rep.avoid_until = 0, 0.0
 
     def new_op(self, rep: Replica | None = None) -> int:
         op = self.next_op
