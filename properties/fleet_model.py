@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import enum
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import attrs
@@ -54,7 +54,6 @@ from lorafleet import (
     ReplicaFailed,
     ReplicasRemoved,
     Requested,
-    Statistics,
     TicketOrderError,
     TimeAdvanced,
     UnknownOperationError,
@@ -646,18 +645,12 @@ class FleetModel(RuleBasedStateMachine):
                 assert fresh.handle(step) == result, step
 
 
-def ordered(stats: Statistics) -> tuple[object, ...]:
-    """Statistics as nested items, so that two compare equal only with their keys in the same order."""
-    replicas = [
-        (k, r.model, r.limit, r.met, list(r.held.items()), r.loading, r.unloading)
-        for k, r in stats.replicas.items()
-    ]
-    return (
-        list(stats.loads.items()),
-        list(stats.evictions.items()),
-        list(stats.grants.items()),
-        list(stats.failures.items()),
-        replicas,
-        stats.waiting,
-        stats.leases,
-    )
+def ordered(value: Any) -> object:
+    """A snapshot as nested lists of items: two compare equal only with their keys in the same order."""
+    if attrs.has(type(value)):
+        return [(name, ordered(field)) for name, field in attrs.asdict(value, recurse=False).items()]
+    if isinstance(value, Mapping):
+        return [(k, ordered(v)) for k, v in value.items()]
+    if isinstance(value, tuple | list):
+        return [ordered(v) for v in value]
+    return value

@@ -23,6 +23,8 @@ from lorafleet import (
     DEFAULT_MAX_BACKOFF,
     DEFAULT_REFUSAL,
     AdapterMissing,
+    AdapterPinned,
+    AdapterUnpinned,
     Cancelled,
     Command,
     Event,
@@ -176,6 +178,10 @@ class Model:
                 return self.limit_set(event.model, event.limit)
             case TimeAdvanced():
                 return self.time_advanced(event.now)
+            case AdapterPinned() | AdapterUnpinned():
+                # [pin] places copies where [place] would, which this model does not predict: the
+                # properties do not pin, so a pin here is a mistake in the properties.
+                raise NotImplementedError(f"the model does not follow [pin]: {event}")
 
     def hit(self, ticket: int, replica: str, adapter: str) -> bool:
         """The fast path: True, and the request holds a lease, when the replica holds the adapter."""

@@ -3,11 +3,15 @@
     .venv/bin/python properties/mutants.py                      # the ci property run, every mutant
     .venv/bin/python properties/mutants.py --tests tests/test_rules.py tests/test_rules_edges.py
     .venv/bin/python properties/mutants.py --only evict-most-recent --show
+    .venv/bin/python properties/mutants.py --only old-removal-drops-running --seeds 20
 
 Each mutant replaces one snippet of ``core/lorafleet`` (it must occur exactly once) in a copy made in a
 temporary folder, which goes first on PYTHONPATH; nothing in the source tree changes, and no mutant is
 part of the package. The properties run under the ``ci-find`` profile: the ci profile's examples,
 without shrinking (finding is what counts here, not the shortest story).
+
+With ``--seeds N`` each mutant runs N times, under the ``ci-seeded`` profile (the same, but seeded
+with ``--hypothesis-seed`` 0 to N-1), to say how often a run of the ci profile would find it.
 
 A mutant the tests do not catch either shows a gap in them or changes nothing anyone can see (an
 equivalent mutant); read the survivors with ``--show`` before trusting the score.
@@ -67,8 +71,8 @@ MUTANTS = [
         "hit",
         "a hit refreshes the adapter's place in the idle list instead of taking it off",
         MACHINE,
-        "        if not held.in_use:\n            del rep.idle[held.adapter]",
-        "        if not held.in_use:\n            rep.idle.move_to_end(held.adapter)",
+        "            rep.idle.pop(held.adapter, None)  # not there if pinned",
+        "            rep.idle[held.adapter] = rep.idle.pop(held.adapter, 0)",
     ),
     # -- [evict]
     Mutant(
@@ -84,8 +88,8 @@ MUTANTS = [
         "evict",
         "victims are chosen as if the new load did not count",
         MACHINE,
-        "excess = len(rep.held) + len(rep.loading) + 1 - rep.limit",
-        "excess = len(rep.held) + len(rep.loading) - rep.limit",
+        "excess = count + 1 - rep.limit",
+        "excess = count - rep.limit",
     ),
     Mutant(
         "evict-unloads-reversed",
@@ -125,8 +129,8 @@ MUTANTS = [
         "listing",
         "a release dates the adapter anew, so an older listing no longer drops it once it went idle",
         MACHINE,
-        "            rep.idle[held.adapter] = self._tick()\n",
-        "            rep.idle[held.adapter] = self._tick()\n            held.since = self._tick()\n",
+        "        rep.idle[held.adapter] = self._tick()\n",
+        "        rep.idle[held.adapter] = self._tick()\n        held.since = self._tick()\n",
     ),
     Mutant(
         "listing-revives-dropped",
@@ -175,9 +179,9 @@ MUTANTS = [
         "forget",
         "adapter_missing stops holding the adapter without noting it for the listing out",
         MACHINE,
-        "            return []\n        self._drop(rep, adapter)\n        return []",
+        "            return []\n        self._drop(rep, adapter)\n",
         "            return []\n        rep.held.pop(adapter).current = False\n"
-        "        rep.idle.pop(adapter, None)\n        self._unwhere(rep, adapter)\n        return []",
+        "        rep.idle.pop(adapter, None)\n        self._unwhere(rep, adapter)\n",
     ),
     Mutant(
         "forget-trusts-stale",
@@ -192,9 +196,9 @@ MUTANTS = [
         "forget",
         "the old [forget] (issue 8, 1): adapter_missing does not drop an adapter requests run on",
         MACHINE,
-        "            return []\n        self._drop(rep, adapter)\n        return []",
-        "            return []\n        if not held.in_use:\n"
-        "            self._drop(rep, adapter)\n        return []",
+        "            return []\n        self._drop(rep, adapter)\n",
+        "            return []\n        if held.in_use:\n            return []\n"
+        "        self._drop(rep, adapter)\n",
     ),
     # -- answers, releases, cancels
     Mutant(
@@ -288,8 +292,33 @@ MUTANTS = [
         "view",
         "a replica at its limit counts as having room",
         MACHINE,
-        "if len(held) + len(loading) < rep.limit:",
-        "if len(held) + len(loading) <= rep.limit:",
+        "if len(held) + len(loading) < rep.limit and",
+        "if len(held) + len(loading) <= rep.limit and",
+    ),
+    # -- [refuse], [health], [cap]
+    Mutant(
+        "refusal-never-ends",
+        "refuse",
+        "an adapter the engine refused is refused for ever",
+        MACHINE,
+        "            if refused[0] > self._clock:  # [refuse]",
+        "            if True:  # [refuse]",
+    ),
+    Mutant(
+        "backoff-does-not-double",
+        "health",
+        "a replica failing again and again is avoided no longer than the first time",
+        MACHINE,
+        "        wait = self._backoff * 2.0 ** min(rep.failures - 1, 32)",
+        "        wait = self._backoff",
+    ),
+    Mutant(
+        "cap-counts-idle",
+        "cap",
+        "idle adapters count against the cap, so a request waits though evicting one would make room",
+        MACHINE,
+        "count - len(rep.idle) >= rep.limit + self._headroom",
+        "count >= rep.limit + self._headroom",
     ),
     # -- the wire
     Mutant(
@@ -341,17 +370,21 @@ def mutate(source: Path, mutant: Mutant | None) -> None:
     path.write_text(text.replace(mutant.old, mutant.new))
 
 
-def run(mutant: Mutant | None, tests: list[str], timeout: float) -> tuple[bool, float, str]:
+def run(
+    mutant: Mutant | None, tests: list[str], timeout: float, seed: int | None = None
+) -> tuple[bool, float, str]:
     """Run ``tests`` against the core with ``mutant`` in it; True when they fail (the mutant is caught)."""
     with tempfile.TemporaryDirectory(prefix="lorafleet-mutant-") as folder:
-        env = dict(os.environ, HYPOTHESIS_PROFILE="ci-find", PYTHONDONTWRITEBYTECODE="1")
+        profile = "ci-find" if seed is None else "ci-seeded"
+        env = dict(os.environ, HYPOTHESIS_PROFILE=profile, PYTHONDONTWRITEBYTECODE="1")
+        seeded = [] if seed is None else [f"--hypothesis-seed={seed}"]
         # The copy goes first on the path even unmutated: the installed package may be another tree's.
         mutate(Path(folder), mutant)
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [folder, env.get("PYTHONPATH")]))
         started = time.monotonic()
         try:
             done = subprocess.run(
-                [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", *tests],
+                [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", *seeded, *tests],
                 cwd=ROOT,
                 env=env,
                 capture_output=True,
@@ -374,6 +407,7 @@ def main() -> int:
     parser.add_argument("--only", nargs="+", help="mutant names")
     parser.add_argument("--show", action="store_true", help="print each mutant's change")
     parser.add_argument("--timeout", type=float, default=900.0, help="seconds for one run")
+    parser.add_argument("--seeds", type=int, help="run each mutant with this many seeds, and count")
     args = parser.parse_args()
     chosen = [m for m in MUTANTS if not args.only or m.name in args.only]
     for mutant in chosen:  # fail fast on a stale snippet, before any run
@@ -384,6 +418,15 @@ def main() -> int:
         print(f"the tests fail on the unmutated core ({last}): nothing to measure")
         return 1
     print(f"unmutated: pass in {took:.0f} s; tests: {' '.join(args.tests)}")
+    if args.seeds:
+        for mutant in chosen:
+            found = [run(mutant, args.tests, args.timeout, seed) for seed in range(args.seeds)]
+            seeds = [seed for seed, (caught, _, _) in enumerate(found) if caught]
+            took = sum(t for _, t, _ in found) / len(found)
+            print(
+                f"{mutant.name:28} found by {len(seeds)}/{args.seeds} seeds (a run: {took:.0f} s on average)"
+            )
+        return 0
     score = 0
     for mutant in chosen:
         caught, took, last = run(mutant, args.tests, args.timeout)
