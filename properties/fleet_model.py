@@ -88,6 +88,14 @@ class State(enum.Enum):
 
 
 LEASED = (State.GRANTED, State.DEAD)
+RACES = [
+    "a call is answered",
+    "the engine carries out a call",
+    "a request ends",
+    "a request is answered 404",
+    "a request",
+]
+"""What may happen while a listing is out, in FleetModel.a_listing_races."""
 
 
 @attrs.define
@@ -187,6 +195,8 @@ class FleetModel(RuleBasedStateMachine):
             on = (event.replica, event.adapter)
             if ticket is None or (ticket.state is State.GRANTED and (ticket.replica, ticket.adapter) == on):
                 lost.add((event.replica, event.adapter))
+            else:  # about a copy the machine no longer holds, or a request that has ended: stale
+                assert after.get(event.replica) == before.get(event.replica), f"{event} is stale"
         if isinstance(event, ListingReceived) and event.listing in self.listings:
             replica, started = self.listings.pop(event.listing)
             for name in before.get(replica, {}).keys() - set(event.adapters):
@@ -431,6 +441,25 @@ class FleetModel(RuleBasedStateMachine):
         note(f"another router {'loads' if load else 'unloads'} {adapter} on {replica}")
         self.world.other_router(replica, adapter, load=load)
 
+    @precondition(lambda self: bool(self.held_somewhere()))
+    @rule(data=st.data())
+    def another_router_unloads_what_the_machine_holds(self, data: st.DataObject) -> None:
+        """Another router unloads an adapter the machine holds: the engine no longer has it, and the
+        machine learns it from a listing, a 404, or an unload answered "not found"."""
+        replica, adapter = data.draw(st.sampled_from(self.held_somewhere()))
+        note(f"another router unloads {adapter} on {replica}")
+        self.world.other_router(replica, adapter, load=False)
+
+    @precondition(lambda self: bool(self.contested()))
+    @rule(data=st.data(), back=st.booleans())
+    def remove_a_replica_with_calls_out(self, data: st.DataObject, back: bool) -> None:
+        """A replica is removed while calls to it are out (and maybe added back at once): their late
+        answers are counted and change nothing else, or carry on for the replica that came back."""
+        replica, _ = data.draw(st.sampled_from(self.contested()))
+        self.remove((replica,))
+        if back:
+            self.add(replica, LIMITS[REPLICAS[replica]])
+
     @rule(replica=st.sampled_from([*sorted(REPLICAS), UNKNOWN]))
     def replica_fails(self, replica: str) -> None:
         """The router saw a replica fail on its own (a forwarded request got no answer): [health]."""
@@ -534,38 +563,89 @@ class FleetModel(RuleBasedStateMachine):
         replica, adapter = data.draw(st.sampled_from(self.busy()))
         note(f"the engine of {replica} loses {adapter} while requests run on it; told {told}")
         self.world.other_router(replica, adapter, load=False)
+        if replica not in self.active:
+            return  # removed: what its requests run on is kept, unseen, and no one asks it anything
         if told == "by a listing":
             self.list_afresh(replica)
-        elif replica in self.active:
+        else:
             reporter = self.running(replica, adapter)[0]
             self.send(AdapterMissing(replica=replica, adapter=adapter, ticket=reporter))
-        if replica in self.active:
-            self.ask(replica, adapter, fast=fast)
-            self.ask(replica, adapter, fast=not fast)
+        self.ask(replica, adapter, fast=fast)
+        self.ask(replica, adapter, fast=not fast)
 
-    @precondition(lambda self: bool(self.contested()))
-    @rule(data=st.data())
-    def a_listing_races_a_call(self, data: st.DataObject) -> None:
-        """A replica is listed, start to answer, while a load or an unload of it is out: the engine
-        lists what it has at that moment, which the call has or has not changed yet (the seed's
-        faults 1 to 4 live here)."""
-        replica, adapter = data.draw(st.sampled_from(self.contested()))
-        note(f"{replica} is listed while a call about {adapter} is out")
-        self.list_afresh(replica)
+    @precondition(lambda self: bool(self.active))
+    @rule(
+        data=st.data(),
+        meanwhile=st.sampled_from(RACES),
+        way=st.sampled_from(list(Way)),
+        served_first=st.booleans(),
+    )
+    def a_listing_races(self, data: st.DataObject, meanwhile: str, way: Way, served_first: bool) -> None:
+        """A listing of a replica is out, served by the engine before or after something else happens
+        there, and answered after it: a call answered (or carried out by the engine, its answer still
+        on its way), a request ending, a request answered 404, a new request. The listing shows what
+        the engine had when it was served, which the machine must read as of when it started (the
+        seed's faults 1 to 4, and [listing]'s own edges, live here)."""
+        # Where a load or an unload is out, if anywhere: that is where a listing has something to race.
+        replica = data.draw(st.sampled_from(sorted({r for r, _ in self.contested()}) or sorted(self.active)))
+        listing = self.start_listing(replica)
+        note(f"listing {listing} of {replica} is out, {'' if served_first else 'not '}served; {meanwhile}")
+        if served_first:
+            self.world.serve_listing(listing)
+        calls = [
+            op
+            for op in self.world.pending((IssueLoad, IssueUnload))
+            if self.world.calls[op].command.replica == replica and not self.world.acted(op)
+        ]
+        running = [n for n in self.in_state(State.GRANTED) if self.tickets[n].replica == replica]
+        if meanwhile == "a call is answered" and calls:
+            self.answer(data.draw(st.sampled_from(calls)), way, data.draw(st.integers(0, 11)), wire=True)
+        elif meanwhile == "the engine carries out a call" and calls:
+            op = data.draw(st.sampled_from(calls))
+            self.world.act(op, way)
+            note(f"the engine carries out {self.world.calls[op].command} ({way.value}); its answer waits")
+        elif meanwhile == "a request ends" and running:
+            ticket = data.draw(st.sampled_from(running))
+            self.tickets[ticket].state = State.RELEASED
+            self.send(Released(ticket=ticket))
+        elif meanwhile == "a request is answered 404" and running:
+            ticket = data.draw(st.sampled_from(running))
+            adapter = self.tickets[ticket].adapter
+            self.world.other_router(replica, adapter, load=False)
+            self.send(AdapterMissing(replica=replica, adapter=adapter, ticket=ticket))
+        elif meanwhile == "a request":
+            self.ask(replica, data.draw(st.sampled_from(ADAPTERS)), fast=data.draw(st.booleans()))
+        if listing in self.world.calls:  # unless the replica went away meanwhile
+            if self.world.calls[listing].served is None:
+                self.world.serve_listing(listing)
+            self.send(self.world.answer(listing).event)
 
-    def list_afresh(self, replica: str) -> None:
-        """A listing of ``replica`` that starts now, served and answered at once."""
+    def start_listing(self, replica: str) -> int:
+        """A listing of ``replica`` that starts now (one already out is answered first)."""
         for op in self.world.pending(ReadListing):
             if self.world.calls[op].command.replica == replica:
                 self.send(self.world.answer(op).event)
-        while replica in self.active:
+        for _ in range(len(REPLICAS) + 1):
             due = self.machine.next_due()
             assert due is not None
             self.now = max(self.now, due)
             for command in self.send(TimeAdvanced(now=self.now)):
                 if isinstance(command, ReadListing) and command.replica == replica:
-                    self.send(self.world.answer(command.listing).event)
-                    return
+                    return command.listing
+        raise AssertionError(f"{replica} is never listed")
+
+    def list_afresh(self, replica: str) -> None:
+        """A listing of ``replica`` that starts now, served and answered at once."""
+        self.send(self.world.answer(self.start_listing(replica)).event)
+
+    @precondition(lambda self: bool(self.in_state(State.RELEASED, State.DEAD)))
+    @rule(data=st.data())
+    def a_late_404(self, data: st.DataObject) -> None:
+        """A request answered 404 reports it late, with its ticket, once its lease has ended or its copy
+        is gone: the report is stale, and the machine keeps what it holds now."""
+        ticket = data.draw(st.sampled_from(self.in_state(State.RELEASED, State.DEAD)))
+        t = self.tickets[ticket]
+        self.send(AdapterMissing(replica=t.replica, adapter=t.adapter, ticket=ticket))
 
     @rule()
     def settle(self) -> None:

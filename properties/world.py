@@ -191,6 +191,8 @@ class Outstanding:
     command: Call
     served: tuple[str, ...] | None = None
     """For a listing: what the engine had when it read its registry, once it has."""
+    reply: Reply | None = None
+    """For a load or an unload the engine has acted on: its answer, still on its way."""
 
 
 @attrs.define
@@ -251,11 +253,29 @@ class World:
         call = self.calls[op]
         call.served = tuple(self.engines[call.command.replica])
 
+    def act(self, op: int, way: Way = Way.AS_ASKED, variant: int = 0) -> None:
+        """The engine carries out load or unload ``op`` in ``way`` now; its answer comes with ``answer``."""
+        call = self.calls[op]
+        names = self.engines[call.command.replica]
+        match call.command:
+            case IssueLoad():
+                call.reply = self._load(call.command, names, way, variant)
+            case IssueUnload():
+                call.reply = self._unload(call.command, names, way, variant)
+            case ReadListing():
+                raise ValueError(f"a listing is served, not acted on: {call.command}")
+
+    def acted(self, op: int) -> bool:
+        return self.calls[op].reply is not None
+
     def answer(self, op: int, way: Way = Way.AS_ASKED, variant: int = 0) -> Reply:
-        """The engine answers call ``op`` in ``way``; ``variant`` picks how vLLM words it."""
+        """The engine answers call ``op`` in ``way`` (unless it acted on it already, in a way of its
+        own); ``variant`` picks how vLLM words it."""
         call = self.calls.pop(op)
         command = call.command
         names = self.engines[command.replica]
+        if call.reply is not None:
+            return call.reply
         match command:
             case IssueLoad():
                 return self._load(command, names, way, variant)
