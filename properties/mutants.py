@@ -393,7 +393,8 @@ def run(
                 check=False,
             )
         except subprocess.TimeoutExpired:
-            return False, time.monotonic() - started, "timed out"
+            # A run that never ends fails CI too: caught, and said so.
+            return True, time.monotonic() - started, "timed out"
         took = time.monotonic() - started
     last = done.stdout.strip().splitlines()[-1] if done.stdout.strip() else done.stderr[-300:]
     return done.returncode != 0, took, last
@@ -431,7 +432,7 @@ def main() -> int:
     for mutant in chosen:
         caught, took, last = run(mutant, args.tests, args.timeout)
         score += caught
-        verdict = "caught  " if caught else "SURVIVED"
+        verdict = ("hung    " if last == "timed out" else "caught  ") if caught else "SURVIVED"
         print(f"{verdict} {mutant.name:28} [{mutant.rule}] {mutant.what} ({took:.0f} s)", flush=True)
         if args.show:
             print(f"    - {mutant.old!r}\n    + {mutant.new!r}\n    {last}")
