@@ -1,17 +1,23 @@
 """A Hypothesis state machine that plays the shell around the machine, in a simulated world, beside a model.
 
-Hypothesis chooses what happens next: a request (through the ``hit`` fast path or not), a release, a
-cancel, which outstanding call the engine answers and how (world.py: as asked, already loaded, not
-found, the adapter's fault, the replica's fault before or after the engine acted, worded as one vLLM
-release or another and read back through the wire protocol or not), another router loading or
-unloading behind the machine's back, an engine restarting, replicas removed and added back, limits
-changed, time passing, and calls that break the contract.
+Each example starts a machine with drawn settings (no cap or a cap, the default refusal or a short
+one, the default backoff or a long one). Then Hypothesis chooses what happens next: a request
+(through the ``hit`` fast path or not), a release, a cancel, which outstanding call the engine answers
+and how (world.py: as asked, already loaded, not found, the adapter's fault, the replica's fault
+before or after the engine acted, worded as one vLLM release or another and read back through the
+wire protocol or not), another router loading or unloading behind the machine's back, an engine
+restarting, a 404 on a forwarded request, replicas failing, removed and added back, limits changed,
+time passing, listings racing all of these, and calls that break the contract.
 
-Every event goes to the machine and to a naive model (model.py), and the commands must be the same
-list; after every step the statistics, the views, the next due time and which replicas are met must be
-the same too. Beside that, safety is checked against the world itself: no grant for an adapter being
-unloaded, no unload of an adapter a request runs on, one load per adapter, every request ended once,
-and once the engines go quiet the machine holds what they hold.
+Every event goes to the machine and to a naive model (model.py): the commands must be the same list,
+and after every step the statistics (in key order), the views, the next due time, which replicas are
+met and the next ticket must be the same too. Beside the model, what the world itself says must hold
+is checked on its own (``with_model = False`` checks only that): no grant for an adapter being
+unloaded, no unload of an adapter a request runs on (across remove and re-add), one call at a time per
+adapter and replica, every request ended once, a request is a hit exactly when the adapter is held
+and otherwise loads it or waits for room; once the engine has said it does not have an adapter, the
+machine stops holding it, so overlapping requests for it load it again (issue 8's liveness); once the
+engines go quiet the machine holds what they hold. ``note()`` tells each step as a story.
 """
 
 from __future__ import annotations
@@ -81,7 +87,8 @@ class State(enum.Enum):
     WAITING = "waiting"
     GRANTED = "granted"
     DEAD = "granted, on a copy the machine no longer holds"
-    """Its release changes nothing (the replica was removed, or the engine lost the adapter)."""
+    """The engine said it does not have the adapter: the request fails on its own, and its release
+    changes nothing."""
     RELEASED = "released"
     FAILED = "failed"
     CANCELLED = "cancelled"

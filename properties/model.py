@@ -9,6 +9,9 @@ machine decides, not only that it is safe.
 Where the machine dates things with a logical clock, the model says what the rule says: a listing
 drops the adapters that were held *when it started* (``at_listing_start``, by identity), and keeps
 out of its additions those dropped *while it was out* (``dropped_while_listing``).
+
+It follows [refuse], [health] and [cap] (a queue per replica). It does not follow [pin], which
+places copies where [place] would: the properties neither pin nor compare placements.
 """
 
 from __future__ import annotations
