@@ -333,9 +333,6 @@ class Fleet:
             raise kind(replica, lease.adapter, failed.message, timeout=waiter.timeout)
         lease._how = waiter.how
 
-    def _release(self, lease: Lease) -> None:
-        self._send(Released(ticket=lease.ticket))
-
     # -- the loop: event in, commands out ------------------------------------------------------
 
     def _send(self, event: Event, *, timed_out: float | None = None) -> None:
@@ -552,4 +549,4 @@ class Lease:
     async def __aexit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
-        self._fleet._release(self)
+        self._fleet._send(Released(ticket=self.ticket))
