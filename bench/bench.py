@@ -90,7 +90,7 @@ def fleet_machine(replicas: int, held: int) -> AdapterStateMachine:
     m = AdapterStateMachine()
     for r in range(replicas):
         rid = f"r{r}"
-        (listing,) = m.add_replica(rid, "m", held)
+        (listing,) = m.add_replica(rid, model="m", limit=held)
         assert isinstance(listing, ReadListing)
         m.listing_received(listing.listing, [f"a{i}" for i in range(held)])
     return m
@@ -105,7 +105,7 @@ def hit_path(replicas: int, held: int) -> Callable[[int], None]:
         request, release = m.request, m.release
         ticket = m.next_ticket
         for t in range(ticket, ticket + n):
-            request(t, rid, adapter, "/p")
+            request(t, replica=rid, adapter=adapter, path="/p")
             release(t)
 
     return run
@@ -119,7 +119,9 @@ def cold_path(replicas: int, held: int) -> Callable[[int], None]:
     def cycle(n: int) -> None:
         ticket = m.next_ticket
         for t in range(ticket, ticket + n):
-            (unload,) = m.request(t, rid, f"b{t}", "/p")  # a new name each time: always cold
+            (unload,) = m.request(
+                t, replica=rid, adapter=f"b{t}", path="/p"
+            )  # a new name each time: always cold
             assert isinstance(unload, IssueUnload)
             (load,) = m.unload_finished(unload.unload, UNLOADED)
             assert isinstance(load, IssueLoad)
@@ -142,7 +144,7 @@ def victim_choice(held: int, n: int, repeat: int = 7) -> float:
             for t in range(ticket, ticket + n):
                 name = f"b{t}"
                 started = clock()
-                (unload,) = m.request(t, "r0", name, "/p")
+                (unload,) = m.request(t, replica="r0", adapter=name, path="/p")
                 spent += clock() - started
                 assert isinstance(unload, IssueUnload)
                 (load,) = m.unload_finished(unload.unload, UNLOADED)

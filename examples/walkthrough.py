@@ -1,7 +1,8 @@
 """Drive lorafleet's state machine by hand: a cold load, a join, an eviction and a listing.
 
-Run it with ``python3 dev.py demo``. Every line printed is an event the shell would report and the
-commands the machine answers with: no network, no clock, the same output every time.
+Run it with ``.venv/bin/python examples/walkthrough.py`` once ``python3 dev.py test`` or ``demo`` has
+made the venv. Every line printed is an event the shell would report and the commands the machine
+answers with: no network, no clock, the same output every time.
 """
 
 from __future__ import annotations
@@ -33,27 +34,41 @@ def main() -> None:
             print("< (nothing to do)")
 
     step(
-        "a replica that holds at most 2 adapters: read what it holds first", ReplicaAdded("gpu-0", "llama", 2)
+        "a replica that holds at most 2 adapters: read what it holds first",
+        ReplicaAdded(replica="gpu-0", model="llama", limit=2),
     )
-    step("it holds nothing yet", ListingReceived(1, ()))
-    step("a request for a cold adapter starts a load", Requested(1, "gpu-0", "sql", "/adapters/sql"))
-    step("a second request for it joins that load", Requested(2, "gpu-0", "sql", "/adapters/sql"))
-    step("the engine answers: both wake", LoadFinished(2, LoadOutcome.LOADED))
-    step("a third request is a hit", Requested(3, "gpu-0", "sql", "/adapters/sql"))
+    step("it holds nothing yet", ListingReceived(listing=1, adapters=()))
+    step(
+        "a request for a cold adapter starts a load",
+        Requested(ticket=1, replica="gpu-0", adapter="sql", path="/adapters/sql"),
+    )
+    step(
+        "a second request for it joins that load",
+        Requested(ticket=2, replica="gpu-0", adapter="sql", path="/adapters/sql"),
+    )
+    step("the engine answers: both wake", LoadFinished(load=2, outcome=LoadOutcome.LOADED))
+    step(
+        "a third request is a hit", Requested(ticket=3, replica="gpu-0", adapter="sql", path="/adapters/sql")
+    )
     for ticket in (1, 2, 3):
-        machine.handle(Released(ticket))
+        machine.handle(Released(ticket=ticket))
     print("\n# all three released")
-    step("another adapter fits", Requested(4, "gpu-0", "chat", "/adapters/chat"))
-    step("loaded", LoadFinished(3, LoadOutcome.LOADED))
-    step("done with it", Released(4))
+    step("another adapter fits", Requested(ticket=4, replica="gpu-0", adapter="chat", path="/adapters/chat"))
+    step("loaded", LoadFinished(load=3, outcome=LoadOutcome.LOADED))
+    step("done with it", Released(ticket=4))
     step(
         "a third adapter: sql is least recently used, so it goes",
-        Requested(5, "gpu-0", "code", "/adapters/code"),
+        Requested(ticket=5, replica="gpu-0", adapter="code", path="/adapters/code"),
     )
-    step("the unload finished; now the load goes out", UnloadFinished(4, UnloadOutcome.UNLOADED))
-    step("loaded", LoadFinished(5, LoadOutcome.LOADED))
-    step("30 s later the listing is due again", TimeAdvanced(30.0))
-    step("another router loaded 'math' meanwhile", ListingReceived(6, ("chat", "code", "math")))
+    step(
+        "the unload finished; now the load goes out", UnloadFinished(unload=4, outcome=UnloadOutcome.UNLOADED)
+    )
+    step("loaded", LoadFinished(load=5, outcome=LoadOutcome.LOADED))
+    step("30 s later the listing is due again", TimeAdvanced(now=30.0))
+    step(
+        "another router loaded 'math' meanwhile",
+        ListingReceived(listing=6, adapters=("chat", "code", "math")),
+    )
     stats = machine.statistics()
     print("\n# what the machine now believes")
     for replica, held in stats.replicas.items():

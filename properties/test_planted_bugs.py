@@ -5,13 +5,11 @@ Shrinking is skipped (finding is what is checked, not the shortest story), so ea
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-
 import pytest
 from hypothesis import Phase, settings
 from hypothesis.stateful import run_state_machine_as_test
 
-from lorafleet import AdapterStateMachine, Command
+from lorafleet import AdapterStateMachine, Command, ListingReceived, Requested
 
 from fleet_model import FleetModel
 
@@ -19,25 +17,25 @@ from fleet_model import FleetModel
 class EvictsBusyAdapters(AdapterStateMachine):
     """Forgets to take an adapter off the idle list when a request starts using it."""
 
-    def request(self, ticket: int, replica: str, adapter: str, path: str) -> list[Command]:
-        commands = super().request(ticket, replica, adapter, path)
-        rep = self._replicas[replica]
-        if adapter in rep.held and adapter not in rep.idle:
-            rep.idle[adapter] = None
+    def _requested(self, event: Requested) -> list[Command]:
+        commands = super()._requested(event)
+        rep = self._replicas[event.replica]
+        if event.adapter in rep.held and event.adapter not in rep.idle:
+            rep.idle[event.adapter] = 0
         return commands
 
 
 class ListingReaddsUnloading(AdapterStateMachine):
     """The seed's fault 1: a listing brings back an adapter whose unload is still in flight."""
 
-    def listing_received(self, listing: int, adapters: Iterable[str]) -> list[Command]:
-        op = self._ops.get(listing)
+    def _listing_received(self, event: ListingReceived) -> list[Command]:
+        op = self._ops.get(event.listing)
         rep = getattr(op, "replica", None)
         if rep is None:
-            return super().listing_received(listing, adapters)
+            return super()._listing_received(event)
         unloading, rep.unloading = rep.unloading, {}
         try:
-            return super().listing_received(listing, adapters)
+            return super()._listing_received(event)
         finally:
             for name, unload in unloading.items():
                 rep.unloading[name] = unload

@@ -19,6 +19,7 @@ from lorafleet import (
     ListingReceived,
     LoadFinished,
     LoadOutcome,
+    MarkMet,
     ReadListing,
     ReplicaAdded,
     Requested,
@@ -50,15 +51,16 @@ class Scenario:
         """A machine that knows these (replica, limit) pairs, each listed empty unless ``listed`` is False."""
         s = cls()
         for replica, limit in replicas:
-            (cmd,) = s(ReplicaAdded(replica, model, limit))
+            (cmd,) = s(ReplicaAdded(replica=replica, model=model, limit=limit))
             assert isinstance(cmd, ReadListing)
             if listed:
-                s.expect(ListingReceived(cmd.listing, ()))
+                s.expect(ListingReceived(listing=cmd.listing, adapters=()), MarkMet(replica=replica))
         return s
 
     def __call__(self, event: Event) -> list[Command]:
         commands = self.machine.handle(event)
         self.steps.append(Step(event, commands))
+        self.machine.check_invariants()
         return commands
 
     def expect(self, event: Event, *commands: Command) -> list[Command]:
@@ -69,11 +71,15 @@ class Scenario:
     def request(self, replica: str, adapter: str, path: str | None = None) -> tuple[int, list[Command]]:
         """A new request with the next ticket; returns the ticket and the commands."""
         self.ticket += 1
-        return self.ticket, self(Requested(self.ticket, replica, adapter, path or f"/adapters/{adapter}"))
+        return self.ticket, self(
+            Requested(
+                ticket=self.ticket, replica=replica, adapter=adapter, path=path or f"/adapters/{adapter}"
+            )
+        )
 
     def hit(self, replica: str, adapter: str) -> int:
         ticket, commands = self.request(replica, adapter)
-        assert commands == [Grant(ticket, How.HIT)], commands
+        assert commands == [Grant(ticket=ticket, how=How.HIT)], commands
         return ticket
 
     def load(self, replica: str, adapter: str) -> int:
@@ -81,7 +87,9 @@ class Scenario:
         ticket, commands = self.request(replica, adapter)
         (cmd,) = commands
         assert isinstance(cmd, IssueLoad), commands
-        self.expect(LoadFinished(cmd.load, LoadOutcome.LOADED), Grant(ticket, How.LOADED))
+        self.expect(
+            LoadFinished(load=cmd.load, outcome=LoadOutcome.LOADED), Grant(ticket=ticket, how=How.LOADED)
+        )
         return ticket
 
 
@@ -94,8 +102,8 @@ def unloads(commands: Iterable[Command]) -> list[IssueUnload]:
 
 
 def unloaded(unload: IssueUnload, outcome: UnloadOutcome = UnloadOutcome.UNLOADED) -> UnloadFinished:
-    return UnloadFinished(unload.unload, outcome)
+    return UnloadFinished(unload=unload.unload, outcome=outcome)
 
 
 def failed(ticket: int, fault: Fault, message: str) -> Fail:
-    return Fail(ticket, fault, message)
+    return Fail(ticket=ticket, fault=fault, message=message)

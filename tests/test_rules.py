@@ -16,6 +16,9 @@ from lorafleet import (
     ListingReceived,
     LoadFinished,
     LoadOutcome,
+    MarkMet,
+    Placed,
+    Placement,
     ReadListing,
     Released,
     ReplicaAdded,
@@ -39,14 +42,14 @@ def held(s: Scenario, replica: str) -> dict[str, int]:
 def test_hit_grants_at_once_and_makes_the_adapter_most_recently_used() -> None:
     s = Scenario.with_replicas(("r", 2))
     a, b = s.load("r", "a"), s.load("r", "b")
-    s.expect(Released(a))
-    s.expect(Released(b))
+    s.expect(Released(ticket=a))
+    s.expect(Released(ticket=b))
     t = s.hit("r", "a")
     assert held(s, "r") == {"a": 1, "b": 0}
-    s.expect(Released(t))
+    s.expect(Released(ticket=t))
     # a was used last, so b is the one to go.
     _ticket, commands = s.request("r", "c")
-    assert commands == [IssueUnload(4, "r", "b")]
+    assert commands == [IssueUnload(unload=4, replica="r", adapter="b")]
 
 
 def test_join_waits_for_the_one_load_and_is_granted_joined() -> None:
@@ -58,10 +61,10 @@ def test_join_waits_for_the_one_load_and_is_granted_joined() -> None:
     third, commands = s.request("r", "a")
     assert commands == []
     s.expect(
-        LoadFinished(load.load, LoadOutcome.LOADED),
-        Grant(first, How.LOADED),
-        Grant(second, How.JOINED),
-        Grant(third, How.JOINED),
+        LoadFinished(load=load.load, outcome=LoadOutcome.LOADED),
+        Grant(ticket=first, how=How.LOADED),
+        Grant(ticket=second, how=How.JOINED),
+        Grant(ticket=third, how=How.JOINED),
     )
     assert held(s, "r") == {"a": 3}
 
@@ -69,7 +72,7 @@ def test_join_waits_for_the_one_load_and_is_granted_joined() -> None:
 def test_wait_unload_then_the_request_is_handled_afresh() -> None:
     s = Scenario.with_replicas(("r", 1))
     a = s.load("r", "a")
-    s.expect(Released(a))
+    s.expect(Released(ticket=a))
     b, commands = s.request("r", "b")
     (unload,) = unloads(commands)
     assert unload.adapter == "a"
@@ -83,54 +86,62 @@ def test_wait_unload_then_the_request_is_handled_afresh() -> None:
     load_b, load_a = loads(s(unloaded(unload)))
     assert (load_b.adapter, load_a.adapter) == ("b", "a")
     s.expect(
-        LoadFinished(load_a.load, LoadOutcome.LOADED), Grant(again, How.LOADED), Grant(joined, How.JOINED)
+        LoadFinished(load=load_a.load, outcome=LoadOutcome.LOADED),
+        Grant(ticket=again, how=How.LOADED),
+        Grant(ticket=joined, how=How.JOINED),
     )
-    s.expect(LoadFinished(load_b.load, LoadOutcome.LOADED), Grant(b, How.LOADED))
+    s.expect(LoadFinished(load=load_b.load, outcome=LoadOutcome.LOADED), Grant(ticket=b, how=How.LOADED))
     assert held(s, "r") == {"a": 2, "b": 1}
 
 
 def test_cold_load_without_victims_is_issued_at_once() -> None:
     s = Scenario.with_replicas(("r", 2))
     _ticket, commands = s.request("r", "a", "/lora/a")
-    assert commands == [IssueLoad(2, "r", "a", "/lora/a")]
+    assert commands == [IssueLoad(load=2, replica="r", adapter="a", path="/lora/a")]
 
 
 def test_evict_least_recently_used_idle_adapters_until_the_load_fits() -> None:
     s = Scenario.with_replicas(("r", 3))
     x, y, z = s.load("r", "x"), s.load("r", "y"), s.load("r", "z")
     for t in (y, x, z):
-        s.expect(Released(t))
-    s.expect(LimitSet("base", 2))
+        s.expect(Released(ticket=t))
+    s.expect(LimitSet(model="base", limit=2))
     # Lowering the limit takes effect at the next load: two go, y first (least recently used).
     _ticket, commands = s.request("r", "w")
-    assert unloads(commands) == [IssueUnload(5, "r", "y"), IssueUnload(6, "r", "x")]
+    assert unloads(commands) == [
+        IssueUnload(unload=5, replica="r", adapter="y"),
+        IssueUnload(unload=6, replica="r", adapter="x"),
+    ]
     assert loads(commands) == []  # the load waits for every victim's unload
     # Victims stop counting as held at once.
     assert held(s, "r") == {"z": 0}
-    assert s.machine.view(["r"], "y") == View(frozenset(), frozenset())
-    s.expect(UnloadFinished(5, UnloadOutcome.UNLOADED))
+    assert s.machine.view(["r"], "y") == View(holders=frozenset(), with_room=frozenset())
+    s.expect(UnloadFinished(unload=5, outcome=UnloadOutcome.UNLOADED))
     # Whatever the outcome of the last victim's unload, the load goes out.
-    s.expect(UnloadFinished(6, UnloadOutcome.FAILED, "boom"), IssueLoad(7, "r", "w", "/adapters/w"))
+    s.expect(
+        UnloadFinished(unload=6, outcome=UnloadOutcome.FAILED, message="boom"),
+        IssueLoad(load=7, replica="r", adapter="w", path="/adapters/w"),
+    )
 
 
 def test_evict_ties_are_broken_by_name() -> None:
     s = Scenario.with_replicas(("r", 2), listed=False)
     # Adapters another router loaded come in one listing: equally old, so by name.
-    s.expect(ListingReceived(1, ("zeta", "alpha")))
+    s.expect(ListingReceived(listing=1, adapters=("zeta", "alpha")), MarkMet(replica="r"))
     _ticket, commands = s.request("r", "new")
-    assert unloads(commands) == [IssueUnload(2, "r", "alpha")]
+    assert unloads(commands) == [IssueUnload(unload=2, replica="r", adapter="alpha")]
 
 
 def test_evict_never_takes_an_adapter_in_use_and_goes_over_the_limit_instead() -> None:
     s = Scenario.with_replicas(("r", 1))
     s.load("r", "a")
     ticket, commands = s.request("r", "b")
-    assert commands == [IssueLoad(3, "r", "b", "/adapters/b")]
-    s.expect(LoadFinished(3, LoadOutcome.LOADED), Grant(ticket, How.LOADED))
+    assert commands == [IssueLoad(load=3, replica="r", adapter="b", path="/adapters/b")]
+    s.expect(LoadFinished(load=3, outcome=LoadOutcome.LOADED), Grant(ticket=ticket, how=How.LOADED))
     assert held(s, "r") == {"a": 1, "b": 1}
     # A later load brings the replica back under its limit once adapters are idle.
-    s.expect(Released(1))
-    s.expect(Released(ticket))
+    s.expect(Released(ticket=1))
+    s.expect(Released(ticket=ticket))
     _, commands = s.request("r", "c")
     assert [u.adapter for u in unloads(commands)] == ["a", "b"]
 
@@ -138,7 +149,10 @@ def test_evict_never_takes_an_adapter_in_use_and_goes_over_the_limit_instead() -
 def test_load_outcome_already_loaded_is_a_success() -> None:
     s = Scenario.with_replicas(("r", 2))
     t, _commands = s.request("r", "a")
-    s.expect(LoadFinished(2, LoadOutcome.ALREADY_LOADED, "already"), Grant(t, How.LOADED))
+    s.expect(
+        LoadFinished(load=2, outcome=LoadOutcome.ALREADY_LOADED, message="already"),
+        Grant(ticket=t, how=How.LOADED),
+    )
 
 
 def test_load_outcome_failure_wakes_every_waiter_with_its_fault_and_holds_nothing() -> None:
@@ -146,27 +160,30 @@ def test_load_outcome_failure_wakes_every_waiter_with_its_fault_and_holds_nothin
     t1, _ = s.request("r", "a")
     t2, _ = s.request("r", "a")
     s.expect(
-        LoadFinished(2, LoadOutcome.ADAPTER_FAULT, "rank 64 > 16"),
-        Fail(t1, Fault.ADAPTER, "rank 64 > 16"),
-        Fail(t2, Fault.ADAPTER, "rank 64 > 16"),
+        LoadFinished(load=2, outcome=LoadOutcome.ADAPTER_FAULT, message="rank 64 > 16"),
+        Fail(ticket=t1, fault=Fault.ADAPTER, message="rank 64 > 16"),
+        Fail(ticket=t2, fault=Fault.ADAPTER, message="rank 64 > 16"),
     )
     assert held(s, "r") == {}
     # A request after the failure starts a new load.
     t3, commands = s.request("r", "a")
-    assert commands == [IssueLoad(3, "r", "a", "/adapters/a")]
-    s.expect(LoadFinished(3, LoadOutcome.REPLICA_FAULT, "timed out"), Fail(t3, Fault.REPLICA, "timed out"))
+    assert commands == [IssueLoad(load=3, replica="r", adapter="a", path="/adapters/a")]
+    s.expect(
+        LoadFinished(load=3, outcome=LoadOutcome.REPLICA_FAULT, message="timed out"),
+        Fail(ticket=t3, fault=Fault.REPLICA, message="timed out"),
+    )
 
 
 def test_unload_outcome_not_found_and_failed_both_leave_the_adapter_gone() -> None:
     s = Scenario.with_replicas(("r", 1))
-    s.expect(Released(s.load("r", "a")))
+    s.expect(Released(ticket=s.load("r", "a")))
     for outcome, adapter in ((UnloadOutcome.NOT_FOUND, "b"), (UnloadOutcome.FAILED, "c")):
         t, commands = s.request("r", adapter)
         (unload,) = unloads(commands)
-        (load,) = loads(s(UnloadFinished(unload.unload, outcome, "x")))
+        (load,) = loads(s(UnloadFinished(unload=unload.unload, outcome=outcome, message="x")))
         assert unload.adapter not in held(s, "r")
-        s.expect(LoadFinished(load.load, LoadOutcome.LOADED), Grant(t, How.LOADED))
-        s.expect(Released(t))
+        s.expect(LoadFinished(load=load.load, outcome=LoadOutcome.LOADED), Grant(ticket=t, how=How.LOADED))
+        s.expect(Released(ticket=t))
         assert held(s, "r") == {adapter: 0}
     stats = s.machine.statistics()
     assert stats.evictions == {("base", "failed"): 1, ("base", "not_found"): 1}
@@ -175,12 +192,12 @@ def test_unload_outcome_not_found_and_failed_both_leave_the_adapter_gone() -> No
 def test_release_twice_does_nothing_and_release_after_forgetting_does_nothing() -> None:
     s = Scenario.with_replicas(("r", 2))
     t = s.load("r", "a")
-    s.expect(Released(t))
-    s.expect(Released(t))
+    s.expect(Released(ticket=t))
+    s.expect(Released(ticket=t))
     assert held(s, "r") == {"a": 0}
     t2 = s.hit("r", "a")
-    s.expect(ReplicasRemoved(("r",)))
-    s.expect(Released(t2))
+    s.expect(ReplicasRemoved(replicas=("r",)))
+    s.expect(Released(ticket=t2))
 
 
 def test_release_makes_an_in_use_adapter_no_victim_until_released() -> None:
@@ -188,7 +205,7 @@ def test_release_makes_an_in_use_adapter_no_victim_until_released() -> None:
     t = s.load("r", "a")
     _, commands = s.request("r", "b")
     assert unloads(commands) == []
-    s.expect(Released(t))
+    s.expect(Released(ticket=t))
     _, commands = s.request("r", "c")
     assert [u.adapter for u in unloads(commands)] == ["a"]
 
@@ -197,139 +214,175 @@ def test_cancel_a_waiter_the_load_goes_on_for_the_others() -> None:
     s = Scenario.with_replicas(("r", 2))
     first, _ = s.request("r", "a")
     second, _ = s.request("r", "a")
-    s.expect(Cancelled(first))
-    s.expect(LoadFinished(2, LoadOutcome.LOADED), Grant(second, How.JOINED))
+    s.expect(Cancelled(ticket=first))
+    s.expect(LoadFinished(load=2, outcome=LoadOutcome.LOADED), Grant(ticket=second, how=How.JOINED))
     assert held(s, "r") == {"a": 1}
 
 
 def test_cancel_every_waiter_the_issued_load_still_lands_idle() -> None:
     s = Scenario.with_replicas(("r", 2))
     first, _ = s.request("r", "a")
-    s.expect(Cancelled(first))
-    s.expect(LoadFinished(2, LoadOutcome.LOADED))
+    s.expect(Cancelled(ticket=first))
+    s.expect(LoadFinished(load=2, outcome=LoadOutcome.LOADED))
     assert held(s, "r") == {"a": 0}
 
 
 def test_cancel_a_granted_request_releases_it() -> None:
     s = Scenario.with_replicas(("r", 2))
     t = s.load("r", "a")
-    s.expect(Cancelled(t))
+    s.expect(Cancelled(ticket=t))
     assert held(s, "r") == {"a": 0}
-    s.expect(Cancelled(t))  # ended: nothing more
+    s.expect(Cancelled(ticket=t))  # ended: nothing more
 
 
 def test_cancel_a_request_waiting_out_an_unload() -> None:
     s = Scenario.with_replicas(("r", 1))
-    s.expect(Released(s.load("r", "a")))
+    s.expect(Released(ticket=s.load("r", "a")))
     _, commands = s.request("r", "b")
     (unload,) = unloads(commands)
     waiter, _ = s.request("r", "a")
-    s.expect(Cancelled(waiter))
-    s.expect(unloaded(unload), IssueLoad(4, "r", "b", "/adapters/b"))
+    s.expect(Cancelled(ticket=waiter))
+    s.expect(unloaded(unload), IssueLoad(load=4, replica="r", adapter="b", path="/adapters/b"))
     assert s.machine.statistics().waiting == 1
 
 
 def test_listing_is_read_when_a_replica_is_first_met_and_then_every_interval() -> None:
     s = Scenario()
-    s.expect(TimeAdvanced(100.0))
-    s.expect(ReplicaAdded("r", "base", 2), ReadListing(1, "r"))
+    s.expect(TimeAdvanced(now=100.0))
+    s.expect(ReplicaAdded(replica="r", model="base", limit=2), ReadListing(listing=1, replica="r"))
     assert s.machine.next_due() == 130.0
     assert not s.machine.is_met("r")
-    s.expect(ListingReceived(1, ()))
+    s.expect(ListingReceived(listing=1, adapters=()), MarkMet(replica="r"))
     assert s.machine.is_met("r")
-    s.expect(TimeAdvanced(129.9))
-    s.expect(TimeAdvanced(130.0), ReadListing(2, "r"))
+    s.expect(TimeAdvanced(now=129.9))
+    s.expect(TimeAdvanced(now=130.0), ReadListing(listing=2, replica="r"))
     assert s.machine.next_due() == 160.0
     # Still out when due again: no second listing, the next one waits an interval more.
-    s.expect(TimeAdvanced(161.0))
+    s.expect(TimeAdvanced(now=161.0))
     assert s.machine.next_due() == 191.0
 
 
 def test_listing_adds_unknown_adapters_as_least_recently_used_of_all() -> None:
     s = Scenario.with_replicas(("r", 3), listed=False)
-    s.expect(ListingReceived(1, ()))
+    s.expect(ListingReceived(listing=1, adapters=()), MarkMet(replica="r"))
     t = s.load("r", "mine")
-    s.expect(Released(t))
-    s.expect(TimeAdvanced(30.0), ReadListing(3, "r"))
-    s.expect(ListingReceived(3, ("mine", "theirs")))
+    s.expect(Released(ticket=t))
+    s.expect(TimeAdvanced(now=30.0), ReadListing(listing=3, replica="r"))
+    s.expect(ListingReceived(listing=3, adapters=("mine", "theirs")))
     assert held(s, "r") == {"mine": 0, "theirs": 0}
     s.load("r", "x")
     _, commands = s.request("r", "y")
     assert [u.adapter for u in unloads(commands)] == ["theirs"]
 
 
-def test_listing_drops_unlisted_idle_adapters_held_before_it_started() -> None:
+def test_listing_drops_unlisted_adapters_held_before_it_started_in_use_or_not() -> None:
     s = Scenario.with_replicas(("r", 4))
-    old, _busy = s.load("r", "old"), s.load("r", "busy")
-    s.expect(Released(old))
-    s.expect(TimeAdvanced(30.0), ReadListing(4, "r"))
+    old, busy = s.load("r", "old"), s.load("r", "busy")
+    s.expect(Released(ticket=old))
+    s.expect(TimeAdvanced(now=30.0), ReadListing(listing=4, replica="r"))
     # Loaded after the listing started: the listing is older than the load, so it stays.
     s.load("r", "new")
-    s.expect(ListingReceived(4, ()))
-    assert held(s, "r") == {"busy": 1, "new": 1}
+    s.expect(ListingReceived(listing=4, adapters=()))
+    # busy has a request running on it, but the engine said it does not have it: no unload (there
+    # is nothing to unload), its lease goes dead, and the next request for it loads it.
+    assert held(s, "r") == {"new": 1}
+    s.expect(Released(ticket=busy))
+    assert held(s, "r") == {"new": 1}
+    _, commands = s.request("r", "busy")
+    assert loads(commands) == [IssueLoad(load=6, replica="r", adapter="busy", path="/adapters/busy")]
+
+
+def test_listing_of_an_adapter_lost_under_overlapping_requests_loads_it_again() -> None:
+    # Issue 8, bug 1: requests for x overlap without pause when the engine loses x. The old rule
+    # kept x held while any request ran on it, so every request was a hit and got a 404, forever.
+    s = Scenario.with_replicas(("r", 2))
+    running = s.load("r", "x")
+    s.expect(TimeAdvanced(now=30.0), ReadListing(listing=3, replica="r"))
+    also = s.hit("r", "x")
+    s.expect(ListingReceived(listing=3, adapters=()))  # the engine restarted meanwhile
+    s.expect(Released(ticket=running))
+    ticket, commands = s.request("r", "x")  # still overlapping with also
+    assert commands == [IssueLoad(load=4, replica="r", adapter="x", path="/adapters/x")]
+    s.expect(LoadFinished(load=4, outcome=LoadOutcome.ALREADY_LOADED), Grant(ticket=ticket, how=How.LOADED))
+    s.expect(Released(ticket=also))  # a lease on the lost copy: releasing it changes nothing
+    assert held(s, "r") == {"x": 1}
 
 
 def test_listing_leaves_loading_and_unloading_adapters_to_their_outcome() -> None:
     s = Scenario.with_replicas(("r", 1))
-    s.expect(Released(s.load("r", "a")))
+    s.expect(Released(ticket=s.load("r", "a")))
     t, commands = s.request("r", "b")
     (unload,) = unloads(commands)
-    s.expect(TimeAdvanced(30.0), ReadListing(5, "r"))
-    s.expect(ListingReceived(5, ("a",)))  # a's unload is in flight: not held again
+    s.expect(TimeAdvanced(now=30.0), ReadListing(listing=5, replica="r"))
+    s.expect(ListingReceived(listing=5, adapters=("a",)))  # a's unload is in flight: not held again
     assert held(s, "r") == {}
-    s.expect(unloaded(unload), IssueLoad(4, "r", "b", "/adapters/b"))
-    s.expect(TimeAdvanced(60.0), ReadListing(6, "r"))
-    s.expect(ListingReceived(6, ("b",)))  # b is loading: not held, not counted twice
+    s.expect(unloaded(unload), IssueLoad(load=4, replica="r", adapter="b", path="/adapters/b"))
+    s.expect(TimeAdvanced(now=60.0), ReadListing(listing=6, replica="r"))
+    s.expect(ListingReceived(listing=6, adapters=("b",)))  # b is loading: not held, not counted twice
     assert held(s, "r") == {}
-    s.expect(LoadFinished(4, LoadOutcome.LOADED), Grant(t, How.LOADED))
+    s.expect(LoadFinished(load=4, outcome=LoadOutcome.LOADED), Grant(ticket=t, how=How.LOADED))
     assert held(s, "r") == {"b": 1}
 
 
 def test_listing_does_not_bring_back_what_was_dropped_after_it_started() -> None:
     s = Scenario.with_replicas(("r", 1))
-    s.expect(Released(s.load("r", "a")))
-    s.expect(TimeAdvanced(30.0), ReadListing(3, "r"))
+    s.expect(Released(ticket=s.load("r", "a")))
+    s.expect(TimeAdvanced(now=30.0), ReadListing(listing=3, replica="r"))
     _t, commands = s.request("r", "b")
     (unload,) = unloads(commands)
     s(unloaded(unload))
-    s.expect(ListingReceived(3, ("a",)))  # a was there when the listing started, gone since
+    s.expect(ListingReceived(listing=3, adapters=("a",)))  # a was there when the listing started, gone since
     assert "a" not in held(s, "r")
 
 
 def test_listing_failed_changes_nothing_but_the_replica_counts_as_met() -> None:
     s = Scenario.with_replicas(("r", 2), listed=False)
     s.load("r", "a")
-    s.expect(ListingFailed(1, "timed out"))
+    s.expect(ListingFailed(listing=1, message="timed out"), MarkMet(replica="r"))
     assert s.machine.is_met("r")
     assert held(s, "r") == {"a": 1}
     assert s.machine.next_due() == 30.0
 
 
-def test_forget_drops_an_idle_adapter_the_engine_does_not_have() -> None:
+def test_forget_drops_an_adapter_the_engine_does_not_have_in_use_or_not() -> None:
     s = Scenario.with_replicas(("r", 2))
     t = s.load("r", "a")
-    s.expect(AdapterMissing("r", "a"))  # in use: its requests report it too, or the listing will
-    assert held(s, "r") == {"a": 1}
-    s.expect(Released(t))
-    s.expect(AdapterMissing("r", "a"))
+    s.expect(AdapterMissing(replica="r", adapter="a"))  # in use, but the engine said it is not there
+    assert held(s, "r") == {}
+    s.expect(Released(ticket=t))  # a dead lease: nothing to give back
     assert held(s, "r") == {}
     _, commands = s.request("r", "a")
-    assert loads(commands) == [IssueLoad(3, "r", "a", "/adapters/a")]
-    s.expect(AdapterMissing("r", "a"))  # loading: left to its outcome
-    s.expect(AdapterMissing("nowhere", "a"))
+    assert loads(commands) == [IssueLoad(load=3, replica="r", adapter="a", path="/adapters/a")]
+    s.expect(AdapterMissing(replica="r", adapter="a"))  # loading: left to its outcome
+    s.expect(AdapterMissing(replica="nowhere", adapter="a"))
+
+
+def test_forget_with_the_ticket_of_a_request_on_an_older_copy_changes_nothing() -> None:
+    s = Scenario.with_replicas(("r", 2))
+    old = s.load("r", "a")
+    s.expect(AdapterMissing(replica="r", adapter="a", ticket=old))  # old's copy is the one held: dropped
+    new = s.load("r", "a")
+    # A second request on the dropped copy reports late, while new runs on the copy loaded since.
+    s.expect(AdapterMissing(replica="r", adapter="a", ticket=old))
+    assert held(s, "r") == {"a": 1}
+    s.expect(Released(ticket=old))
+    s.expect(AdapterMissing(replica="r", adapter="a", ticket=old))  # ended: too late to tell, ignored
+    assert held(s, "r") == {"a": 1}
+    s.expect(AdapterMissing(replica="r", adapter="a", ticket=new))
+    assert held(s, "r") == {}
 
 
 def test_replicas_removed_fail_their_waiters_and_ignore_later_answers() -> None:
     s = Scenario.with_replicas(("r", 1), ("q", 1))
-    s.expect(Released(s.load("r", "a")))
+    s.expect(Released(ticket=s.load("r", "a")))
     t1, commands = s.request("r", "b")
     (unload,) = unloads(commands)
     t2, _ = s.request("r", "a")  # waits out a's unload
     _t3, commands = s.request("q", "c")
     s.expect(
-        ReplicasRemoved(("r", "unknown")),
-        Fail(t1, Fault.REPLICA, REPLICA_REMOVED),
-        Fail(t2, Fault.REPLICA, REPLICA_REMOVED),
+        ReplicasRemoved(replicas=("r", "unknown")),
+        Fail(ticket=t1, fault=Fault.REPLICA, message=REPLICA_REMOVED),
+        Fail(ticket=t2, fault=Fault.REPLICA, message=REPLICA_REMOVED),
     )
     s.expect(unloaded(unload))  # ignored, and b's load is never issued
     assert "r" not in s.machine.statistics().replicas
@@ -340,12 +393,55 @@ def test_replicas_removed_and_added_back_keep_calls_still_in_flight() -> None:
     s = Scenario.with_replicas(("r", 2))
     t, commands = s.request("r", "a")
     (load,) = loads(commands)
-    s.expect(ReplicasRemoved(("r",)), Fail(t, Fault.REPLICA, REPLICA_REMOVED))
-    s.expect(ReplicaAdded("r", "base", 2), ReadListing(3, "r"))
+    s.expect(ReplicasRemoved(replicas=("r",)), Fail(ticket=t, fault=Fault.REPLICA, message=REPLICA_REMOVED))
+    s.expect(ReplicaAdded(replica="r", model="base", limit=2), ReadListing(listing=3, replica="r"))
     # The old load is still out: a new request joins it instead of crossing it.
     t2, commands = s.request("r", "a")
     assert commands == []
-    s.expect(LoadFinished(load.load, LoadOutcome.LOADED), Grant(t2, How.JOINED))
+    s.expect(LoadFinished(load=load.load, outcome=LoadOutcome.LOADED), Grant(ticket=t2, how=How.JOINED))
+
+
+def test_replicas_removed_and_added_back_never_unload_what_a_request_still_runs_on() -> None:
+    # Issue 8, bug 2: x ran on r across its removal; after the re-add, the listing named x, which
+    # counted as idle and first to go, and two cold requests unloaded it under the running request.
+    s = Scenario.with_replicas(("r", 2))
+    running = s.load("r", "x")
+    s.expect(ReplicasRemoved(replicas=("r",)))
+    assert "r" not in s.machine.statistics().replicas  # unseen, but x is kept while running runs
+    s.expect(ReplicaAdded(replica="r", model="base", limit=2), ReadListing(listing=3, replica="r"))
+    s.expect(ListingReceived(listing=3, adapters=("x",)), MarkMet(replica="r"))
+    assert held(s, "r") == {"x": 1}
+    _, commands = s.request("r", "a")
+    assert unloads(commands) == []
+    s.expect(LoadFinished(load=4, outcome=LoadOutcome.LOADED), Grant(ticket=2, how=How.LOADED))
+    _, commands = s.request("r", "b")
+    assert unloads(commands) == []  # over the limit, as ever when every held adapter is in use
+    s.expect(Released(ticket=running))
+    assert held(s, "r") == {"a": 1, "x": 0}
+
+
+def test_replicas_removed_are_forgotten_once_their_last_running_request_ends() -> None:
+    s = Scenario.with_replicas(("r", 2))
+    running = s.load("r", "x")
+    s.expect(ReplicasRemoved(replicas=("r",)))
+    s.expect(Released(ticket=running))
+    # Nothing of r is left: adding it again is adding a new replica, with nothing held.
+    s.expect(ReplicaAdded(replica="r", model="other", limit=1), ReadListing(listing=3, replica="r"))
+    s.expect(ListingReceived(listing=3, adapters=()), MarkMet(replica="r"))
+    assert held(s, "r") == {}
+
+
+def test_replicas_added_back_are_met_again_by_their_next_listing() -> None:
+    s = Scenario.with_replicas(("r", 2))
+    s.expect(TimeAdvanced(now=30.0), ReadListing(listing=2, replica="r"))
+    s.expect(ReplicasRemoved(replicas=("r",)))
+    assert not s.machine.is_met("r")
+    s.expect(ReplicaAdded(replica="r", model="base", limit=2), ReadListing(listing=3, replica="r"))
+    s.expect(ListingReceived(listing=2, adapters=()))  # the abandoned listing: ignored, not met
+    assert not s.machine.is_met("r")
+    s.expect(ListingFailed(listing=3), MarkMet(replica="r"))
+    s.expect(TimeAdvanced(now=60.0), ReadListing(listing=4, replica="r"))
+    s.expect(ListingReceived(listing=4, adapters=()))  # met already: said once
 
 
 def test_view_says_who_holds_and_who_has_room() -> None:
@@ -357,15 +453,66 @@ def test_view_says_who_holds_and_who_has_room() -> None:
     )
 
 
+def test_place_prefers_the_least_busy_holder_then_a_free_slot() -> None:
+    s = Scenario.with_replicas(("r0", 2), ("r1", 2), ("r2", 2))
+    busy = s.load("r0", "a")
+    s.load("r1", "a")
+    s.hit("r1", "a")
+    assert s.machine.place("a") == Placement(replica="r0", placed=Placed.HELD)
+    s.expect(Released(ticket=busy))
+    s.request("r2", "a")  # loading there, and nothing else runs on it
+    assert s.machine.place("a") == Placement(replica="r0", placed=Placed.HELD)
+    assert s.machine.place("a", exclude={"r0"}) == Placement(replica="r2", placed=Placed.LOADING)
+    # Nobody holds b: a free slot, the least busy replica first.
+    assert s.machine.place("b") == Placement(replica="r0", placed=Placed.FREE)
+
+
+def test_place_a_cold_load_where_the_least_recently_used_idle_adapter_is_oldest() -> None:
+    s = Scenario.with_replicas(("r0", 1), ("r1", 1))
+    s.expect(Released(ticket=s.load("r0", "a")))
+    s.expect(Released(ticket=s.load("r1", "b")))
+    # Both are full; r0's idle adapter became idle first, so it goes.
+    assert s.machine.place("c") == Placement(replica="r0", placed=Placed.EVICT)
+    s.expect(Released(ticket=s.hit("r0", "a")))
+    assert s.machine.place("c") == Placement(replica="r1", placed=Placed.EVICT)
+
+
+def test_place_over_the_limit_only_where_every_adapter_is_in_use() -> None:
+    s = Scenario.with_replicas(("r0", 1), ("r1", 1))
+    s.load("r0", "a")
+    s.load("r1", "b")
+    s.hit("r1", "b")
+    assert s.machine.place("c") == Placement(replica="r0", placed=Placed.OVER)
+    assert s.machine.place("c", load={"r0": 5.0}) == Placement(replica="r1", placed=Placed.OVER)
+    assert s.machine.place("c", exclude={"r0", "r1"}) == Placement(replica=None, placed=None)
+
+
+def test_place_breaks_ties_by_rendezvous_hash_the_same_way_every_time() -> None:
+    s = Scenario.with_replicas(*((f"r{i}", 2) for i in range(8)))
+    chosen = {name: s.machine.place(name).replica for name in ("a", "b", "c", "d", "e", "f")}
+    assert len(set(chosen.values())) > 1  # different adapters spread over different replicas
+    again = Scenario.with_replicas(*((f"r{i}", 2) for i in reversed(range(8))))
+    assert {name: again.machine.place(name).replica for name in chosen} == chosen
+
+
+def test_place_only_among_replicas_of_the_model_and_never_a_removed_one() -> None:
+    s = Scenario.with_replicas(("r0", 2))
+    s.expect(ReplicaAdded(replica="q", model="other", limit=2), ReadListing(listing=2, replica="q"))
+    s.load("r0", "a")
+    assert s.machine.place("a", model="other") == Placement(replica="q", placed=Placed.FREE)
+    s(ReplicasRemoved(replicas=("r0",)))
+    assert s.machine.place("a", model="base") == Placement(replica=None, placed=None)
+
+
 def test_statistics_count_loads_evictions_grants_and_what_each_replica_holds() -> None:
     s = Scenario.with_replicas(("r", 1))
     a = s.load("r", "a")
-    s.expect(Released(s.hit("r", "a")))
-    s.expect(Released(a))
+    s.expect(Released(ticket=s.hit("r", "a")))
+    s.expect(Released(ticket=a))
     _t, commands = s.request("r", "b")
     _joined, _ = s.request("r", "b")
     s(unloaded(unloads(commands)[0]))
-    s(LoadFinished(4, LoadOutcome.REPLICA_FAULT, "500"))
+    s(LoadFinished(load=4, outcome=LoadOutcome.REPLICA_FAULT, message="500"))
     stats = s.machine.statistics()
     assert stats.loads == {("base", "loaded"): 1, ("base", "replica_fault"): 1}
     assert stats.evictions == {("base", "unloaded"): 1}
@@ -382,8 +529,8 @@ def test_the_same_events_give_the_same_commands() -> None:
         s = Scenario.with_replicas(("r", 2), ("q", 1))
         for i in range(6):
             s.request("rq"[i % 2], f"a{i % 3}")
-        s(TimeAdvanced(31.0))
-        s(Requested(100, "q", "zz", "/p"))
+        s(TimeAdvanced(now=31.0))
+        s(Requested(ticket=100, replica="q", adapter="zz", path="/p"))
         return [step.commands for step in s.steps]
 
     assert play() == play()
@@ -392,13 +539,17 @@ def test_the_same_events_give_the_same_commands() -> None:
 def test_hit_without_a_command_for_a_shells_fast_path() -> None:
     s = Scenario.with_replicas(("r", 2))
     t = s.load("r", "a")
-    s.expect(Released(t))
+    s.expect(Released(ticket=t))
     m = s.machine
-    assert m.hit(m.next_ticket, "r", "a")
+    assert m.hit(m.next_ticket, replica="r", adapter="a")
     assert held(s, "r") == {"a": 1}
     assert m.statistics().grants["hit"] == 1
     ticket = m.next_ticket
     before = m.statistics()
-    assert not m.hit(ticket, "r", "cold")  # not held: nothing changed, the request goes the long way
+    assert not m.hit(
+        ticket, replica="r", adapter="cold"
+    )  # not held: nothing changed, the request goes the long way
     assert m.statistics() == before
-    assert m.request(ticket, "r", "cold", "/c") == [IssueLoad(3, "r", "cold", "/c")]
+    assert m.request(ticket, replica="r", adapter="cold", path="/c") == [
+        IssueLoad(load=3, replica="r", adapter="cold", path="/c")
+    ]

@@ -18,10 +18,10 @@ def behaves_alike(a: AdapterStateMachine, b: AdapterStateMachine) -> None:
     assert a.statistics() == b.statistics()
     assert a.next_due() == b.next_due()
     probe: list[lf.Event] = [
-        Requested(1000, "r", "a", "/a"),
-        Requested(1001, "r", "fresh", "/f"),
-        TimeAdvanced(1000.0),
-        lf.Cancelled(1000),
+        Requested(ticket=1000, replica="r", adapter="a", path="/a"),
+        Requested(ticket=1001, replica="r", adapter="fresh", path="/f"),
+        TimeAdvanced(now=1000.0),
+        lf.Cancelled(ticket=1000),
     ]
     for event in probe:
         assert a.handle(event) == b.handle(event)
@@ -32,16 +32,16 @@ def scenario() -> Scenario:
     s = Scenario.with_replicas(("r", 2))
     s.load("r", "a")
     s.request("r", "b")
-    s(TimeAdvanced(5.0))
+    s(TimeAdvanced(now=5.0))
     return s
 
 
 CASES: list[tuple[type[lf.UsageError], str, Callable[[AdapterStateMachine], object]]] = [
-    (lf.TicketOrderError, "above 2", lambda m: m.request(1, "r", "c", "/c")),
-    (lf.TicketOrderError, "must be an int", lambda m: m.request("9", "r", "c", "/c")),  # type: ignore[arg-type]
-    (lf.UnknownReplicaError, "'nowhere'", lambda m: m.request(9, "nowhere", "c", "/c")),
-    (lf.InvalidValueError, "adapter name", lambda m: m.request(9, "r", "", "/c")),
-    (lf.InvalidValueError, "adapter path", lambda m: m.request(9, "r", "c", "")),
+    (lf.TicketOrderError, "above 2", lambda m: m.request(1, replica="r", adapter="c", path="/c")),
+    (lf.TicketOrderError, "must be an int", lambda m: m.request("9", replica="r", adapter="c", path="/c")),  # type: ignore[arg-type]
+    (lf.UnknownReplicaError, "'nowhere'", lambda m: m.request(9, replica="nowhere", adapter="c", path="/c")),
+    (lf.InvalidValueError, "adapter name", lambda m: m.request(9, replica="r", adapter="", path="/c")),
+    (lf.InvalidValueError, "adapter path", lambda m: m.request(9, replica="r", adapter="c", path="")),
     (lf.UnknownTicketError, "still waiting", lambda m: m.release(2)),
     (lf.UnknownTicketError, "no request ever had it", lambda m: m.release(77)),
     (lf.UnknownTicketError, "no request ever had it", lambda m: m.cancel(77)),
@@ -52,9 +52,13 @@ CASES: list[tuple[type[lf.UsageError], str, Callable[[AdapterStateMachine], obje
     (lf.UnknownOperationError, "listing 1", lambda m: m.listing_failed(1)),
     (lf.InvalidValueError, "LoadOutcome", lambda m: m.load_finished(3, "loaded")),  # type: ignore[arg-type]
     (lf.InvalidValueError, "limit", lambda m: m.set_limit("base", 0)),
-    (lf.InvalidValueError, "limit", lambda m: m.add_replica("q", "base", 0)),
-    (lf.InvalidValueError, "replica id", lambda m: m.add_replica("", "base", 1)),
-    (lf.ReplicaConflictError, "known with model 'base'", lambda m: m.add_replica("r", "other", 2)),
+    (lf.InvalidValueError, "limit", lambda m: m.add_replica("q", model="base", limit=0)),
+    (lf.InvalidValueError, "replica id", lambda m: m.add_replica("", model="base", limit=1)),
+    (
+        lf.ReplicaConflictError,
+        "known with model 'base'",
+        lambda m: m.add_replica("r", model="other", limit=2),
+    ),
     (lf.ClockWentBackwardsError, "before 5.0", lambda m: m.advance(4.0)),
     (lf.InvalidValueError, "number", lambda m: m.advance(float("nan"))),
 ]
@@ -82,12 +86,12 @@ def test_a_listing_naming_an_empty_adapter_is_refused_before_anything_changes() 
 def test_engine_failures_are_events_not_exceptions() -> None:
     s = Scenario.with_replicas(("r", 1))
     s.load("r", "a")
-    s(lf.Released(1))
+    s(lf.Released(ticket=1))
     t, commands = s.request("r", "b")
     (unload,) = unloads(commands)
-    (load,) = loads(s(lf.UnloadFinished(unload.unload, UnloadOutcome.FAILED, "500")))
-    assert s(lf.LoadFinished(load.load, LoadOutcome.REPLICA_FAULT, "refused")) == [
-        lf.Fail(t, lf.Fault.REPLICA, "refused")
+    (load,) = loads(s(lf.UnloadFinished(unload=unload.unload, outcome=UnloadOutcome.FAILED, message="500")))
+    assert s(lf.LoadFinished(load=load.load, outcome=LoadOutcome.REPLICA_FAULT, message="refused")) == [
+        lf.Fail(ticket=t, fault=lf.Fault.REPLICA, message="refused")
     ]
 
 
@@ -99,6 +103,6 @@ def test_bad_listing_interval_is_refused() -> None:
 def test_hit_checks_the_ticket_and_the_replica() -> None:
     s = scenario()
     with pytest.raises(lf.TicketOrderError):
-        s.machine.hit(1, "r", "a")
+        s.machine.hit(1, replica="r", adapter="a")
     with pytest.raises(lf.UnknownReplicaError):
-        s.machine.hit(99, "nowhere", "a")
+        s.machine.hit(99, replica="nowhere", adapter="a")

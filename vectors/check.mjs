@@ -13,11 +13,12 @@ const EVENTS = {
   replica_added: ["replica", "model", "limit"], replicas_removed: ["replicas"], limit_set: ["model", "limit"],
   time_advanced: ["now"], requested: ["ticket", "replica", "adapter", "path"], released: ["ticket"],
   cancelled: ["ticket"], load_finished: ["load", "outcome", "message"], unload_finished: ["unload", "outcome", "message"],
-  listing_received: ["listing", "adapters"], listing_failed: ["listing", "message"], adapter_missing: ["replica", "adapter"],
+  listing_received: ["listing", "adapters"], listing_failed: ["listing", "message"], adapter_missing: ["replica", "adapter", "ticket"],
 };
 const COMMANDS = {
   issue_load: ["load", "replica", "adapter", "path"], issue_unload: ["unload", "replica", "adapter"],
   read_listing: ["listing", "replica"], grant: ["ticket", "how"], fail: ["ticket", "fault", "message"],
+  mark_met: ["replica"],
 };
 const OPERATION = { issue_load: "load", issue_unload: "unload", read_listing: "listing" };
 const FINISH = { load_finished: ["load", "issue_load"], unload_finished: ["unload", "issue_unload"],
@@ -43,7 +44,17 @@ function check(vector) {
     const at = `step ${i}`;
     try {
       if ("query" in step) {
-        if (!["view", "statistics", "next_due", "is_met"].includes(step.query)) throw new Error(`query ${step.query}`);
+        if (!["view", "statistics", "next_due", "is_met", "place"].includes(step.query)) throw new Error(`query ${step.query}`);
+        return;
+      }
+      if ("hit" in step) {
+        // The shortcut for a warm request: true is a request granted at once, false changed nothing.
+        if ("error" in step || step.result === false) return;
+        const ticket = step.hit.ticket;
+        if (!Number.isInteger(ticket) || ticket <= lastTicket) throw new Error(`ticket ${ticket} does not rise`);
+        lastTicket = ticket;
+        asked.add(ticket);
+        ended.add(ticket);
         return;
       }
       const event = step.event;
@@ -69,6 +80,8 @@ function check(vector) {
           if (!Number.isInteger(op) || issued.has(op)) throw new Error(`operation ${op} reused`);
           issued.set(op, command.type);
           lastOp = Math.max(lastOp, op);
+        } else if (command.type === "mark_met") {
+          // a replica's first listing was answered: nothing to check on its own
         } else {
           if (!asked.has(command.ticket)) throw new Error(`${command.type} for ticket ${command.ticket}, never requested`);
           if (ended.has(command.ticket)) throw new Error(`ticket ${command.ticket} ended twice`);

@@ -5,6 +5,7 @@ from ._commands import Fail as Fail
 from ._commands import Grant as Grant
 from ._commands import IssueLoad as IssueLoad
 from ._commands import IssueUnload as IssueUnload
+from ._commands import MarkMet as MarkMet
 from ._commands import ReadListing as ReadListing
 from ._errors import ClockWentBackwardsError as ClockWentBackwardsError
 from ._errors import InvalidValueError as InvalidValueError
@@ -28,13 +29,16 @@ from ._events import Requested as Requested
 from ._events import TimeAdvanced as TimeAdvanced
 from ._events import UnloadFinished as UnloadFinished
 from ._machine import DEFAULT_LISTING_INTERVAL as DEFAULT_LISTING_INTERVAL
+from ._machine import REPLICA_REMOVED as REPLICA_REMOVED
 from ._machine import AdapterStateMachine as AdapterStateMachine
+from ._snapshots import Placement as Placement
 from ._snapshots import ReplicaStatistics as ReplicaStatistics
 from ._snapshots import Statistics as Statistics
 from ._snapshots import View as View
 from ._values import Fault as Fault
 from ._values import How as How
 from ._values import LoadOutcome as LoadOutcome
+from ._values import Placed as Placed
 from ._values import UnloadOutcome as UnloadOutcome
 
 __version__ = "0.1.0"

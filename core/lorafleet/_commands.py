@@ -1,4 +1,4 @@
-"""Commands: what the machine tells the shell to do, each a frozen value.
+"""Commands: what the machine tells the shell to do, each a frozen value with keyword-only fields.
 
 Operation numbers (``load``, ``unload``, ``listing``) come from one counter, so every operation in a
 trace has its own number; the shell reports each one's answer with the matching finish event.
@@ -11,7 +11,7 @@ import attrs
 from ._values import Fault, How
 
 
-@attrs.frozen
+@attrs.frozen(kw_only=True)
 class IssueLoad:
     """Ask ``replica`` to load ``adapter`` from ``path``; report it with ``LoadFinished(load)``."""
 
@@ -21,7 +21,7 @@ class IssueLoad:
     path: str
 
 
-@attrs.frozen
+@attrs.frozen(kw_only=True)
 class IssueUnload:
     """Ask ``replica`` to unload ``adapter``; report it with ``UnloadFinished(unload)``."""
 
@@ -30,7 +30,7 @@ class IssueUnload:
     adapter: str
 
 
-@attrs.frozen
+@attrs.frozen(kw_only=True)
 class ReadListing:
     """Read ``replica``'s adapters; report them with ``ListingReceived`` or ``ListingFailed``."""
 
@@ -38,7 +38,7 @@ class ReadListing:
     replica: str
 
 
-@attrs.frozen
+@attrs.frozen(kw_only=True)
 class Grant:
     """Wake request ``ticket``: its adapter is there and counted as in use until it is released."""
 
@@ -46,7 +46,7 @@ class Grant:
     how: How
 
 
-@attrs.frozen
+@attrs.frozen(kw_only=True)
 class Fail:
     """Wake request ``ticket`` with an error; ``fault`` says whether another replica may serve it."""
 
@@ -55,5 +55,15 @@ class Fail:
     message: str
 
 
-Command = IssueLoad | IssueUnload | ReadListing | Grant | Fail
+@attrs.frozen(kw_only=True)
+class MarkMet:
+    """``replica``'s first listing since it was added has been answered (well or not).
+
+    Whoever waits for the replica to be met (a shell's ``sync_unknown``) may go on.
+    """
+
+    replica: str
+
+
+Command = IssueLoad | IssueUnload | ReadListing | Grant | Fail | MarkMet
 """Every command the machine gives."""

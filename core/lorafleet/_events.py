@@ -1,7 +1,7 @@
-"""Events: facts the shell reports to the machine, each a frozen value.
+"""Events: facts the shell reports to the machine, each a frozen value with keyword-only fields.
 
-``AdapterStateMachine.handle`` takes any of these; each also has a plain method on the machine that
-does the same without building the event.
+``AdapterStateMachine.handle`` takes any of these, and it is the one way in: the machine's methods
+(``request``, ``load_finished``...) are spellings of ``handle`` that build the event for you.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import attrs
 from ._values import LoadOutcome, UnloadOutcome
 
 
-@attrs.frozen
+@attrs.frozen(kw_only=True)
 class ReplicaAdded:
     """The router will use a replica of ``model`` that holds at most ``limit`` adapters.
 
@@ -23,14 +23,14 @@ class ReplicaAdded:
     limit: int
 
 
-@attrs.frozen
+@attrs.frozen(kw_only=True)
 class ReplicasRemoved:
     """The router no longer uses these replicas."""
 
     replicas: tuple[str, ...]
 
 
-@attrs.frozen
+@attrs.frozen(kw_only=True)
 class LimitSet:
     """The most adapters a replica of ``model`` may hold changed."""
 
@@ -38,14 +38,14 @@ class LimitSet:
     limit: int
 
 
-@attrs.frozen
+@attrs.frozen(kw_only=True)
 class TimeAdvanced:
     """The shell's monotonic clock reads ``now`` (seconds)."""
 
     now: float
 
 
-@attrs.frozen
+@attrs.frozen(kw_only=True)
 class Requested:
     """A request wants ``adapter`` (stored at ``path``) on ``replica``.
 
@@ -58,21 +58,21 @@ class Requested:
     path: str
 
 
-@attrs.frozen
+@attrs.frozen(kw_only=True)
 class Released:
     """The request holding ticket ``ticket`` is done with its adapter."""
 
     ticket: int
 
 
-@attrs.frozen
+@attrs.frozen(kw_only=True)
 class Cancelled:
     """The request behind ``ticket`` went away; if it was granted, this releases it."""
 
     ticket: int
 
 
-@attrs.frozen
+@attrs.frozen(kw_only=True)
 class LoadFinished:
     """The engine answered the load ``load``."""
 
@@ -81,7 +81,7 @@ class LoadFinished:
     message: str = ""
 
 
-@attrs.frozen
+@attrs.frozen(kw_only=True)
 class UnloadFinished:
     """The engine answered the unload ``unload``."""
 
@@ -90,7 +90,7 @@ class UnloadFinished:
     message: str = ""
 
 
-@attrs.frozen
+@attrs.frozen(kw_only=True)
 class ListingReceived:
     """The replica's listing ``listing`` named these adapters."""
 
@@ -98,7 +98,7 @@ class ListingReceived:
     adapters: tuple[str, ...]
 
 
-@attrs.frozen
+@attrs.frozen(kw_only=True)
 class ListingFailed:
     """The replica's listing ``listing`` could not be read."""
 
@@ -106,12 +106,17 @@ class ListingFailed:
     message: str = ""
 
 
-@attrs.frozen
+@attrs.frozen(kw_only=True)
 class AdapterMissing:
-    """The replica answered a request for ``adapter`` with "no such model"."""
+    """The replica answered a request for ``adapter`` with "no such model".
+
+    ``ticket`` is the request that got that answer, reported while its lease is still held: then a
+    report about an older copy of the adapter than the one held now is told apart and ignored.
+    """
 
     replica: str
     adapter: str
+    ticket: int | None = None
 
 
 Event = (

@@ -15,7 +15,7 @@ import attrs
 
 from ._commands import Command
 from ._events import Event
-from ._snapshots import Statistics, View
+from ._snapshots import Placement, Statistics, View
 
 # Derived from the unions, so that an event or command added there cannot be missed here.
 EVENTS: tuple[type[Any], ...] = get_args(Event)
@@ -97,3 +97,7 @@ def encode_statistics(stats: Statistics) -> dict[str, Any]:
 
 def encode_view(view: View) -> dict[str, Any]:
     return {"holders": sorted(view.holders), "with_room": sorted(view.with_room)}
+
+
+def encode_placement(placement: Placement) -> dict[str, Any]:
+    return {"replica": placement.replica, "placed": _plain(placement.placed)}

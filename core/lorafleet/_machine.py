@@ -1,28 +1,67 @@
 """The adapter state machine: every rule about which replica holds which adapter lives here.
 
-Nothing in this module does I/O, reads a clock or draws a random number. Events come in (as method
-calls or through ``handle``), commands come out as lists, in an order fixed by the rules below, so
-the same events always give the same commands.
+Nothing in this module does I/O, reads a clock or draws a random number. Events come in through
+``handle`` (the methods named after events are spellings of it), commands come out as lists, in an
+order fixed by the rules below, so the same events always give the same commands. ``hit`` is the one
+shortcut: the path every warm request takes, answered with a bool instead of a ``Grant``.
 
-The rules, by the names the tests, SPEC.md and the conformance vectors use:
+Theory of operation
+===================
 
-- ``hit``: a request for an adapter the replica holds is granted at once.
-- ``join``: a request for an adapter being loaded there waits for that load.
-- ``wait-unload``: a request for an adapter being unloaded there waits for the unload, then is
-  handled afresh; a load and an unload of one adapter on one replica never cross.
-- ``cold``: otherwise the request starts a load; ``evict`` chooses victims first when the load
-  would take the replica over its limit.
-- ``load-outcome`` and ``unload-outcome``: what an engine's answer does.
-- ``release``, ``cancel``: the end of a request's life.
-- ``listing``: when a replica's adapters are read, and how a listing is applied.
-- ``forget``: the engine said it does not have an adapter.
-- ``replicas``: replicas come and go.
-- ``view`` and ``statistics``: what the machine tells the router.
+One adapter on one replica is in exactly one of these states (``_Replica`` keeps one dict or list for
+each). The table is every way out of each state; anything else leaves the state as it is.
 
-Time: the machine reads no clock. Least recently used order comes from a logical counter that every
-change of state advances. The only thing that needs real time is when a listing is due; the shell
-reports its monotonic clock with ``advance(now)`` (aioquic's ``handle_timer``), and ``next_due()``
-says when the machine next wants to hear it.
+==============  ==========================================  ===================================  ========
+state           event                                       next state                           rule
+==============  ==========================================  ===================================  ========
+absent          requested                                   loading (issued, or pending behind   cold,
+                                                            its victims' unloads)                evict
+absent          listing_received names it                   held, idle (front of ``idle``)       listing
+loading         load_finished, loaded or already_loaded     held, in use by every waiter (idle   load-
+                                                            if none is left)                     outcome
+loading         load_finished, a fault                      absent; every waiter fails           load-
+                                                                                                 outcome
+loading         cancelled, the last waiter of a load        absent (the load is never issued)    cancel
+                not yet issued
+held, idle      requested (or ``hit``)                      held, in use                         hit
+held, in use    released or cancelled, the last lease       held, idle (end of ``idle``)         release
+held, idle      requested for another adapter, over the     unloading                            evict
+                limit, it is the least recently used
+held, any       listing_received does not name it, and      absent (dropped: no unload; leases   listing
+                it was held before the listing started      on it go dead)
+held, any       adapter_missing                             absent (dropped)                     forget
+unloading       unload_finished, any outcome                absent; its waiters are admitted     unload-
+                                                            afresh                               outcome
+any             replicas_removed                            absent, except held in use: kept,    replicas
+                                                            unseen, until its leases end
+==============  ==========================================  ===================================  ========
+
+A request that finds its adapter loading joins the load ([join]); one that finds it unloading waits
+for the unload and is then handled afresh ([wait-unload]), so a load and an unload of one adapter on
+one replica are never outstanding together.
+
+Operation numbers. Loads, unloads and listings take their numbers from one counter when the machine
+decides on them. A load that must wait for its victims' unloads is numbered after them, in the same
+event, but goes out only when they are answered: a listing decided meanwhile can carry a higher number
+and go out first. Numbers order decisions, not calls on the wire.
+
+Order and time. Least recently used order is the order of ``idle``: an adapter joins its end when its
+last request ends (or when a load lands with no one waiting), leaves it when a request uses it, and a
+listing puts the adapters it adds at the front, oldest of all. The logical clock (``_tick``) is not
+about that order: it dates when an adapter became held and when a listing started, so that a listing
+drops only adapters held before it started. Real time matters only for when listings are due: the
+shell reports its monotonic clock with ``advance(now)`` (aioquic's ``handle_timer``), and
+``next_due()`` says when the machine next wants to hear it.
+
+Listings in flight. While a listing is out, adapters the machine drops (evicted, forgotten) are noted
+in ``dropped_while_listing``, so that the listing, which may have been served before the drop, does
+not bring them back.
+
+Removal. A removed replica is invisible (no requests, no view, no statistics) but kept until every
+call made to it is answered and every request still running on it has ended: its late answers must
+not be mistaken for a new replica's of the same id, a load must never cross an unload of the same
+adapter if it is added back, and an adapter a request still runs on must never be unloaded, even after
+a removal and a re-add.
 """
 
 from __future__ import annotations
@@ -30,12 +69,12 @@ from __future__ import annotations
 import heapq
 import math
 from collections import OrderedDict
-from collections.abc import Iterable
-from typing import assert_never
+from collections.abc import Container, Iterable, Mapping
+from typing import Any, assert_never
 
 import attrs
 
-from ._commands import Command, Fail, Grant, IssueLoad, IssueUnload, ReadListing
+from ._commands import Command, Fail, Grant, IssueLoad, IssueUnload, MarkMet, ReadListing
 from ._errors import (
     ClockWentBackwardsError,
     InvalidValueError,
@@ -60,14 +99,21 @@ from ._events import (
     TimeAdvanced,
     UnloadFinished,
 )
-from ._snapshots import ReplicaStatistics, Statistics, View
-from ._values import Fault, How, LoadOutcome, UnloadOutcome
+from ._snapshots import Placement, ReplicaStatistics, Statistics, View
+from ._values import Fault, How, LoadOutcome, Placed, UnloadOutcome
 
 DEFAULT_LISTING_INTERVAL = 30.0
 """Seconds between two readings of a replica's listing."""
 
 REPLICA_REMOVED = "the replica was removed while the request waited"
+"""The message of the ``Fail`` a removal gives every request waiting on the replica."""
+
 _HIT = How.HIT  # looked up once: the hit path is every warm request's
+
+
+def load_failed_message(adapter: str, replica: str) -> str:
+    """The message of a failed load whose answer came with none."""
+    return f"the load of '{adapter}' on '{replica}' failed"
 
 
 @attrs.define(eq=False)
@@ -79,7 +125,8 @@ class _Held:
     in_use: int
     since: int
     """The logical time it became held, which a listing compares with its own start."""
-    live: bool = True
+    current: bool = True
+    """False once dropped: releases of leases on it change nothing any more."""
 
 
 @attrs.define(eq=False)
@@ -91,8 +138,8 @@ class _Load:
     waiters: list[int]
     starter: int | None
     """The ticket granted "loaded"; every other waiter joined."""
-    blockers: set[int]
-    """Victims' unloads that must finish before the load is issued."""
+    waits_for: set[int]
+    """Operation numbers of the victims' unloads that must be answered before the load goes out."""
     issued: bool = False
 
 
@@ -103,7 +150,7 @@ class _Unload:
     op: int
     waiters: list[tuple[int, str]] = attrs.field(factory=list)
     """(ticket, path) of requests to handle afresh when the unload finishes."""
-    blocks: _Load | None = None
+    makes_room_for: _Load | None = None
 
 
 @attrs.define(eq=False)
@@ -123,32 +170,42 @@ class _Replica:
     limit: int
     due: float
     held: dict[str, _Held] = attrs.field(factory=dict)
-    idle: OrderedDict[str, None] = attrs.field(factory=OrderedDict)
-    """Held adapters no request runs on, least recently used first: the eviction order."""
+    idle: OrderedDict[str, int] = attrs.field(factory=OrderedDict)
+    """Held adapters no request runs on, least recently used first: the eviction order.
+
+    Each maps to the logical time it became idle (0 for adapters a listing brought in: older than
+    anything), which placement compares across replicas.
+    """
     loading: dict[str, _Load] = attrs.field(factory=dict)
     unloading: dict[str, _Unload] = attrs.field(factory=dict)
     listing: _Listing | None = None
-    gone: set[str] = attrs.field(factory=set)
+    dropped_while_listing: set[str] = attrs.field(factory=set)
     """Adapters dropped while ``listing`` was out, so that an older listing does not bring them back."""
     met: bool = False
     removed: bool = False
     outstanding: int = 0
     """Issued operations not yet answered; a removed replica is kept until they are."""
+    in_flight: int = 0
+    """This router's requests on the replica that have not ended (waiting or granted)."""
 
 
 class AdapterStateMachine:
     """Decides which replica holds which LoRA adapter, as a sans-IO state machine.
 
-    Feed it events, as method calls (``request``, ``release``, ``load_finished``...) or as event
-    values through ``handle``; each call returns the commands the shell must carry out, in order.
+    Feed it events with ``handle`` (or the methods that spell it: ``request``, ``release``,
+    ``load_finished``...); each call returns the commands the shell must carry out, in order.
 
     Args:
         listing_interval: seconds between two readings of a replica's listing.
     """
 
     def __init__(self, *, listing_interval: float = DEFAULT_LISTING_INTERVAL) -> None:
-        if not (isinstance(listing_interval, int | float) and listing_interval > 0):
-            raise InvalidValueError(f"listing_interval must be a positive number, not {listing_interval!r}")
+        if not (_is_number(listing_interval) and 0 < listing_interval < math.inf):
+            raise InvalidValueError(
+                f"listing_interval must be a positive number, not {listing_interval!r}",
+                field="listing_interval",
+                value=listing_interval,
+            )
         self._interval = float(listing_interval)
         self._clock = 0.0
         self._logical = 0
@@ -159,6 +216,8 @@ class AdapterStateMachine:
         self._ops: dict[int, _Operation] = {}
         self._leases: dict[int, _Held] = {}
         self._waiting: dict[int, _Load | _Unload] = {}
+        self._where: dict[str, dict[str, _Replica]] = {}
+        """Adapter name to the replicas in use that hold it or are loading it: placement's index."""
         self._hits = 0
         self._joined = 0
         self._loaded = 0
@@ -166,7 +225,7 @@ class AdapterStateMachine:
         self._loads: dict[tuple[str, str], int] = {}
         self._evictions: dict[tuple[str, str], int] = {}
 
-    # -- the one entry point for values ------------------------------------------------------
+    # -- the one way in ------------------------------------------------------------------------
 
     def handle(self, event: Event) -> list[Command]:
         """Apply one event and return the commands it gives.
@@ -176,76 +235,135 @@ class AdapterStateMachine:
         """
         match event:
             case Requested():
-                return self.request(event.ticket, event.replica, event.adapter, event.path)
+                return self._requested(event)
             case Released():
-                return self.release(event.ticket)
+                return self._released(event.ticket)
             case Cancelled():
-                return self.cancel(event.ticket)
+                return self._cancelled(event.ticket)
             case LoadFinished():
-                return self.load_finished(event.load, event.outcome, event.message)
+                return self._load_finished(event)
             case UnloadFinished():
-                return self.unload_finished(event.unload, event.outcome, event.message)
+                return self._unload_finished(event)
             case ListingReceived():
-                return self.listing_received(event.listing, event.adapters)
+                return self._listing_received(event)
             case ListingFailed():
-                return self.listing_failed(event.listing, event.message)
+                return self._listing_failed(event)
             case AdapterMissing():
-                return self.adapter_missing(event.replica, event.adapter)
+                return self._adapter_missing(event)
             case ReplicaAdded():
-                return self.add_replica(event.replica, event.model, event.limit)
+                return self._replica_added(event)
             case ReplicasRemoved():
-                return self.remove_replicas(event.replicas)
+                return self._replicas_removed(event)
             case LimitSet():
-                return self.set_limit(event.model, event.limit)
+                return self._limit_set(event)
             case TimeAdvanced():
-                return self.advance(event.now)
+                return self._time_advanced(event.now)
             case _:
                 assert_never(event)
+
+    # -- spellings of handle, one per event ----------------------------------------------------
+
+    def request(self, ticket: int, *, replica: str, adapter: str, path: str) -> list[Command]:
+        """``handle(Requested(...))``: a request wants ``adapter`` on ``replica``."""
+        return self.handle(Requested(ticket=ticket, replica=replica, adapter=adapter, path=path))
+
+    def release(self, ticket: int) -> list[Command]:
+        """``handle(Released(...))``: the request is done with its adapter."""
+        return self.handle(Released(ticket=ticket))
+
+    def cancel(self, ticket: int) -> list[Command]:
+        """``handle(Cancelled(...))``: the request went away."""
+        return self.handle(Cancelled(ticket=ticket))
+
+    def load_finished(self, load: int, outcome: LoadOutcome, message: str = "") -> list[Command]:
+        """``handle(LoadFinished(...))``: the engine answered a load."""
+        return self.handle(LoadFinished(load=load, outcome=outcome, message=message))
+
+    def unload_finished(self, unload: int, outcome: UnloadOutcome, message: str = "") -> list[Command]:
+        """``handle(UnloadFinished(...))``: the engine answered an unload."""
+        return self.handle(UnloadFinished(unload=unload, outcome=outcome, message=message))
+
+    def listing_received(self, listing: int, adapters: Iterable[str]) -> list[Command]:
+        """``handle(ListingReceived(...))``: the replica's listing named ``adapters``."""
+        names = adapters if isinstance(adapters, str) else tuple(adapters)
+        return self.handle(ListingReceived(listing=listing, adapters=names))  # type: ignore[arg-type]
+
+    def listing_failed(self, listing: int, message: str = "") -> list[Command]:
+        """``handle(ListingFailed(...))``: the replica's listing could not be read."""
+        return self.handle(ListingFailed(listing=listing, message=message))
+
+    def adapter_missing(self, *, replica: str, adapter: str, ticket: int | None = None) -> list[Command]:
+        """``handle(AdapterMissing(...))``: the replica said it does not have ``adapter``."""
+        return self.handle(AdapterMissing(replica=replica, adapter=adapter, ticket=ticket))
+
+    def add_replica(self, replica: str, *, model: str, limit: int) -> list[Command]:
+        """``handle(ReplicaAdded(...))``: the router will use ``replica``."""
+        return self.handle(ReplicaAdded(replica=replica, model=model, limit=limit))
+
+    def remove_replicas(self, replicas: Iterable[str]) -> list[Command]:
+        """``handle(ReplicasRemoved(...))``: the router no longer uses these replicas."""
+        ids = replicas if isinstance(replicas, str) else tuple(replicas)
+        return self.handle(ReplicasRemoved(replicas=ids))  # type: ignore[arg-type]
+
+    def set_limit(self, model: str, limit: int) -> list[Command]:
+        """``handle(LimitSet(...))``: every replica of ``model`` may hold ``limit`` adapters."""
+        return self.handle(LimitSet(model=model, limit=limit))
+
+    def advance(self, now: float) -> list[Command]:
+        """``handle(TimeAdvanced(...))``: the shell's clock reads ``now``."""
+        return self.handle(TimeAdvanced(now=now))
 
     # -- requests ----------------------------------------------------------------------------
 
     @property
     def next_ticket(self) -> int:
-        """The lowest ticket a new request may take."""
+        """The lowest ticket a new request may take (1 before any request)."""
         return self._last_ticket + 1
 
-    def request(self, ticket: int, replica: str, adapter: str, path: str) -> list[Command]:
-        """A request wants ``adapter`` on ``replica`` ([hit], [join], [wait-unload], [cold]).
+    def hit(self, ticket: int, *, replica: str, adapter: str) -> bool:
+        """``requested`` for a shell's fast path: True when it was a [hit], granted without a command.
 
-        Returns ``[Grant(ticket, HIT)]`` at once when the replica holds the adapter; otherwise the
-        request waits and the commands start whatever it waits for.
+        Returns False, having changed nothing, when the replica does not hold the adapter: then
+        send ``Requested`` with the same ticket. A hit records the ticket and counts a hit grant,
+        exactly as the ``Grant`` of a ``Requested`` would.
+
+        Raises:
+            UsageError: as ``Requested`` would for the ticket, the replica or the adapter name.
         """
         rep = self._replica_for(ticket, replica)
         if type(adapter) is not str or not adapter:
-            raise InvalidValueError(f"adapter name must be a non-empty str, not {adapter!r}")
-        if type(path) is not str or not path:
-            raise InvalidValueError(f"adapter path must be a non-empty str, not {path!r}")
-        self._last_ticket = ticket
-        return self._admit(ticket, rep, adapter, path)
-
-    def hit(self, ticket: int, replica: str, adapter: str) -> bool:
-        """``request`` for a shell's fast path: True when it was a [hit], now granted without a command.
-
-        Returns False, having changed nothing, when the replica does not hold the adapter: then call
-        ``request`` with the same ticket.
-        """
-        rep = self._replica_for(ticket, replica)
+            raise _invalid("adapter", adapter, "adapter name must be a non-empty str")
         held = rep.held.get(adapter)
         if held is None:
             return False
         self._last_ticket = ticket
+        rep.in_flight += 1
         self._take(ticket, rep, held)
         return True
+
+    def _requested(self, event: Requested) -> list[Command]:
+        """[hit], [join], [wait-unload] or [cold]: ``Grant(HIT)`` at once, or the request waits."""
+        ticket, adapter, path = event.ticket, event.adapter, event.path
+        rep = self._replica_for(ticket, event.replica)
+        if type(adapter) is not str or not adapter:
+            raise _invalid("adapter", adapter, "adapter name must be a non-empty str")
+        if type(path) is not str or not path:
+            raise _invalid("path", path, "adapter path must be a non-empty str")
+        self._last_ticket = ticket
+        rep.in_flight += 1
+        return self._admit(ticket, rep, adapter, path)
 
     def _replica_for(self, ticket: int, replica: str) -> _Replica:
         """The replica a new request names, once its ticket and replica are known to be good."""
         if type(ticket) is not int or ticket <= self._last_ticket:
             raise TicketOrderError(
-                f"ticket {ticket!r} must be an int above {self._last_ticket}, the highest seen so far"
+                f"ticket {ticket!r} must be an int above {self._last_ticket}, the highest seen so far",
+                ticket=ticket,
+                highest=self._last_ticket,
             )
-        rep = self._replicas.get(replica)
+        rep = self._replicas.get(replica) if type(replica) is str else None
         if rep is None or rep.removed:
-            raise UnknownReplicaError(f"replica {replica!r} was never added, or was removed")
+            raise UnknownReplicaError(f"replica {replica!r} was never added, or was removed", replica=replica)
         return rep
 
     def _take(self, ticket: int, rep: _Replica, held: _Held) -> None:
@@ -260,7 +378,7 @@ class AdapterStateMachine:
         held = rep.held.get(adapter)
         if held is not None:  # [hit]
             self._take(ticket, rep, held)
-            return [Grant(ticket, _HIT)]
+            return [Grant(ticket=ticket, how=_HIT)]
         load = rep.loading.get(adapter)
         if load is not None:  # [join]
             load.waiters.append(ticket)
@@ -282,20 +400,20 @@ class AdapterStateMachine:
         # every held adapter is in use the replica goes over its limit for now: refusing the
         # request would serve no one, and a later load brings the replica back.
         while excess > 0 and rep.idle:
-            victim, _ = rep.idle.popitem(last=False)
+            victim = next(iter(rep.idle))
             self._drop(rep, victim)
             unload = _Unload(rep, victim, self._new_op())
             rep.unloading[victim] = unload
             rep.outstanding += 1
             self._ops[unload.op] = unload
             victims.append(unload)
-            commands.append(IssueUnload(unload.op, rep.id, victim))
+            commands.append(IssueUnload(unload=unload.op, replica=rep.id, adapter=victim))
             excess -= 1
-        # Numbered after its victims, so operation numbers follow the order calls go out.
         load = _Load(rep, adapter, path, self._new_op(), [ticket], ticket, {u.op for u in victims})
         for unload in victims:
-            unload.blocks = load
+            unload.makes_room_for = load
         rep.loading[adapter] = load
+        self._where.setdefault(adapter, {})[rep.id] = rep
         self._ops[load.op] = load
         self._waiting[ticket] = load
         if not victims:
@@ -305,37 +423,42 @@ class AdapterStateMachine:
     def _issue(self, load: _Load) -> IssueLoad:
         load.issued = True
         load.replica.outstanding += 1
-        return IssueLoad(load.op, load.replica.id, load.adapter, load.path)
+        return IssueLoad(load=load.op, replica=load.replica.id, adapter=load.adapter, path=load.path)
 
-    def release(self, ticket: int) -> list[Command]:
-        """The request is done with its adapter ([release]).
-
-        A second release of one ticket does nothing, and so does a release after the adapter or its
-        replica was forgotten.
-        """
-        held = self._leases.pop(ticket, None)
+    def _released(self, ticket: int) -> list[Command]:
+        """[release]: the request is done with its adapter; a second release does nothing."""
+        held = self._leases.pop(ticket, None) if type(ticket) is int else None
         if held is None:
-            self._check_ended(ticket, "release")
+            self._check_ended_ticket(ticket, "release")
             return []
         held.in_use -= 1
-        if not held.in_use and held.live:
+        rep = held.replica
+        rep.in_flight -= 1
+        if held.in_use or not held.current:
+            return []
+        if rep.removed:
+            # Kept only while requests ran on it (see Removal above): now it can go.
+            self._drop(rep, held.adapter)
+            self._forget_if_done(rep)
+        else:
             # Least recently used order is the order in which adapters became idle: any use of an
             # idle adapter takes it out of the idle list, so its last use is its release.
-            held.replica.idle[held.adapter] = None
+            rep.idle[held.adapter] = self._tick()
         return []
 
-    def cancel(self, ticket: int) -> list[Command]:
-        """The request went away ([cancel]): a waiting one gets no grant, a granted one is released.
+    def _cancelled(self, ticket: int) -> list[Command]:
+        """[cancel]: a waiting request gets no grant; a granted one is released.
 
         The load it waited on goes on for the others; a load not yet issued that no one waits for
         any more is not issued at all.
         """
-        if ticket in self._leases:
-            return self.release(ticket)
-        waited = self._waiting.pop(ticket, None)
+        if type(ticket) is int and ticket in self._leases:
+            return self._released(ticket)
+        waited = self._waiting.pop(ticket, None) if type(ticket) is int else None
         if waited is None:
-            self._check_ended(ticket, "cancel")
+            self._check_ended_ticket(ticket, "cancel")
             return []
+        waited.replica.in_flight -= 1
         if isinstance(waited, _Load):
             waited.waiters.remove(ticket)
             if waited.starter == ticket:
@@ -346,117 +469,136 @@ class AdapterStateMachine:
             waited.waiters = [(t, p) for t, p in waited.waiters if t != ticket]
         return []
 
-    def _check_ended(self, ticket: int, what: str) -> None:
-        if ticket in self._waiting:
-            raise UnknownTicketError(f"cannot {what} ticket {ticket}: it is still waiting (cancel it)")
+    def _check_ended_ticket(self, ticket: int, what: str) -> None:
+        """Raise unless ``ticket`` names a request that has ended (so ending it again does nothing)."""
+        if type(ticket) is int and ticket in self._waiting:
+            raise UnknownTicketError(
+                f"cannot {what} ticket {ticket}: it is still waiting (cancel it)", ticket=ticket
+            )
         if type(ticket) is not int or not 0 < ticket <= self._last_ticket:
-            raise UnknownTicketError(f"cannot {what} ticket {ticket!r}: no request ever had it")
+            raise UnknownTicketError(
+                f"cannot {what} ticket {ticket!r}: no request ever had it", ticket=ticket
+            )
 
     def _abandon_pending(self, load: _Load) -> None:
         del load.replica.loading[load.adapter]
+        self._unwhere(load.replica, load.adapter)
         del self._ops[load.op]
-        for op in load.blockers:
+        for op in load.waits_for:
             unload = self._ops[op]
             assert isinstance(unload, _Unload)
-            unload.blocks = None
+            unload.makes_room_for = None
 
     # -- the engine's answers ----------------------------------------------------------------
 
-    def load_finished(self, load: int, outcome: LoadOutcome, message: str = "") -> list[Command]:
-        """The engine answered a load ([load-outcome]).
-
-        Success wakes every waiter with a grant and holds the adapter with one use per waiter; a
-        failure wakes every waiter with a ``Fail`` whose fault says whether to retry elsewhere.
-        """
-        if not isinstance(outcome, LoadOutcome):
-            raise InvalidValueError(f"outcome must be a LoadOutcome, not {outcome!r}")
-        op = self._ops.get(load)
+    def _load_finished(self, event: LoadFinished) -> list[Command]:
+        """[load-outcome]: success grants every waiter; a failure fails every waiter with its fault."""
+        op = self._ops.get(event.load) if type(event.load) is int else None
         if not isinstance(op, _Load) or not op.issued:
-            raise UnknownOperationError(f"load {load!r} is not an issued load awaiting its answer")
-        del self._ops[load]
+            raise UnknownOperationError(
+                f"load {event.load!r} is not an issued load awaiting its answer",
+                operation=event.load,
+                kind="load",
+            )
+        outcome = event.outcome
+        if not isinstance(outcome, LoadOutcome):
+            raise _invalid("outcome", outcome, "outcome must be a LoadOutcome")
+        _check_message(event.message)
+        del self._ops[event.load]
         rep = op.replica
         del rep.loading[op.adapter]
+        self._unwhere(rep, op.adapter)
         key = (rep.model, outcome.value)
         self._loads[key] = self._loads.get(key, 0) + 1
-        if self._answered(rep):
+        if self._count_answer(rep):
             return []
         commands: list[Command] = []
         if outcome.succeeded:
             held = _Held(rep, op.adapter, len(op.waiters), self._tick())
             rep.held[op.adapter] = held
+            self._where.setdefault(op.adapter, {})[rep.id] = rep
             if not held.in_use:
-                rep.idle[op.adapter] = None
+                rep.idle[op.adapter] = held.since
             for ticket in op.waiters:
                 del self._waiting[ticket]
                 self._leases[ticket] = held
                 if ticket == op.starter:
                     self._loaded += 1
-                    commands.append(Grant(ticket, How.LOADED))
+                    commands.append(Grant(ticket=ticket, how=How.LOADED))
                 else:
                     self._joined += 1
-                    commands.append(Grant(ticket, How.JOINED))
+                    commands.append(Grant(ticket=ticket, how=How.JOINED))
         else:
             fault = Fault.ADAPTER if outcome is LoadOutcome.ADAPTER_FAULT else Fault.REPLICA
-            text = message or f"the load of {op.adapter!r} on {rep.id!r} failed"
+            text = event.message or load_failed_message(op.adapter, rep.id)
             for ticket in op.waiters:
                 del self._waiting[ticket]
-                commands.append(self._fail(ticket, fault, text))
+                commands.append(self._fail(ticket, rep, fault, text))
         return commands
 
-    def unload_finished(self, unload: int, outcome: UnloadOutcome, message: str = "") -> list[Command]:
-        """The engine answered an unload ([unload-outcome]).
+    def _unload_finished(self, event: UnloadFinished) -> list[Command]:
+        """[unload-outcome]: whatever the answer, the adapter is gone from the machine's view.
 
-        Whatever the answer, the adapter is gone from the machine's view (a failed unload may leave
-        it on the engine; the next listing says so). The load waiting on it is issued once no other
-        unload blocks it, and requests waiting for it are handled afresh.
+        A failed unload may leave it on the engine; the next listing says so. The load waiting on
+        it goes out once no other unload holds it back, and requests waiting for it are handled
+        afresh.
         """
-        del message  # the shell logs it; the machine decides the same either way
-        if not isinstance(outcome, UnloadOutcome):
-            raise InvalidValueError(f"outcome must be an UnloadOutcome, not {outcome!r}")
-        op = self._ops.get(unload)
+        op = self._ops.get(event.unload) if type(event.unload) is int else None
         if not isinstance(op, _Unload):
-            raise UnknownOperationError(f"unload {unload!r} is not an issued unload awaiting its answer")
-        del self._ops[unload]
+            raise UnknownOperationError(
+                f"unload {event.unload!r} is not an issued unload awaiting its answer",
+                operation=event.unload,
+                kind="unload",
+            )
+        if not isinstance(event.outcome, UnloadOutcome):
+            raise _invalid("outcome", event.outcome, "outcome must be an UnloadOutcome")
+        _check_message(event.message)
+        del self._ops[event.unload]
         rep = op.replica
         del rep.unloading[op.adapter]
-        key = (rep.model, outcome.value)
+        key = (rep.model, event.outcome.value)
         self._evictions[key] = self._evictions.get(key, 0) + 1
-        if self._answered(rep):
+        if self._count_answer(rep):
             return []
         if rep.listing is not None:
-            rep.gone.add(op.adapter)
+            rep.dropped_while_listing.add(op.adapter)
         commands: list[Command] = []
-        load = op.blocks
+        load = op.makes_room_for
         if load is not None:
-            load.blockers.discard(unload)
-            if not load.blockers:
+            load.waits_for.discard(event.unload)
+            if not load.waits_for:
                 commands.append(self._issue(load))
         for ticket, path in op.waiters:
             del self._waiting[ticket]
             commands.extend(self._admit(ticket, rep, op.adapter, path))
         return commands
 
-    def _answered(self, rep: _Replica) -> bool:
-        """Count an operation of ``rep`` as answered; True when the answer is to be ignored."""
+    def _count_answer(self, rep: _Replica) -> bool:
+        """Count an answered operation of ``rep``; True when ``rep`` was removed, so the answer is ignored.
+
+        The last answer a removed replica waited for lets it be forgotten.
+        """
         rep.outstanding -= 1
         if not rep.removed:
             return False
-        if not rep.outstanding and self._replicas.get(rep.id) is rep:
-            del self._replicas[rep.id]
+        self._forget_if_done(rep)
         return True
+
+    def _forget_if_done(self, rep: _Replica) -> None:
+        """Forget a removed replica once no call to it is out and no request runs on it."""
+        if not rep.outstanding and not rep.held and self._replicas.get(rep.id) is rep:
+            del self._replicas[rep.id]
 
     # -- listings ----------------------------------------------------------------------------
 
-    def advance(self, now: float) -> list[Command]:
-        """The shell's clock reads ``now``; read the listings that are due ([listing]).
-
-        Raises:
-            ClockWentBackwardsError: ``now`` is before a time given earlier.
-        """
-        if not isinstance(now, int | float) or math.isnan(now):
-            raise InvalidValueError(f"now must be a number, not {now!r}")
+    def _time_advanced(self, now: float) -> list[Command]:
+        """[time]: the shell's clock reads ``now``; start the listings that are due."""
+        if not _is_number(now) or not math.isfinite(now):
+            raise _invalid("now", now, "now must be a finite number")
         if now < self._clock:
-            raise ClockWentBackwardsError(f"now {now} is before {self._clock}, given earlier")
+            raise ClockWentBackwardsError(
+                f"now {now} is before {self._clock}, given earlier", now=now, last=self._clock
+            )
         self._clock = float(now)
         commands: list[Command] = []
         due = self._due
@@ -472,7 +614,10 @@ class AdapterStateMachine:
         return commands
 
     def next_due(self) -> float | None:
-        """When the machine next wants ``advance`` called, or None when no replica is known."""
+        """When the machine next wants ``advance`` called: the least due time of the replicas in use.
+
+        None when no replica is in use. Removed replicas have no due time.
+        """
         due = self._due
         while due:
             at, replica = due[0]
@@ -485,98 +630,131 @@ class AdapterStateMachine:
     def _start_listing(self, rep: _Replica) -> ReadListing:
         listing = _Listing(rep, self._new_op(), self._tick())
         rep.listing = listing
-        rep.gone = set()
+        rep.dropped_while_listing = set()
         rep.outstanding += 1
         self._ops[listing.op] = listing
-        return ReadListing(listing.op, rep.id)
+        return ReadListing(listing=listing.op, replica=rep.id)
 
-    def _finish_listing(self, listing: int) -> _Listing | None:
-        op = self._ops.get(listing)
+    def _listing_op(self, listing: int) -> _Listing:
+        op = self._ops.get(listing) if type(listing) is int else None
         if not isinstance(op, _Listing):
-            raise UnknownOperationError(f"listing {listing!r} is not an issued listing awaiting its answer")
-        del self._ops[listing]
-        rep = op.replica
-        if self._answered(rep) or rep.listing is not op:
-            return None
-        rep.listing = None
-        rep.met = True
+            raise UnknownOperationError(
+                f"listing {listing!r} is not an issued listing awaiting its answer",
+                operation=listing,
+                kind="listing",
+            )
         return op
 
-    def listing_received(self, listing: int, adapters: Iterable[str]) -> list[Command]:
-        """The replica's listing named ``adapters``; apply it as of when it started ([listing]).
+    def _finish_listing(self, op: _Listing) -> bool:
+        """Count ``op`` as answered; False when its answer is to be ignored (removed, or abandoned)."""
+        del self._ops[op.op]
+        rep = op.replica
+        if self._count_answer(rep) or rep.listing is not op:
+            return False
+        rep.listing = None
+        return True
+
+    def _met(self, rep: _Replica) -> list[Command]:
+        if rep.met:
+            return []
+        rep.met = True
+        return [MarkMet(replica=rep.id)]
+
+    def _listing_received(self, event: ListingReceived) -> list[Command]:
+        """[listing]: the replica listed ``adapters``; apply it as of when it started.
 
         Listed adapters the machine did not know are held, least recently used of all (in name
-        order). Held adapters not listed are dropped if they were held before the listing started
-        and no request runs on them. Adapters being loaded or unloaded are left to their outcome,
-        and adapters dropped since the listing started stay dropped.
+        order). Held adapters not listed are dropped if they were held before the listing started,
+        in use or not: the engine does not have them. Adapters being loaded or unloaded are left to
+        their outcome, and adapters dropped since the listing started stay dropped.
         """
-        names = tuple(adapters)
+        names = event.adapters
+        finished = self._listing_op(event.listing)
+        if not isinstance(names, tuple | list):
+            raise _invalid("adapters", names, "adapters must be a list of adapter names")
         for name in names:
-            if not name or type(name) is not str:
-                raise InvalidValueError(f"listed adapter names must be non-empty strs, not {name!r}")
-        finished = self._finish_listing(listing)
-        if finished is None:
+            if type(name) is not str or not name:
+                raise _invalid("adapters", name, "listed adapter names must be non-empty strs")
+        if not self._finish_listing(finished):
             return []
         rep = finished.replica
+        commands = self._met(rep)
         listed = set(names)
         for name, held in list(rep.held.items()):
-            if name not in listed and held.since < finished.started and not held.in_use:
+            if name not in listed and held.since < finished.started:
                 self._drop(rep, name)
-                del rep.idle[name]
-        known = rep.held.keys() | rep.loading.keys() | rep.unloading.keys() | rep.gone
-        rep.gone = set()
+        known = rep.held.keys() | rep.loading.keys() | rep.unloading.keys() | rep.dropped_while_listing
+        rep.dropped_while_listing = set()
         since = self._tick()
         for name in sorted(listed - known, reverse=True):
             rep.held[name] = _Held(rep, name, 0, since)
-            rep.idle[name] = None
+            self._where.setdefault(name, {})[rep.id] = rep
+            rep.idle[name] = 0
             rep.idle.move_to_end(name, last=False)
-        return []
+        return commands
 
-    def listing_failed(self, listing: int, message: str = "") -> list[Command]:
-        """The replica's listing could not be read ([listing]): nothing changes but that it is met."""
-        del message
-        finished = self._finish_listing(listing)
-        if finished is not None:
-            finished.replica.gone = set()
-        return []
+    def _listing_failed(self, event: ListingFailed) -> list[Command]:
+        """[listing]: the listing could not be read: nothing changes but that the replica is met."""
+        finished = self._listing_op(event.listing)
+        _check_message(event.message)
+        if not self._finish_listing(finished):
+            return []
+        finished.replica.dropped_while_listing = set()
+        return self._met(finished.replica)
 
     # -- forget, replicas, limits ------------------------------------------------------------
 
-    def adapter_missing(self, replica: str, adapter: str) -> list[Command]:
-        """The replica answered a request for ``adapter`` with "no such model" ([forget]).
+    def _adapter_missing(self, event: AdapterMissing) -> list[Command]:
+        """[forget]: the replica said it does not have ``adapter``: stop holding it, in use or not.
 
-        The adapter is forgotten there unless a request is running on it: that request will report
-        it too when it fails, and the next listing settles it either way. Adapters being loaded or
-        unloaded are left to their outcome.
+        No unload is issued (the engine does not have it); leases on it go dead, and the next request
+        loads it again. A report with the ticket of a request whose lease is not on the copy held now
+        (an older copy, or the lease has ended) is stale and changes nothing. Adapters being loaded
+        or unloaded are left to their outcome.
         """
+        replica, adapter, ticket = event.replica, event.adapter, event.ticket
+        if type(replica) is not str or not replica:
+            raise _invalid("replica", replica, "replica id must be a non-empty str")
+        if type(adapter) is not str or not adapter:
+            raise _invalid("adapter", adapter, "adapter name must be a non-empty str")
+        if ticket is not None and type(ticket) is not int:
+            raise _invalid("ticket", ticket, "ticket must be an int or absent")
+        if ticket is not None and not 0 < ticket <= self._last_ticket:
+            raise UnknownTicketError(f"no request ever had ticket {ticket}", ticket=ticket)
         rep = self._replicas.get(replica)
         if rep is None or rep.removed:
             return []
         held = rep.held.get(adapter)
-        if held is not None and not held.in_use:
-            self._drop(rep, adapter)
-            del rep.idle[adapter]
+        if held is None:
+            return []
+        if ticket is not None and self._leases.get(ticket) is not held:
+            return []
+        self._drop(rep, adapter)
         return []
 
-    def add_replica(self, replica: str, model: str, limit: int) -> list[Command]:
-        """The router will use ``replica`` ([replicas]); a new one's listing is read at once.
+    def _replica_added(self, event: ReplicaAdded) -> list[Command]:
+        """[replicas]: the router will use ``replica``; a new one's listing is read at once.
 
         Adding a known replica again with the same model sets its limit.
 
         Raises:
             ReplicaConflictError: the replica is known with another model.
         """
-        if not replica or type(replica) is not str:
-            raise InvalidValueError(f"replica id must be a non-empty str, not {replica!r}")
-        if not model or type(model) is not str:
-            raise InvalidValueError(f"model must be a non-empty str, not {model!r}")
+        replica, model, limit = event.replica, event.model, event.limit
+        if type(replica) is not str or not replica:
+            raise _invalid("replica", replica, "replica id must be a non-empty str")
+        if type(model) is not str or not model:
+            raise _invalid("model", model, "model must be a non-empty str")
         _check_limit(limit)
         rep = self._replicas.get(replica)
         if rep is not None and not rep.removed:
             if rep.model != model:
                 raise ReplicaConflictError(
                     f"replica {replica!r} is known with model {rep.model!r}; "
-                    f"remove it before adding it with {model!r}"
+                    f"remove it before adding it with {model!r}",
+                    replica=replica,
+                    known_model=rep.model,
+                    model=model,
                 )
             rep.limit = limit
             return []
@@ -584,30 +762,38 @@ class AdapterStateMachine:
             rep = _Replica(replica, model, limit, self._clock + self._interval)
             self._replicas[replica] = rep
         else:
-            # Re-added while calls made before its removal are still out: keep them, so that a new
-            # load never crosses an old one.
+            # Back while calls or requests from before its removal are still out: keep them, so
+            # that a new load never crosses an old one and a running request's adapter stays held.
             rep.removed, rep.model, rep.limit, rep.met = False, model, limit, False
             rep.due = self._clock + self._interval
+            for name in list(rep.held) + list(rep.loading):
+                self._where.setdefault(name, {})[rep.id] = rep
         heapq.heappush(self._due, (rep.due, replica))
         return [self._start_listing(rep)]
 
-    def remove_replicas(self, replicas: Iterable[str]) -> list[Command]:
-        """The router no longer uses these replicas ([replicas]).
+    def _replicas_removed(self, event: ReplicasRemoved) -> list[Command]:
+        """[replicas]: the router no longer uses these replicas.
 
-        Their waiting requests fail with a replica fault; what they held is forgotten, so a release
-        of a lease on them does nothing; answers to calls already made are ignored. Unknown ids are
-        passed over.
+        Their waiting requests fail with a replica fault, in ticket order; idle adapters are
+        forgotten, adapters requests still run on are kept (unseen) until those end; answers to
+        calls already made are ignored. Unknown ids are passed over.
         """
-        ids = tuple(replicas)
+        ids = event.replicas
+        if not isinstance(ids, tuple | list):
+            raise _invalid("replicas", ids, "replicas must be a list of replica ids")
+        for replica in ids:
+            if type(replica) is not str or not replica:
+                raise _invalid("replicas", replica, "replica ids must be non-empty strs")
         failed: list[int] = []
         for replica in ids:
             rep = self._replicas.get(replica)
             if rep is None or rep.removed:
                 continue
             rep.removed = True
-            for name in list(rep.held):
+            for name in list(rep.idle):
                 self._drop(rep, name)
-            rep.idle.clear()
+            for name in list(rep.held) + list(rep.loading):
+                self._unwhere(rep, name)  # unseen: placement never chooses a removed replica
             for load in list(rep.loading.values()):
                 failed.extend(load.waiters)
                 load.waiters.clear()
@@ -617,23 +803,23 @@ class AdapterStateMachine:
             for unload in rep.unloading.values():
                 failed.extend(t for t, _ in unload.waiters)
                 unload.waiters.clear()
-            if rep.listing is not None:
-                rep.listing = None  # its answer is ignored, even if the replica comes back
-            rep.gone = set()
-            if not rep.outstanding:
-                del self._replicas[replica]
+            rep.listing = None  # its answer is ignored, even if the replica comes back
+            rep.dropped_while_listing = set()
+            self._forget_if_done(rep)
         commands: list[Command] = []
         for ticket in sorted(failed):
-            del self._waiting[ticket]
-            commands.append(self._fail(ticket, Fault.REPLICA, REPLICA_REMOVED))
+            waited = self._waiting.pop(ticket)
+            commands.append(self._fail(ticket, waited.replica, Fault.REPLICA, REPLICA_REMOVED))
         return commands
 
-    def set_limit(self, model: str, limit: int) -> list[Command]:
-        """Every replica of ``model`` may hold ``limit`` adapters; a lower one applies at the next load."""
-        _check_limit(limit)
+    def _limit_set(self, event: LimitSet) -> list[Command]:
+        """[limit]: every replica of ``model`` may hold ``limit`` adapters, from its next load on."""
+        if type(event.model) is not str or not event.model:
+            raise _invalid("model", event.model, "model must be a non-empty str")
+        _check_limit(event.limit)
         for rep in self._replicas.values():
-            if rep.model == model and not rep.removed:
-                rep.limit = limit
+            if rep.model == event.model and not rep.removed:
+                rep.limit = event.limit
         return []
 
     # -- what the machine tells the router ----------------------------------------------------
@@ -654,15 +840,77 @@ class AdapterStateMachine:
                 holders.append(replica)
             if len(held) + len(loading) < rep.limit:
                 with_room.append(replica)
-        return View(frozenset(holders), frozenset(with_room))
+        return View(holders=frozenset(holders), with_room=frozenset(with_room))
+
+    def place(
+        self,
+        adapter: str,
+        *,
+        model: str | None = None,
+        exclude: Iterable[str] = (),
+        load: Mapping[str, float] | None = None,
+    ) -> Placement:
+        """Where to send a request for ``adapter`` ([place]): pure, and the same for the same state.
+
+        Candidates are the replicas in use (of ``model`` when given), less ``exclude`` (replicas
+        this request already tried). A holder that is not busy comes first; a cold load goes where it
+        costs least: a free slot, else the replica whose least recently used idle adapter is oldest.
+        Ties go to the highest rendezvous hash of adapter and replica, so that routers with the same
+        view choose alike and spread different adapters over different replicas.
+
+        Args:
+            load: a figure per replica id the router may report (e.g. the engine's queue length),
+                added to this router's own requests in flight there.
+        """
+        if type(adapter) is not str or not adapter:
+            raise _invalid("adapter", adapter, "adapter name must be a non-empty str")
+        skip = exclude if isinstance(exclude, set | frozenset | dict) else set(exclude)
+        extra = load or {}
+        best: _Replica | None = None
+        best_key: tuple[float, int] = (0.0, 0)
+        for rep in self._where.get(adapter, {}).values():
+            if rep.id in skip or (model is not None and rep.model != model):
+                continue
+            key = (rep.in_flight + extra.get(rep.id, 0), -_rendezvous(adapter, rep.id))
+            if best is None or key < best_key:
+                best, best_key = rep, key
+        if best is not None:
+            return Placement(replica=best.id, placed=Placed.HELD if adapter in best.held else Placed.LOADING)
+        return self._place_cold(adapter, model, skip, extra)
+
+    def _place_cold(
+        self, adapter: str, model: str | None, skip: Container[str], extra: Mapping[str, float]
+    ) -> Placement:
+        chosen: _Replica | None = None
+        chosen_key: tuple[Any, ...] = ()
+        for rep in self._replicas.values():
+            if rep.removed or rep.id in skip or (model is not None and rep.model != model):
+                continue
+            free = rep.limit - len(rep.held) - len(rep.loading)
+            busy = rep.in_flight + extra.get(rep.id, 0)
+            if free > 0:
+                key: tuple[Any, ...] = (0, busy, -free)
+            elif rep.idle:
+                key = (1, next(iter(rep.idle.values())), busy)
+            else:
+                key = (2, busy, len(rep.held) + len(rep.loading) - rep.limit)
+            key = (*key, -_rendezvous(adapter, rep.id))
+            if chosen is None or key < chosen_key:
+                chosen, chosen_key = rep, key
+        if chosen is None:
+            return Placement(replica=None, placed=None)
+        return Placement(replica=chosen.id, placed=(Placed.FREE, Placed.EVICT, Placed.OVER)[chosen_key[0]])
 
     def is_met(self, replica: str) -> bool:
-        """Whether ``replica`` is known and its first listing was answered."""
+        """Whether ``replica`` is in use and its first listing since it was added was answered.
+
+        False for a replica never added or removed.
+        """
         rep = self._replicas.get(replica)
         return rep is not None and not rep.removed and rep.met
 
     def statistics(self) -> Statistics:
-        """A frozen snapshot of the counts and of what every replica holds ([statistics])."""
+        """A frozen snapshot of the counts and of what every replica in use holds ([statistics])."""
         replicas = {
             rep.id: ReplicaStatistics(
                 model=rep.model,
@@ -689,6 +937,80 @@ class AdapterStateMachine:
             leases=len(self._leases),
         )
 
+    def check_invariants(self) -> None:
+        """Raise AssertionError if the machine's state contradicts itself (for tests and fuzzing).
+
+        It checks what ``statistics`` cannot show: every operation, lease and waiter is accounted
+        for exactly once, and a removed replica is kept exactly as long as it must be.
+        """
+        uses: dict[int, int] = {}
+        for ticket, held in self._leases.items():
+            assert 0 < ticket <= self._last_ticket, ticket
+            assert ticket not in self._waiting, ticket
+            uses[id(held)] = uses.get(id(held), 0) + 1
+        for ticket, waited in self._waiting.items():
+            assert 0 < ticket <= self._last_ticket, ticket
+            if isinstance(waited, _Load):
+                assert ticket in waited.waiters, ticket
+                assert waited.replica.loading.get(waited.adapter) is waited, ticket
+            else:
+                assert ticket in [t for t, _ in waited.waiters], ticket
+                assert waited.replica.unloading.get(waited.adapter) is waited, ticket
+        outstanding: dict[str, int] = {}
+        for op, operation in self._ops.items():
+            assert 0 < op < self._next_op, op
+            assert operation.op == op, op
+            rep = operation.replica
+            assert self._replicas.get(rep.id) is rep, f"operation {op} of a forgotten replica"
+            if not isinstance(operation, _Load) or operation.issued:
+                outstanding[rep.id] = outstanding.get(rep.id, 0) + 1
+        in_flight: dict[str, int] = {}
+        for held in self._leases.values():
+            in_flight[held.replica.id] = in_flight.get(held.replica.id, 0) + 1
+        for waited in self._waiting.values():
+            in_flight[waited.replica.id] = in_flight.get(waited.replica.id, 0) + 1
+        where = {
+            (name, rep.id)
+            for rep in self._replicas.values()
+            if not rep.removed
+            for name in rep.held.keys() | rep.loading.keys()
+        }
+        assert where == {(name, rid) for name, reps in self._where.items() for rid in reps}, "index"
+        assert all(self._where.values()), "empty index entry"
+        for rid, rep in self._replicas.items():
+            assert rep.id == rid
+            assert rep.in_flight == in_flight.get(rid, 0), (rid, rep.in_flight)
+            assert rep.outstanding == outstanding.get(rid, 0), (rid, rep.outstanding)
+            names = rep.held.keys() | rep.loading.keys() | rep.unloading.keys()
+            assert len(names) == len(rep.held) + len(rep.loading) + len(rep.unloading), rid
+            assert set(rep.idle) == {n for n, h in rep.held.items() if not h.in_use}, rid
+            for name, held in rep.held.items():
+                assert held.current, (rid, name)
+                assert held.replica is rep, (rid, name)
+                assert held.adapter == name, (rid, name)
+                assert held.in_use == uses.get(id(held), 0), (rid, name, held.in_use)
+            for name, load in rep.loading.items():
+                assert self._ops.get(load.op) is load, (rid, name)
+                assert load.adapter == name, (rid, name)
+                assert load.issued == (not load.waits_for), (rid, name)
+                assert load.issued or load.waiters, (rid, name)
+                assert all(self._waiting.get(t) is load for t in load.waiters), (rid, name)
+            for name, unload in rep.unloading.items():
+                assert self._ops.get(unload.op) is unload, (rid, name)
+                assert unload.adapter == name, (rid, name)
+                assert all(self._waiting.get(t) is unload for t, _ in unload.waiters), (rid, name)
+            if rep.listing is None:
+                assert not rep.dropped_while_listing, rid
+            else:
+                assert self._ops.get(rep.listing.op) is rep.listing, rid
+            if rep.removed:
+                assert rep.outstanding or rep.held, f"removed replica {rid} kept for nothing"
+                assert not rep.idle, rid
+                assert all(load.issued and not load.waiters for load in rep.loading.values()), rid
+                assert rep.listing is None, rid
+            else:
+                assert (rep.due, rid) in self._due, rid
+
     # -- helpers ------------------------------------------------------------------------------
 
     def _new_op(self) -> int:
@@ -701,17 +1023,51 @@ class AdapterStateMachine:
         return self._logical
 
     def _drop(self, rep: _Replica, name: str) -> None:
-        """Stop holding ``name`` (the caller takes it off the idle list); its leases go dead."""
+        """Stop holding ``name`` (leaving ``idle`` too); leases on it go dead."""
         held = rep.held.pop(name)
-        held.live = False
+        held.current = False
+        rep.idle.pop(name, None)
+        self._unwhere(rep, name)
         if rep.listing is not None:
-            rep.gone.add(name)
+            rep.dropped_while_listing.add(name)
 
-    def _fail(self, ticket: int, fault: Fault, message: str) -> Fail:
+    def _fail(self, ticket: int, rep: _Replica, fault: Fault, message: str) -> Fail:
+        """End a waiting request (already taken off ``_waiting``) with a ``Fail``."""
+        rep.in_flight -= 1
         self._failures[fault.value] = self._failures.get(fault.value, 0) + 1
-        return Fail(ticket, fault, message)
+        return Fail(ticket=ticket, fault=fault, message=message)
+
+    def _unwhere(self, rep: _Replica, adapter: str) -> None:
+        where = self._where.get(adapter)
+        if where is not None and where.pop(rep.id, None) is not None and not where:
+            del self._where[adapter]
+
+
+def _rendezvous(adapter: str, replica: str) -> int:
+    """FNV-1a (64 bits) of the UTF-8 bytes of ``adapter``, a zero byte, and ``replica``.
+
+    The rendezvous weight of a replica for an adapter: any language computes the same number, so
+    independent routers break ties alike.
+    """
+    h = 0xCBF29CE484222325
+    for byte in f"{adapter}\0{replica}".encode():
+        h = ((h ^ byte) * 0x100000001B3) & 0xFFFFFFFFFFFFFFFF
+    return h
+
+
+def _is_number(value: Any) -> bool:
+    return type(value) is not bool and isinstance(value, int | float) and not math.isnan(value)
+
+
+def _invalid(field: str, value: Any, what: str) -> InvalidValueError:
+    return InvalidValueError(f"{what}, not {value!r}", field=field, value=value)
 
 
 def _check_limit(limit: int) -> None:
     if type(limit) is not int or limit < 1:
-        raise InvalidValueError(f"limit must be an int of at least 1, not {limit!r}")
+        raise _invalid("limit", limit, "limit must be an int of at least 1")
+
+
+def _check_message(message: str) -> None:
+    if type(message) is not str:
+        raise _invalid("message", message, "message must be a str")

@@ -6,8 +6,10 @@ from collections.abc import Mapping
 
 import attrs
 
+from ._values import Placed
 
-@attrs.frozen
+
+@attrs.frozen(kw_only=True)
 class View:
     """Where one adapter stands among candidate replicas, for the router's scheduler.
 
@@ -17,6 +19,17 @@ class View:
 
     holders: frozenset[str]
     with_room: frozenset[str]
+
+
+@attrs.frozen(kw_only=True)
+class Placement:
+    """Where to send a request for an adapter ([place]): the replica, and what it will find there.
+
+    ``replica`` is None when there is no candidate (none given, none in use, or all excluded).
+    """
+
+    replica: str | None
+    placed: Placed | None
 
 
 @attrs.frozen

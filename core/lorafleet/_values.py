@@ -55,3 +55,18 @@ class UnloadOutcome(_Vocabulary):
     NOT_FOUND = "not_found"
     """The engine did not have the name, which is what the unload was for."""
     FAILED = "failed"
+
+
+class Placed(_Vocabulary):
+    """Why placement chose a replica: what a request sent there will find."""
+
+    HELD = "held"
+    """The replica holds the adapter: a hit."""
+    LOADING = "loading"
+    """The replica is loading it: the request joins that load."""
+    FREE = "free"
+    """A cold load into a free slot."""
+    EVICT = "evict"
+    """A cold load that unloads the replica's least recently used idle adapter first."""
+    OVER = "over"
+    """Every candidate is full of adapters in use: a cold load takes the replica over its limit."""

@@ -36,6 +36,7 @@ from lorafleet import (
     ListingFailed,
     ListingReceived,
     LoadFinished,
+    MarkMet,
     ReadListing,
     Released,
     ReplicaAdded,
@@ -302,7 +303,7 @@ class Fleet:
             self._declare(replica)
         machine = self._machine
         ticket = lease.ticket = machine.next_ticket
-        if machine.hit(ticket, replica.id, lease.adapter):
+        if machine.hit(ticket, replica=replica.id, adapter=lease.adapter):
             lease._how = _HIT
             return True
         return False
@@ -352,6 +353,10 @@ class Fleet:
                     waiter.failed = command
                     waiter.timeout = timed_out
                 waiter.event.set()
+            elif isinstance(command, MarkMet):
+                met = self._unmet.pop(command.replica, None)
+                if met is not None:
+                    met.set()
             elif self._open:
                 assert self._tasks is not None
                 call = _Call(command, self._replicas[command.replica])
@@ -439,10 +444,6 @@ class Fleet:
             del self._calls[replica.id]
         self._report(replica, command, event, anyio.current_time() - started)
         self._send(event, timed_out=timed_out)
-        if isinstance(command, ReadListing) and self._machine.is_met(replica.id):
-            met = self._unmet.pop(replica.id, None)
-            if met is not None:
-                met.set()
 
     def _report(
         self, replica: Replica, command: IssueLoad | IssueUnload | ReadListing, event: Event, seconds: float
