@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import httpx
 import pytest
 
 import lorafleet
@@ -24,7 +25,7 @@ from lorafleet_fleet import (
     Fleet,
     FleetClosedError,
     InvalidValueError,
-    NotEnteredError,
+    OutsideBlockError,
     Replica,
     ReplicaConflictError,
     ReplicaError,
@@ -189,12 +190,11 @@ async def test_a_known_id_with_another_url_is_another_server(
     async with fleet_type() as fleet:
         await fleet.sync_unknown([replica(old)])
         async with fleet.acquire(replica(old), "a0", str(adapter_dir / "a0")):
-            pass
-        moved = replica(new)  # the same id, now at another server's URL
-        await fleet.sync_unknown([moved])  # its listing is read afresh, and waited for
-        assert fleet.statistics().replicas["r0"].held == {"a1": 0}
-        async with fleet.acquire(moved, "a0", str(adapter_dir / "a0")) as lease:
-            assert lease.how is How.LOADED  # not a hit on what the old server held
+            moved = replica(new)  # the same id, now at another server's URL, while a request runs
+            await fleet.sync_unknown([moved])  # its listing is read afresh, and waited for
+            assert fleet.statistics().replicas["r0"].held == {"a1": 0}
+            async with fleet.acquire(moved, "a0", str(adapter_dir / "a0")) as lease:
+                assert lease.how is How.LOADED  # not a hit on what the old server held
         quiet(fleet)
     assert len(new.app.calls_to("models")) == 1
     assert [c.body["lora_name"] for c in new.app.calls_to("load")] == ["a0"]
@@ -256,7 +256,7 @@ async def test_a_known_id_and_url_with_another_limit_sets_the_limit(
 def test_the_shells_export_the_usage_errors_a_router_can_meet(package: Any) -> None:
     for name in ("UsageError", "InvalidValueError", "ReplicaConflictError"):
         assert getattr(package, name) is getattr(lorafleet, name)
-    for name in ("NotEnteredError", "EnteredTwiceError"):
+    for name in ("OutsideBlockError", "EnteredTwiceError"):
         assert issubclass(getattr(package, name), lorafleet.UsageError)
 
 
@@ -274,17 +274,17 @@ async def test_misuse_of_the_fleet_raises_usage_errors(
 ) -> None:
     r = replica(standin)
     fleet = fleet_type()
-    with pytest.raises(NotEnteredError, match="async with"):
+    with pytest.raises(OutsideBlockError, match="async with"):
         async with fleet.acquire(r, "a0", str(adapter_dir / "a0")):
             pass
-    with pytest.raises(NotEnteredError):
+    with pytest.raises(OutsideBlockError):
         await fleet.sync_unknown([r])
     async with fleet:
         with pytest.raises(EnteredTwiceError, match="entered once"):
             async with fleet:
                 pass
         lease = fleet.acquire(r, "a0", str(adapter_dir / "a0"))
-        with pytest.raises(NotEnteredError):
+        with pytest.raises(OutsideBlockError):
             lease.how  # noqa: B018 -- reading it is the misuse
         async with lease:
             with pytest.raises(EnteredTwiceError, match="acquire"):
@@ -384,3 +384,63 @@ async def test_prometheus_sums_the_fleets_it_watches(
     assert value("lorafleet_grants_total", how="joined") == 0
     assert value("lorafleet_loads_total", model="tiny", outcome="loaded") == 2
     assert value("lorafleet_load_seconds_count", model="tiny") == 2
+
+
+# -- the engine lost an adapter ----------------------------------------------------------------
+
+
+async def ask(server: StandInServer, adapter: str) -> int:
+    """Forward a completion for ``adapter``, as the router would; the status it gets."""
+    async with httpx.AsyncClient(base_url=server.url) as client:
+        answer = await client.post(
+            "/v1/completions", json={"model": adapter, "prompt": "hi", "max_tokens": 2}
+        )
+        return answer.status_code
+
+
+@pytest.mark.anyio
+@pytest.mark.usefixtures("no_task_left_running")
+async def test_a_lease_reports_its_adapter_missing_and_the_next_request_loads_it(
+    fleet_type: type[Fleet], standin: StandInServer, adapter_dir: Path
+) -> None:
+    r = replica(standin)
+    path = str(adapter_dir / "a0")
+    async with fleet_type() as fleet:
+        await fleet.sync_unknown([r])
+        async with fleet.acquire(r, "a0", path) as first, fleet.acquire(r, "a0", path) as second:
+            assert (first.how, second.how) == (How.LOADED, How.HIT)
+            standin.app.restart()  # the engine loses a0 under two running requests
+            assert await ask(standin, "a0") == 404
+            first.adapter_missing()
+            # While both still run on the lost copy, the next request loads a0 again.
+            async with fleet.acquire(r, "a0", path) as third:
+                assert third.how is How.LOADED
+                assert await ask(standin, "a0") == 200
+                # The second request heard its 404 before the new copy came: its report is about the
+                # old copy, and leaves the new one held.
+                second.adapter_missing()
+                assert fleet.statistics().replicas["r0"].held == {"a0": 1}
+            async with fleet.acquire(r, "a0", path) as fourth:
+                assert fourth.how is How.HIT
+        with pytest.raises(OutsideBlockError, match="inside"):
+            first.adapter_missing()
+        quiet(fleet)
+    assert [c.body["lora_name"] for c in standin.app.calls_to("load")] == ["a0", "a0"]
+
+
+@pytest.mark.anyio
+@pytest.mark.usefixtures("no_task_left_running")
+async def test_forget_without_a_lease_drops_the_adapter_in_use_or_not(
+    fleet_type: type[Fleet], standin: StandInServer, adapter_dir: Path
+) -> None:
+    r = replica(standin)
+    path = str(adapter_dir / "a0")
+    async with fleet_type() as fleet:
+        await fleet.sync_unknown([r])
+        async with fleet.acquire(r, "a0", path):
+            standin.app.restart()
+            fleet.forget(r, "a0")
+            assert fleet.statistics().replicas["r0"].held == {}
+            async with fleet.acquire(r, "a0", path) as again:
+                assert again.how is How.LOADED
+        quiet(fleet)

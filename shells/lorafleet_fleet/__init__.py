@@ -26,6 +26,6 @@ from ._types import EnteredTwiceError as EnteredTwiceError
 from ._types import FleetClosedError as FleetClosedError
 from ._types import FleetError as FleetError
 from ._types import LoadError as LoadError
-from ._types import NotEnteredError as NotEnteredError
+from ._types import OutsideBlockError as OutsideBlockError
 from ._types import Replica as Replica
 from ._types import ReplicaError as ReplicaError

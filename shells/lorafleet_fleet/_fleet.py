@@ -55,7 +55,7 @@ from ._types import (
     AdapterError,
     EnteredTwiceError,
     FleetClosedError,
-    NotEnteredError,
+    OutsideBlockError,
     Replica,
     ReplicaError,
     _invalid,
@@ -211,7 +211,7 @@ class Fleet:
     def _not_open(self) -> Exception:
         if self._entered:
             return FleetClosedError("the fleet is closed: it takes no more requests")
-        return NotEnteredError("the fleet is not open yet: use it inside 'async with Fleet() as fleet'")
+        return OutsideBlockError("the fleet is not open yet: use it inside 'async with Fleet() as fleet'")
 
     # -- what a router calls -------------------------------------------------------------------
 
@@ -228,7 +228,7 @@ class Fleet:
             FleetClosedError: the fleet is closed, or closed while the request waited.
             ReplicaConflictError: ``replica``'s id is known here with another model and the same URL.
             InvalidValueError: ``adapter`` or ``path`` is not a non-empty str.
-            NotEnteredError: the fleet was never entered.
+            OutsideBlockError: the fleet was never entered.
             EnteredTwiceError: the lease was entered before.
         """
         return Lease(self, replica, adapter, path)
@@ -241,7 +241,7 @@ class Fleet:
         Raises:
             FleetClosedError: the fleet is closed, or closed while this waited.
             ReplicaConflictError: a replica's id is known here with another model and the same URL.
-            NotEnteredError: the fleet was never entered.
+            OutsideBlockError: the fleet was never entered.
         """
         self._check_open()
         ids = []
@@ -259,7 +259,11 @@ class Fleet:
         return self._machine.view([r.id for r in replicas], adapter)
 
     def forget(self, replica: Replica, adapter: str) -> None:
-        """The replica answered a request for ``adapter`` with "no such model" (call it after the block)."""
+        """The replica said it does not have ``adapter``: stop holding it there, in use or not.
+
+        From inside an ``acquire`` block, ``lease.adapter_missing()`` is better: it tells the copy the
+        request ran on from one loaded since, which this cannot.
+        """
         self._send(AdapterMissing(replica=replica.id, adapter=adapter))
 
     def remove(self, replicas: Iterable[Replica | str]) -> None:
@@ -512,7 +516,7 @@ class Lease:
     only one a warm request makes.
     """
 
-    __slots__ = ("_fleet", "_how", "_path", "adapter", "replica", "ticket")
+    __slots__ = ("_fleet", "_how", "_left", "_path", "adapter", "replica", "ticket")
 
     def __init__(self, fleet: Fleet, replica: Replica, adapter: str, path: str) -> None:
         self._fleet = fleet
@@ -520,6 +524,7 @@ class Lease:
         self.adapter = adapter
         self._path = path
         self._how: How | None = None
+        self._left = False
         self.ticket = 0
         """The machine's name for the request (0 until entered)."""
 
@@ -528,11 +533,27 @@ class Lease:
         """ "hit" (it was there), "joined" (another request's load), "loaded" (this request's load).
 
         Raises:
-            NotEnteredError: the lease has not been granted (its block was not entered, or failed).
+            OutsideBlockError: the lease has not been granted (its block was not entered, or failed).
         """
         if self._how is None:
-            raise NotEnteredError("a lease says how it was granted once its 'async with' block is entered")
+            raise OutsideBlockError("a lease says how it was granted once its 'async with' block is entered")
         return self._how
+
+    def adapter_missing(self) -> None:
+        """The replica answered this request "The model ... does not exist.": report it inside the block.
+
+        The fleet stops holding the adapter on the replica, so the next request loads it again, unless
+        the copy held now is not this lease's (the adapter was forgotten and loaded again meanwhile):
+        then nothing changes. Requests still running on the old copy keep their leases.
+
+        Raises:
+            OutsideBlockError: the block was not entered, or was left (``Fleet.forget`` is for then).
+        """
+        if self._how is None or self._left:
+            raise OutsideBlockError(
+                "adapter_missing() reports while the lease is held: call it inside its 'async with' block"
+            )
+        self._fleet._send(AdapterMissing(replica=self.replica.id, adapter=self.adapter, ticket=self.ticket))
 
     def __repr__(self) -> str:
         how = self._how.value if self._how is not None else None
@@ -550,4 +571,5 @@ class Lease:
     async def __aexit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
+        self._left = True
         self._fleet._send(Released(ticket=self.ticket))

@@ -16,7 +16,7 @@ from lorafleet import InvalidValueError, UsageError
 
 
 def _invalid(field: str, value: Any, why: str) -> InvalidValueError:
-    return InvalidValueError(f"{why}, not {value!r}")
+    return InvalidValueError(f"{why}, not {value!r}", field=field, value=value)
 
 
 def _base_url(url: object) -> object:
@@ -119,8 +119,12 @@ class ReplicaError(LoadError):
 # -- the router's own misuse --------------------------------------------------------------------
 
 
-class NotEnteredError(UsageError):
-    """A ``Fleet`` was used, or a ``Lease`` read, before ``async with`` entered it."""
+class OutsideBlockError(UsageError):
+    """A ``Fleet`` or a ``Lease`` was used outside its ``async with`` block.
+
+    A fleet before it was entered; a lease's ``how`` before its block was entered, its
+    ``adapter_missing()`` after its block was left.
+    """
 
 
 class EnteredTwiceError(UsageError):

@@ -21,7 +21,7 @@ from lorafleet_fleet import How as How
 from lorafleet_fleet import InvalidValueError as InvalidValueError
 from lorafleet_fleet import Lease as Lease
 from lorafleet_fleet import LoadError as LoadError
-from lorafleet_fleet import NotEnteredError as NotEnteredError
+from lorafleet_fleet import OutsideBlockError as OutsideBlockError
 from lorafleet_fleet import PrometheusMetrics as PrometheusMetrics
 from lorafleet_fleet import Replica as Replica
 from lorafleet_fleet import ReplicaConflictError as ReplicaConflictError
