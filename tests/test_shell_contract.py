@@ -210,10 +210,11 @@ async def test_a_request_waiting_on_a_replica_whose_url_changed_fails_with_a_rep
     errors: list[ReplicaError] = []
 
     async def waits_on_the_old_server() -> None:
-        with pytest.raises(ReplicaError, match="removed") as caught:
+        with pytest.raises(ReplicaError) as caught:
             async with fleet.acquire(replica(old), "a0", str(adapter_dir / "a0")):
                 pass
         errors.append(caught.value)
+        assert caught.value.message == lorafleet_fleet.REPLICA_REMOVED
 
     async with fleet_type() as fleet:
         async with anyio.create_task_group() as tasks:
@@ -258,6 +259,7 @@ def test_the_shells_export_the_usage_errors_a_router_can_meet(package: Any) -> N
         assert getattr(package, name) is getattr(lorafleet, name)
     for name in ("OutsideBlockError", "EnteredTwiceError"):
         assert issubclass(getattr(package, name), lorafleet.UsageError)
+    assert package.REPLICA_REMOVED == lorafleet.REPLICA_REMOVED  # what a removal's ReplicaError says
 
 
 @pytest.mark.parametrize("value", [0, -1.5, float("nan"), float("inf"), "5"])

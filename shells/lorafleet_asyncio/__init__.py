@@ -11,6 +11,7 @@ The same names as lorafleet_fleet, whose one Fleet runs under trio and asyncio a
 from lorafleet_fleet import LISTING_INTERVAL as LISTING_INTERVAL
 from lorafleet_fleet import LISTING_TIMEOUT as LISTING_TIMEOUT
 from lorafleet_fleet import LOAD_TIMEOUT as LOAD_TIMEOUT
+from lorafleet_fleet import REPLICA_REMOVED as REPLICA_REMOVED
 from lorafleet_fleet import AdapterError as AdapterError
 from lorafleet_fleet import EnteredTwiceError as EnteredTwiceError
 from lorafleet_fleet import Fleet as Fleet

@@ -9,6 +9,7 @@ One ``Fleet`` runs on both runtimes (it is written on anyio); lorafleet_trio and
 the same names under the runtime's name.
 """
 
+from lorafleet import REPLICA_REMOVED as REPLICA_REMOVED
 from lorafleet import How as How
 from lorafleet import InvalidValueError as InvalidValueError
 from lorafleet import ReplicaConflictError as ReplicaConflictError
