@@ -1,7 +1,19 @@
-"""The shell both runtimes share: lorafleet's machine driven over HTTP with httpx, on anyio.
+"""lorafleet's shell: which vLLM replica holds which LoRA adapter, over HTTP, under trio or asyncio.
 
-Routers import it through lorafleet_trio or lorafleet_asyncio, which re-export what is here.
+async with lorafleet_fleet.Fleet() as fleet:
+    await fleet.sync_unknown(replicas)
+    async with fleet.acquire(replica, "sql", "/adapters/sql") as lease:
+        ...  # forward the request; lease.how is "hit", "joined" or "loaded"
+
+One ``Fleet`` runs on both runtimes (it is written on anyio); lorafleet_trio and lorafleet_asyncio are
+the same names under the runtime's name.
 """
+
+from lorafleet import REPLICA_REMOVED as REPLICA_REMOVED
+from lorafleet import How as How
+from lorafleet import InvalidValueError as InvalidValueError
+from lorafleet import ReplicaConflictError as ReplicaConflictError
+from lorafleet import UsageError as UsageError
 
 from ._fleet import LISTING_INTERVAL as LISTING_INTERVAL
 from ._fleet import LISTING_TIMEOUT as LISTING_TIMEOUT
@@ -11,8 +23,10 @@ from ._fleet import Lease as Lease
 from ._metrics import FleetMetrics as FleetMetrics
 from ._metrics import PrometheusMetrics as PrometheusMetrics
 from ._types import AdapterError as AdapterError
+from ._types import EnteredTwiceError as EnteredTwiceError
 from ._types import FleetClosedError as FleetClosedError
 from ._types import FleetError as FleetError
 from ._types import LoadError as LoadError
+from ._types import OutsideBlockError as OutsideBlockError
 from ._types import Replica as Replica
 from ._types import ReplicaError as ReplicaError

@@ -1,31 +1,37 @@
-"""What the fleet counts, and an optional Prometheus exporter for it."""
+"""Metrics: the machine's own counts, read when scraped, and the load latency only the shell can know."""
 
 from __future__ import annotations
 
+from collections import Counter
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
-from lorafleet import How
+from lorafleet import How, Statistics
 
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
 
 
 class FleetMetrics(Protocol):
-    """Receives the fleet's counts; the fleet calls it on every grant, load and eviction."""
+    """What a fleet gives its metrics: a way to read its counts, and how long each load took."""
 
-    def grant(self, how: How) -> None: ...
+    def watch(self, statistics: Callable[[], Statistics]) -> None:
+        """The fleet's ``statistics``, to read whenever its counts are wanted (called by ``Fleet()``)."""
 
-    def load(self, model: str, outcome: str, seconds: float) -> None: ...
-
-    def eviction(self, model: str, outcome: str) -> None: ...
+    def load_took(self, model: str, seconds: float) -> None:
+        """A load on a replica of ``model`` was answered (or failed, or timed out) after ``seconds``."""
 
 
 class PrometheusMetrics:
-    """Exports the fleet's counts with prometheus-client (install lorafleet[prometheus]).
+    """Exports a fleet's counts with prometheus-client (install lorafleet[prometheus]).
 
     - ``lorafleet_grants_total{how}``: requests granted their adapter, by hit, joined, loaded;
     - ``lorafleet_loads_total{model,outcome}`` and ``lorafleet_load_seconds{model}`` (a histogram);
     - ``lorafleet_evictions_total{model,outcome}``.
+
+    The counts are the machine's own (``Fleet.statistics()``), read when Prometheus scrapes, so nothing
+    is counted twice and a request's path pays nothing for them. One exporter may watch several fleets:
+    it gives their sums.
 
     Args:
         registry: where to register (prometheus-client's default registry when None).
@@ -33,19 +39,11 @@ class PrometheusMetrics:
     """
 
     def __init__(self, registry: CollectorRegistry | None = None, prefix: str = "lorafleet") -> None:
-        from prometheus_client import REGISTRY, Counter, Histogram
+        from prometheus_client import REGISTRY, Histogram
 
         registry = registry if registry is not None else REGISTRY
-        # Grants are on every request's path: a plain count here, read when Prometheus scrapes,
-        # costs a dict update where a Counter would take a lock.
-        self._grants = dict.fromkeys(How, 0)
-        registry.register(_GrantCollector(self._grants, f"{prefix}_grants"))
-        self._loads = Counter(
-            f"{prefix}_loads", "Adapter loads, by model and outcome", ["model", "outcome"], registry=registry
-        )
-        self._evictions = Counter(
-            f"{prefix}_evictions", "Adapters unloaded to make room", ["model", "outcome"], registry=registry
-        )
+        self._sources: list[Callable[[], Statistics]] = []
+        registry.register(_StatisticsCollector(self._sources, prefix))
         self._latency = Histogram(
             f"{prefix}_load_seconds",
             "How long a load took, from the call to its answer",
@@ -54,31 +52,51 @@ class PrometheusMetrics:
             registry=registry,
         )
 
-    def grant(self, how: How) -> None:
-        self._grants[how] += 1
+    def watch(self, statistics: Callable[[], Statistics]) -> None:
+        self._sources.append(statistics)
 
-    def load(self, model: str, outcome: str, seconds: float) -> None:
-        self._loads.labels(model=model, outcome=outcome).inc()
+    def load_took(self, model: str, seconds: float) -> None:
         self._latency.labels(model=model).observe(seconds)
 
-    def eviction(self, model: str, outcome: str) -> None:
-        self._evictions.labels(model=model, outcome=outcome).inc()
 
+class _StatisticsCollector:
+    """Reads the watched fleets' statistics at each scrape and exports their counts as counters."""
 
-class _GrantCollector:
-    """Exports the grant counts as the counter ``<prefix>_grants_total{how}``."""
-
-    def __init__(self, counts: dict[How, int], name: str) -> None:
-        self._counts = counts
-        self._name = name
+    def __init__(self, sources: list[Callable[[], Statistics]], prefix: str) -> None:
+        self._sources = sources
+        self._prefix = prefix
 
     def describe(self) -> list[Any]:
-        return list(self.collect())
+        return self._families()
 
     def collect(self) -> list[Any]:
+        grants: Counter[str] = Counter(dict.fromkeys((how.value for how in How), 0))
+        loads: Counter[tuple[str, str]] = Counter()
+        evictions: Counter[tuple[str, str]] = Counter()
+        for statistics in self._sources:
+            snapshot = statistics()
+            grants.update(snapshot.grants)
+            loads.update(snapshot.loads)
+            evictions.update(snapshot.evictions)
+        families = self._families()
+        for how, count in grants.items():
+            families[0].add_metric([how], count)
+        for (model, outcome), count in sorted(loads.items()):
+            families[1].add_metric([model, outcome], count)
+        for (model, outcome), count in sorted(evictions.items()):
+            families[2].add_metric([model, outcome], count)
+        return families
+
+    def _families(self) -> list[Any]:
         from prometheus_client.core import CounterMetricFamily
 
-        family = CounterMetricFamily(self._name, "Requests granted their adapter, by how", labels=["how"])
-        for how, count in self._counts.items():
-            family.add_metric([how.value], count)
-        return [family]
+        prefix = self._prefix
+        return [
+            CounterMetricFamily(f"{prefix}_grants", "Requests granted their adapter, by how", labels=["how"]),
+            CounterMetricFamily(
+                f"{prefix}_loads", "Adapter loads, by model and outcome", labels=["model", "outcome"]
+            ),
+            CounterMetricFamily(
+                f"{prefix}_evictions", "Adapters unloaded to make room", labels=["model", "outcome"]
+            ),
+        ]
