@@ -88,6 +88,7 @@ def encode_statistics(stats: Statistics) -> dict[str, Any]:
                 "loading": list(r.loading),
                 "unloading": list(r.unloading),
                 "queued": r.queued,
+                "in_flight": r.in_flight,
                 "failing_until": r.failing_until,
             }
             for rid, r in stats.replicas.items()

@@ -1048,16 +1048,7 @@ class AdapterStateMachine:
     def statistics(self) -> Statistics:
         """A frozen snapshot of the counts and of what every replica in use holds ([statistics])."""
         replicas = {
-            rep.id: ReplicaStatistics(
-                model=rep.model,
-                limit=rep.limit,
-                met=rep.met,
-                held={name: rep.held[name].in_use for name in sorted(rep.held)},
-                loading=tuple(sorted(rep.loading)),
-                unloading=tuple(sorted(rep.unloading)),
-                queued=len(rep.queue.waiters) if rep.queue is not None else 0,
-                failing_until=rep.avoid_until if rep.avoid_until > self._clock else None,
-            )
+            rep.id: self._replica_statistics(rep)
             for rep in sorted(self._replicas.values(), key=lambda r: r.id)
             if not rep.removed
         }
@@ -1074,6 +1065,24 @@ class AdapterStateMachine:
             waiting=len(self._waiting),
             leases=len(self._leases),
             pins={name: self._pins[name].copies for name in sorted(self._pins)},
+        )
+
+    def replica_statistics(self, replica: str) -> ReplicaStatistics | None:
+        """One replica's part of ``statistics()``, without building the rest; None if not in use."""
+        rep = self._replicas.get(replica)
+        return None if rep is None or rep.removed else self._replica_statistics(rep)
+
+    def _replica_statistics(self, rep: _Replica) -> ReplicaStatistics:
+        return ReplicaStatistics(
+            model=rep.model,
+            limit=rep.limit,
+            met=rep.met,
+            held={name: rep.held[name].in_use for name in sorted(rep.held)},
+            loading=tuple(sorted(rep.loading)),
+            unloading=tuple(sorted(rep.unloading)),
+            queued=len(rep.queue.waiters) if rep.queue is not None else 0,
+            in_flight=rep.in_flight,
+            failing_until=rep.avoid_until if rep.avoid_until > self._clock else None,
         )
 
     def check_invariants(self) -> None:
