@@ -135,18 +135,24 @@ def test_load_outcome_failure_without_a_message_names_the_adapter_and_replica_as
 
 def test_load_outcome_for_a_removed_replica_holds_nothing() -> None:
     """A load answered after its replica was removed is counted and nothing more: the adapter does
-    not become held, and the replica, having nothing left, is forgotten."""
+    not become held, not even while a running request keeps the replica, which a re-add then shows."""
     s = Scenario.with_replicas(("r", 2))
+    running = s.load("r", "x")
     t, _ = s.request("r", "a")
     s.expect(ReplicasRemoved(replicas=("r",)), Fail(ticket=t, fault=Fault.REPLICA, message=REPLICA_REMOVED))
-    s.expect(LoadFinished(load=2, outcome=LoadOutcome.LOADED))
-    stats = s.machine.statistics()
-    assert stats.replicas == {}
-    assert stats.loads == {("base", "loaded"): 1}
-    s.expect(ReplicaAdded(replica="r", model="base", limit=2), ReadListing(listing=3, replica="r"))
-    s.expect(ListingReceived(listing=3, adapters=()), MarkMet(replica="r"))
-    assert s.machine.hit(2, replica="r", adapter="a") is False
-    s.expect(requested(2, "r", "a"), IssueLoad(load=4, replica="r", adapter="a", path="/adapters/a"))
+    s.expect(LoadFinished(load=3, outcome=LoadOutcome.LOADED))
+    assert s.machine.statistics().loads == {("base", "loaded"): 2}
+    s.expect(ReplicaAdded(replica="r", model="base", limit=2), ReadListing(listing=4, replica="r"))
+    assert held(s, "r") == {"x": 1}
+    assert s.machine.hit(3, replica="r", adapter="a") is False
+    s.expect(requested(3, "r", "a"), IssueLoad(load=5, replica="r", adapter="a", path="/adapters/a"))
+    # Once nothing keeps it, a removed replica is forgotten, and a late answer cannot reach it either.
+    s.expect(ReplicasRemoved(replicas=("r",)), Fail(ticket=3, fault=Fault.REPLICA, message=REPLICA_REMOVED))
+    s.expect(Released(ticket=running))
+    s.expect(ListingFailed(listing=4))
+    s.expect(LoadFinished(load=5, outcome=LoadOutcome.LOADED))
+    s.expect(ReplicaAdded(replica="r", model="base", limit=2), ReadListing(listing=6, replica="r"))
+    assert held(s, "r") == {}
 
 
 def test_load_outcome_after_a_re_add_with_another_model_counts_under_the_new_model() -> None:
