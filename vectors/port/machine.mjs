@@ -97,7 +97,7 @@ export class Machine {
 
   admit(ticket, rep, adapter, path) {
     const held = rep.held.get(adapter);
-    if (held) {
+    if (held) { // [hit]
       this.take(ticket, held);
       return [{ type: "grant", ticket, how: "hit" }];
     }
@@ -116,7 +116,7 @@ export class Machine {
     return this.cold(ticket, rep, adapter, path);
   }
 
-  // [hit]
+  // [hit], for requested and for the shortcut alike: the grant is counted either way.
   take(ticket, held) {
     if (held.inUse === 0) held.replica.idle.delete(held.adapter);
     held.inUse += 1;
@@ -133,7 +133,9 @@ export class Machine {
     while (excess > 0 && rep.idle.size > 0) {
       const [victim] = rep.idle.keys();
       this.drop(rep, victim);
-      const unload = { kind: "unload", replica: rep, adapter: victim, op: this.newOp(), waiters: [], makesRoomFor: null };
+      const unload = {
+        kind: "unload", replica: rep, adapter: victim, op: this.newOp(), waiters: [], makesRoomFor: null,
+      };
       rep.unloading.set(victim, unload);
       rep.outstanding += 1;
       this.ops.set(unload.op, unload);
@@ -156,7 +158,8 @@ export class Machine {
   issue(load) {
     load.issued = true;
     load.replica.outstanding += 1;
-    return { type: "issue_load", load: load.op, replica: load.replica.id, adapter: load.adapter, path: load.path };
+    const { op, replica, adapter, path } = load;
+    return { type: "issue_load", load: op, replica: replica.id, adapter, path };
   }
 
   // -- §3.2 Answers from the engine ---------------------------------------------------------------
@@ -176,7 +179,9 @@ export class Machine {
     if (this.answered(rep)) return [];
     const commands = [];
     if (outcome === "loaded" || outcome === "already_loaded") {
-      const held = { replica: rep, adapter: load.adapter, inUse: load.waiters.length, since: this.tick(), current: true };
+      const held = {
+        replica: rep, adapter: load.adapter, inUse: load.waiters.length, since: this.tick(), current: true,
+      };
       rep.held.set(load.adapter, held);
       if (held.inUse === 0) rep.idle.set(load.adapter, held.since);
       for (const ticket of load.waiters) {
@@ -432,7 +437,8 @@ export class Machine {
       this.replicas.set(replica, rep);
     }
     // New, or back while its calls or running requests keep it: they stay (§3.7).
-    Object.assign(rep, { model, limit: Number(limit), met: false, removed: false, due: this.now + this.interval });
+    const due = this.now + this.interval;
+    Object.assign(rep, { model, limit: Number(limit), met: false, removed: false, due });
     return [this.startListing(rep)];
   }
 
@@ -476,7 +482,9 @@ export class Machine {
   limitSet({ model, limit }) {
     if (!isName(model)) throw invalid("model", model);
     if (!isInteger(limit) || limit < 1n) throw invalid("limit", limit);
-    for (const rep of this.replicas.values()) if (!rep.removed && rep.model === model) rep.limit = Number(limit);
+    for (const rep of this.replicas.values()) {
+      if (!rep.removed && rep.model === model) rep.limit = Number(limit);
+    }
     return [];
   }
 

@@ -53,11 +53,13 @@ export function equal(a, b) {
   const numeric = (v) => typeof v === "number" || typeof v === "bigint";
   if (numeric(a) && numeric(b)) return a == b; // eslint-disable-line eqeqeq -- BigInt against Number
   if (Array.isArray(a) || Array.isArray(b)) {
-    return Array.isArray(a) && Array.isArray(b) && a.length === b.length && a.every((x, i) => equal(x, b[i]));
+    if (!Array.isArray(a) || !Array.isArray(b) || a.length !== b.length) return false;
+    return a.every((x, i) => equal(x, b[i]));
   }
   if (a !== null && b !== null && typeof a === "object" && typeof b === "object") {
     const keys = Object.keys(a);
-    return keys.length === Object.keys(b).length && keys.every((k) => Object.hasOwn(b, k) && equal(a[k], b[k]));
+    if (keys.length !== Object.keys(b).length) return false;
+    return keys.every((k) => Object.hasOwn(b, k) && equal(a[k], b[k]));
   }
   return a === b;
 }
@@ -70,7 +72,8 @@ function query(machine, step) {
     case "statistics": return machine.statistics();
     case "next_due": return machine.next_due();
     case "is_met": return machine.is_met(step.replica);
-    case "place": return machine.place(step.adapter, { model: step.model, exclude: step.exclude, load: step.load });
+    case "place":
+      return machine.place(step.adapter, { model: step.model, exclude: step.exclude, load: step.load });
     default: throw new Error(`unknown query ${step.query}`);
   }
 }
@@ -83,8 +86,8 @@ export function replay(vector) {
     const at = `step ${index}`;
     if ("query" in step) {
       const got = query(machine, step);
-      if (!equal(got, step.result)) return `${at}: ${step.query} expected ${show(step.result)}, got ${show(got)}`;
-      continue;
+      if (equal(got, step.result)) continue;
+      return `${at}: ${step.query} expected ${show(step.result)}, got ${show(got)}`;
     }
     const call = "hit" in step ? () => machine.hit(step.hit) : () => machine.handle(step.event);
     const what = "hit" in step ? `hit ${show(step.hit)}` : show(step.event);
@@ -97,7 +100,9 @@ export function replay(vector) {
       if (!(error instanceof UsageError)) throw error;
       if (error.name !== step.error) return `${at}: ${what} raised ${error.name}: ${error.message}`;
       const after = [machine.statistics(), machine.next_due()];
-      if (!equal(after, before)) return `${at}: ${what} raised ${error.name} but changed ${show(before)} to ${show(after)}`;
+      if (!equal(after, before)) {
+        return `${at}: ${what} raised ${error.name} but changed ${show(before)} to ${show(after)}`;
+      }
       continue;
     }
     if ("error" in step) return `${at}: ${what} should raise ${step.error}, gave ${show(got)}`;
