@@ -2,7 +2,9 @@
 
     python3 dev.py demo     the main job: a router on lorafleet against stand-in vLLM replicas
                             (flags after it go to `lorafleet demo`; see --help)
-    python3 dev.py test     every check CI runs: ruff, ruff format, mypy --strict, pytest
+    python3 dev.py test     every check CI runs: ruff, ruff format, mypy --strict, packaging, pytest
+                            (packaging: build the sdist and the wheel, install the wheel into a fresh
+                            venv per extra and smoke-test each; see packaging/check.py)
 
 Both make ``.venv`` (or ``$LORAFLEET_VENV``) and install the project into it, editable, with the
 extras they need; a second run reinstalls only when pyproject.toml changed.
@@ -49,6 +51,7 @@ def run_checks() -> int:
         ("ruff check", [str(PYTHON), "-m", "ruff", "check", "."]),
         ("ruff format", [str(PYTHON), "-m", "ruff", "format", "--check", "."]),
         ("mypy --strict", [str(PYTHON), "-m", "mypy"]),
+        ("packaging", [str(PYTHON), str(ROOT / "packaging" / "check.py")]),
         ("pytest", [str(PYTHON), "-m", "pytest", "-p", "no:cacheprovider"]),
     ]
     failed = []

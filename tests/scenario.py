@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from typing import Any
 
 import attrs
 
@@ -34,7 +35,7 @@ class Step:
     commands: list[Command]
 
 
-MACHINE: Callable[[], AdapterStateMachine] = AdapterStateMachine
+MACHINE: Callable[..., AdapterStateMachine] = AdapterStateMachine
 """What a scenario drives; vectors/generate.py swaps in a recording machine to write the vectors."""
 
 
@@ -45,6 +46,11 @@ class Scenario:
     machine: AdapterStateMachine = attrs.field(factory=lambda: MACHINE())
     steps: list[Step] = attrs.field(factory=list)
     ticket: int = 0
+
+    @classmethod
+    def configured(cls, **config: Any) -> Scenario:
+        """A machine made with these settings (``headroom``, ``backoff``...)."""
+        return cls(machine=MACHINE(**config))
 
     @classmethod
     def with_replicas(cls, *replicas: tuple[str, int], model: str = "base", listed: bool = True) -> Scenario:

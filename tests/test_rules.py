@@ -22,6 +22,7 @@ from lorafleet import (
     ReadListing,
     Released,
     ReplicaAdded,
+    ReplicaFailed,
     ReplicasRemoved,
     ReplicaStatistics,
     Requested,
@@ -165,13 +166,35 @@ def test_load_outcome_failure_wakes_every_waiter_with_its_fault_and_holds_nothin
         Fail(ticket=t2, fault=Fault.ADAPTER, message="rank 64 > 16"),
     )
     assert held(s, "r") == {}
-    # A request after the failure starts a new load.
-    t3, commands = s.request("r", "a")
-    assert commands == [IssueLoad(load=3, replica="r", adapter="a", path="/adapters/a")]
+    # A request after a replica's fault starts a new load.
+    t3, commands = s.request("r", "b")
+    assert commands == [IssueLoad(load=3, replica="r", adapter="b", path="/adapters/b")]
     s.expect(
         LoadFinished(load=3, outcome=LoadOutcome.REPLICA_FAULT, message="timed out"),
         Fail(ticket=t3, fault=Fault.REPLICA, message="timed out"),
     )
+    _, commands = s.request("r", "b")
+    assert loads(commands) == [IssueLoad(load=4, replica="r", adapter="b", path="/adapters/b")]
+
+
+def test_refuse_an_adapter_the_engine_refused_at_once_until_its_record_expires() -> None:
+    s = Scenario.with_replicas(("r", 2), ("q", 2))
+    t1, _ = s.request("r", "typo")
+    s.expect(
+        LoadFinished(load=3, outcome=LoadOutcome.ADAPTER_FAULT, message="No adapter found at /typo"),
+        Fail(ticket=t1, fault=Fault.ADAPTER, message="No adapter found at /typo"),
+    )
+    # Every replica would refuse it: no call, the engine's words again, on any replica.
+    t2, _ = s.request("q", "typo")
+    assert s.steps[-1].commands == [Fail(ticket=t2, fault=Fault.ADAPTER, message="No adapter found at /typo")]
+    s.expect(
+        TimeAdvanced(now=899.0), ReadListing(listing=4, replica="q"), ReadListing(listing=5, replica="r")
+    )
+    s.request("r", "typo")
+    assert isinstance(s.steps[-1].commands[0], Fail)
+    s.expect(TimeAdvanced(now=900.0))
+    _, commands = s.request("r", "typo")  # the record expired: it is tried again
+    assert loads(commands) == [IssueLoad(load=6, replica="r", adapter="typo", path="/adapters/typo")]
 
 
 def test_unload_outcome_not_found_and_failed_both_leave_the_adapter_gone() -> None:
@@ -504,6 +527,77 @@ def test_place_only_among_replicas_of_the_model_and_never_a_removed_one() -> Non
     assert s.machine.place("a", model="base") == Placement(replica=None, placed=None)
 
 
+def test_health_avoids_a_failing_replica_twice_as_long_each_time_until_it_answers() -> None:
+    s = Scenario.with_replicas(("r0", 2), ("r1", 2))
+    assert s.machine.place("a") == Placement(replica="r1", placed=Placed.FREE)  # by rendezvous hash
+    _, commands = s.request("r1", "a")
+    (load,) = loads(commands)
+    s.expect(
+        LoadFinished(load=load.load, outcome=LoadOutcome.REPLICA_FAULT, message="refused"),
+        Fail(ticket=1, fault=Fault.REPLICA, message="refused"),
+    )
+    assert s.machine.place("a") == Placement(replica="r0", placed=Placed.FREE)
+    assert s.machine.view(["r0", "r1"], "a").with_room == {"r0"}  # answering nothing is not room
+    assert s.machine.statistics().replicas["r1"].failing_until == 5.0
+    s.expect(TimeAdvanced(now=5.0))
+    assert s.machine.place("a") == Placement(replica="r1", placed=Placed.FREE)  # back after 5 s
+    s.expect(ReplicaFailed(replica="r1", message="no answer to a completion"))
+    assert s.machine.statistics().replicas["r1"].failing_until == 15.0  # 10 s this time
+    s.expect(ReplicaFailed(replica="r0"))
+    assert s.machine.place("a") == Placement(replica=None, placed=None)
+    s.expect(
+        TimeAdvanced(now=30.0), ReadListing(listing=4, replica="r0"), ReadListing(listing=5, replica="r1")
+    )
+    s.expect(ListingReceived(listing=5, adapters=()))  # an answer: healthy, the count starts over
+    s.expect(ReplicaFailed(replica="r1"))
+    assert s.machine.statistics().replicas["r1"].failing_until == 35.0
+    s.expect(ListingFailed(listing=4, message="timed out"))  # r0's second failure in a row
+    assert s.machine.statistics().replicas["r0"].failing_until == 40.0
+
+
+def test_cap_a_cold_request_waits_for_room_instead_of_going_past_the_cap() -> None:
+    s = Scenario.configured(headroom=1)
+    s.expect(ReplicaAdded(replica="r", model="base", limit=1), ReadListing(listing=1, replica="r"))
+    s.expect(ListingReceived(listing=1, adapters=()), MarkMet(replica="r"))
+    a = s.load("r", "a")
+    b = s.load("r", "b")  # one over the limit: every held adapter is in use, and the headroom is 1
+    assert s.machine.place("c") == Placement(replica="r", placed=Placed.WAIT)
+    c, commands = s.request("r", "c")
+    assert commands == []  # at the cap: it waits for room
+    d, commands = s.request("r", "c")
+    assert commands == []
+    assert s.machine.statistics().replicas["r"].queued == 2
+    # a ends: it is idle, so room; c's load goes out after a's unload, and d joins it.
+    s.expect(Released(ticket=a), IssueUnload(unload=4, replica="r", adapter="a"))
+    s.expect(
+        UnloadFinished(unload=4, outcome=UnloadOutcome.UNLOADED),
+        IssueLoad(load=5, replica="r", adapter="c", path="/adapters/c"),
+    )
+    s.expect(
+        LoadFinished(load=5, outcome=LoadOutcome.LOADED),
+        Grant(ticket=c, how=How.LOADED),
+        Grant(ticket=d, how=How.JOINED),
+    )
+    assert held(s, "r") == {"b": 1, "c": 2}
+    e, commands = s.request("r", "e")
+    assert commands == []
+    s.expect(Cancelled(ticket=e))  # a request waiting for room can go away
+    s.expect(Released(ticket=b), IssueUnload(unload=6, replica="r", adapter="b")) if False else s(
+        Released(ticket=b)
+    )
+    assert s.machine.statistics().replicas["r"].queued == 0
+
+
+def test_cap_waiters_fail_when_their_replica_is_removed() -> None:
+    s = Scenario.configured(headroom=0)
+    s.expect(ReplicaAdded(replica="r", model="base", limit=1), ReadListing(listing=1, replica="r"))
+    s.expect(ListingReceived(listing=1, adapters=()), MarkMet(replica="r"))
+    s.load("r", "a")
+    t, commands = s.request("r", "b")
+    assert commands == []
+    s.expect(ReplicasRemoved(replicas=("r",)), Fail(ticket=t, fault=Fault.REPLICA, message=REPLICA_REMOVED))
+
+
 def test_statistics_count_loads_evictions_grants_and_what_each_replica_holds() -> None:
     s = Scenario.with_replicas(("r", 1))
     a = s.load("r", "a")
@@ -519,7 +613,9 @@ def test_statistics_count_loads_evictions_grants_and_what_each_replica_holds() -
     assert stats.grants == {"hit": 1, "joined": 0, "loaded": 1}
     assert stats.failures == {"replica": 2}
     assert stats.replicas == {
-        "r": ReplicaStatistics(model="base", limit=1, met=True, held={}, loading=(), unloading=())
+        "r": ReplicaStatistics(
+            model="base", limit=1, met=True, held={}, loading=(), unloading=(), failing_until=5.0
+        )
     }
     assert (stats.waiting, stats.leases) == (0, 0)
 

@@ -64,6 +64,9 @@ RULES_BY_NAME = [
     ("replicas", ["replicas"]),
     ("view", ["view"]),
     ("place", ["place"]),
+    ("health", ["health", "place"]),
+    ("cap", ["cap", "cold"]),
+    ("refuse", ["refuse", "load-outcome"]),
     ("statistics", ["statistics"]),
     ("the_same_events", ["order"]),
     ("fault_1", ["seed-1", "listing"]),
@@ -89,8 +92,8 @@ def hand_vectors() -> list[dict[str, Any]]:
 
     made: list[Recorder] = []
 
-    def recorder() -> AdapterStateMachine:
-        made.append(Recorder())
+    def recorder(**config: Any) -> AdapterStateMachine:
+        made.append(Recorder(**config))
         return made[-1]
 
     scenario.MACHINE = recorder

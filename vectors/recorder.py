@@ -18,9 +18,9 @@ from lorafleet.vectors import FORMAT
 class Recorder(AdapterStateMachine):
     """An AdapterStateMachine that keeps every step it answers, ready to write as a vector."""
 
-    def __init__(self, *, listing_interval: float = 30.0) -> None:
-        super().__init__(listing_interval=listing_interval)
-        self.listing_interval = listing_interval
+    def __init__(self, **config: Any) -> None:
+        super().__init__(**config)
+        self.config = {"listing_interval": 30.0, **config}
         self.steps: list[dict[str, Any]] = []
 
     def vector(self, name: str, description: str, rules: Iterable[str]) -> dict[str, Any]:
@@ -29,7 +29,7 @@ class Recorder(AdapterStateMachine):
             "name": name,
             "description": description,
             "rules": sorted(set(rules)),
-            "config": {"listing_interval": self.listing_interval},
+            "config": self.config,
             "steps": self.steps,
         }
 

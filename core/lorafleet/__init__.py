@@ -24,11 +24,15 @@ from ._events import ListingReceived as ListingReceived
 from ._events import LoadFinished as LoadFinished
 from ._events import Released as Released
 from ._events import ReplicaAdded as ReplicaAdded
+from ._events import ReplicaFailed as ReplicaFailed
 from ._events import ReplicasRemoved as ReplicasRemoved
 from ._events import Requested as Requested
 from ._events import TimeAdvanced as TimeAdvanced
 from ._events import UnloadFinished as UnloadFinished
+from ._machine import DEFAULT_BACKOFF as DEFAULT_BACKOFF
 from ._machine import DEFAULT_LISTING_INTERVAL as DEFAULT_LISTING_INTERVAL
+from ._machine import DEFAULT_MAX_BACKOFF as DEFAULT_MAX_BACKOFF
+from ._machine import DEFAULT_REFUSAL as DEFAULT_REFUSAL
 from ._machine import REPLICA_REMOVED as REPLICA_REMOVED
 from ._machine import AdapterStateMachine as AdapterStateMachine
 from ._snapshots import Placement as Placement

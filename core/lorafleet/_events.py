@@ -119,6 +119,14 @@ class AdapterMissing:
     ticket: int | None = None
 
 
+@attrs.frozen(kw_only=True)
+class ReplicaFailed:
+    """The router saw ``replica`` fail on its own (a forwarded request got no answer, or a 5xx)."""
+
+    replica: str
+    message: str = ""
+
+
 Event = (
     ReplicaAdded
     | ReplicasRemoved
@@ -132,5 +140,6 @@ Event = (
     | ListingReceived
     | ListingFailed
     | AdapterMissing
+    | ReplicaFailed
 )
 """Every event the machine takes."""

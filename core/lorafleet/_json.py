@@ -87,6 +87,8 @@ def encode_statistics(stats: Statistics) -> dict[str, Any]:
                 "held": dict(r.held),
                 "loading": list(r.loading),
                 "unloading": list(r.unloading),
+                "queued": r.queued,
+                "failing_until": r.failing_until,
             }
             for rid, r in stats.replicas.items()
         },

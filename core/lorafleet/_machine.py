@@ -94,6 +94,7 @@ from ._events import (
     LoadFinished,
     Released,
     ReplicaAdded,
+    ReplicaFailed,
     ReplicasRemoved,
     Requested,
     TimeAdvanced,
@@ -104,6 +105,13 @@ from ._values import Fault, How, LoadOutcome, Placed, UnloadOutcome
 
 DEFAULT_LISTING_INTERVAL = 30.0
 """Seconds between two readings of a replica's listing."""
+DEFAULT_BACKOFF = 5.0
+"""Seconds placement avoids a replica after its first failure; each failure in a row doubles it."""
+DEFAULT_MAX_BACKOFF = 300.0
+"""The longest a failing replica is avoided at a time (AIBrix's 5 s·2ⁿ up to 300 s)."""
+DEFAULT_REFUSAL = 900.0
+"""Seconds an adapter the engine refused as the adapter's fault is refused without a call (ModelMesh
+keeps load failures 15 minutes)."""
 
 REPLICA_REMOVED = "the replica was removed while the request waited"
 """The message of the ``Fail`` a removal gives every request waiting on the replica."""
@@ -154,6 +162,15 @@ class _Unload:
 
 
 @attrs.define(eq=False)
+class _Queue:
+    """Requests waiting for room on a replica at its cap, first come first served ([cap])."""
+
+    replica: _Replica
+    waiters: list[tuple[int, str, str]] = attrs.field(factory=list)
+    """(ticket, adapter, path), to be admitted afresh in order once there is room."""
+
+
+@attrs.define(eq=False)
 class _Listing:
     replica: _Replica
     op: int
@@ -161,6 +178,7 @@ class _Listing:
 
 
 _Operation = _Load | _Unload | _Listing
+_Wait = _Load | _Unload | _Queue
 
 
 @attrs.define(eq=False)
@@ -187,6 +205,11 @@ class _Replica:
     """Issued operations not yet answered; a removed replica is kept until they are."""
     in_flight: int = 0
     """This router's requests on the replica that have not ended (waiting or granted)."""
+    queue: _Queue | None = None
+    failures: int = 0
+    """Failures in a row ([health]); a success sets it back to 0."""
+    avoid_until: float = 0.0
+    """Placement avoids the replica while the clock is below this."""
 
 
 class AdapterStateMachine:
@@ -197,16 +220,40 @@ class AdapterStateMachine:
 
     Args:
         listing_interval: seconds between two readings of a replica's listing.
+        headroom: how many adapters past its limit a replica may go when every adapter it holds is
+            in use ([cap]); at that cap a cold request waits for room. None: no cap.
+        backoff, max_backoff: seconds placement avoids a replica after a failure, doubling with
+            each failure in a row up to ``max_backoff`` ([health]).
+        refusal: seconds an adapter the engine refused as the adapter's fault is refused at once,
+            without a call ([refuse]).
     """
 
-    def __init__(self, *, listing_interval: float = DEFAULT_LISTING_INTERVAL) -> None:
-        if not (_is_number(listing_interval) and 0 < listing_interval < math.inf):
-            raise InvalidValueError(
-                f"listing_interval must be a positive number, not {listing_interval!r}",
-                field="listing_interval",
-                value=listing_interval,
-            )
+    def __init__(
+        self,
+        *,
+        listing_interval: float = DEFAULT_LISTING_INTERVAL,
+        headroom: int | None = None,
+        backoff: float = DEFAULT_BACKOFF,
+        max_backoff: float = DEFAULT_MAX_BACKOFF,
+        refusal: float = DEFAULT_REFUSAL,
+    ) -> None:
+        for name, seconds in (
+            ("listing_interval", listing_interval),
+            ("backoff", backoff),
+            ("max_backoff", max_backoff),
+            ("refusal", refusal),
+        ):
+            if not (_is_number(seconds) and 0 < seconds < math.inf):
+                raise _invalid(name, seconds, f"{name} must be a positive number of seconds")
+        if headroom is not None and (type(headroom) is not int or headroom < 0):
+            raise _invalid("headroom", headroom, "headroom must be an int of at least 0, or None")
         self._interval = float(listing_interval)
+        self._headroom = headroom
+        self._backoff = float(backoff)
+        self._max_backoff = float(max_backoff)
+        self._refusal = float(refusal)
+        self._refused: dict[str, tuple[float, str]] = {}
+        """Adapters the engine refused as their own fault: until when, and the engine's words."""
         self._clock = 0.0
         self._logical = 0
         self._next_op = 1
@@ -215,7 +262,7 @@ class AdapterStateMachine:
         self._due: list[tuple[float, str]] = []
         self._ops: dict[int, _Operation] = {}
         self._leases: dict[int, _Held] = {}
-        self._waiting: dict[int, _Load | _Unload] = {}
+        self._waiting: dict[int, _Wait] = {}
         self._where: dict[str, dict[str, _Replica]] = {}
         """Adapter name to the replicas in use that hold it or are loading it: placement's index."""
         self._hits = 0
@@ -250,6 +297,8 @@ class AdapterStateMachine:
                 return self._listing_failed(event)
             case AdapterMissing():
                 return self._adapter_missing(event)
+            case ReplicaFailed():
+                return self._replica_failed_event(event)
             case ReplicaAdded():
                 return self._replica_added(event)
             case ReplicasRemoved():
@@ -295,6 +344,10 @@ class AdapterStateMachine:
     def adapter_missing(self, *, replica: str, adapter: str, ticket: int | None = None) -> list[Command]:
         """``handle(AdapterMissing(...))``: the replica said it does not have ``adapter``."""
         return self.handle(AdapterMissing(replica=replica, adapter=adapter, ticket=ticket))
+
+    def replica_failed(self, replica: str, message: str = "") -> list[Command]:
+        """``handle(ReplicaFailed(...))``: the router saw ``replica`` fail."""
+        return self.handle(ReplicaFailed(replica=replica, message=message))
 
     def add_replica(self, replica: str, *, model: str, limit: int) -> list[Command]:
         """``handle(ReplicaAdded(...))``: the router will use ``replica``."""
@@ -351,6 +404,11 @@ class AdapterStateMachine:
             raise _invalid("path", path, "adapter path must be a non-empty str")
         self._last_ticket = ticket
         rep.in_flight += 1
+        refused = self._refused.get(adapter)
+        if refused is not None:
+            if refused[0] > self._clock:  # [refuse]: no call, the engine's words again
+                return [self._fail(ticket, rep, Fault.ADAPTER, refused[1])]
+            del self._refused[adapter]
         return self._admit(ticket, rep, adapter, path)
 
     def _replica_for(self, ticket: int, replica: str) -> _Replica:
@@ -393,9 +451,18 @@ class AdapterStateMachine:
 
     def _start_load(self, ticket: int, rep: _Replica, adapter: str, path: str) -> list[Command]:
         """[cold]: start a load, unloading the [evict] victims first."""
+        count = len(rep.held) + len(rep.loading)
+        if self._headroom is not None and count - len(rep.idle) >= rep.limit + self._headroom:
+            # [cap] Even with every idle adapter unloaded the load would take the replica past its
+            # cap: wait for room, first come first served.
+            if rep.queue is None:
+                rep.queue = _Queue(rep)
+            rep.queue.waiters.append((ticket, adapter, path))
+            self._waiting[ticket] = rep.queue
+            return []
         commands: list[Command] = []
         victims: list[_Unload] = []
-        excess = len(rep.held) + len(rep.loading) + 1 - rep.limit
+        excess = count + 1 - rep.limit
         # [evict] The least recently used adapters no request runs on, until the load fits. When
         # every held adapter is in use the replica goes over its limit for now: refusing the
         # request would serve no one, and a later load brings the replica back.
@@ -426,7 +493,10 @@ class AdapterStateMachine:
         return IssueLoad(load=load.op, replica=load.replica.id, adapter=load.adapter, path=load.path)
 
     def _released(self, ticket: int) -> list[Command]:
-        """[release]: the request is done with its adapter; a second release does nothing."""
+        """[release]: the request is done with its adapter; a second release does nothing.
+
+        An adapter it leaves idle is room for a request waiting at the replica's cap ([cap]).
+        """
         held = self._leases.pop(ticket, None) if type(ticket) is int else None
         if held is None:
             self._check_ended_ticket(ticket, "release")
@@ -440,11 +510,11 @@ class AdapterStateMachine:
             # Kept only while requests ran on it (see Removal above): now it can go.
             self._drop(rep, held.adapter)
             self._forget_if_done(rep)
-        else:
-            # Least recently used order is the order in which adapters became idle: any use of an
-            # idle adapter takes it out of the idle list, so its last use is its release.
-            rep.idle[held.adapter] = self._tick()
-        return []
+            return []
+        # Least recently used order is the order in which adapters became idle: any use of an
+        # idle adapter takes it out of the idle list, so its last use is its release.
+        rep.idle[held.adapter] = self._tick()
+        return self._admit_queued(rep)
 
     def _cancelled(self, ticket: int) -> list[Command]:
         """[cancel]: a waiting request gets no grant; a granted one is released.
@@ -458,15 +528,19 @@ class AdapterStateMachine:
         if waited is None:
             self._check_ended_ticket(ticket, "cancel")
             return []
-        waited.replica.in_flight -= 1
+        rep = waited.replica
+        rep.in_flight -= 1
         if isinstance(waited, _Load):
             waited.waiters.remove(ticket)
             if waited.starter == ticket:
                 waited.starter = None
             if not waited.waiters and not waited.issued:
                 self._abandon_pending(waited)
-        else:
+                return self._admit_queued(rep)
+        elif isinstance(waited, _Unload):
             waited.waiters = [(t, p) for t, p in waited.waiters if t != ticket]
+        else:
+            waited.waiters = [w for w in waited.waiters if w[0] != ticket]
         return []
 
     def _check_ended_ticket(self, ticket: int, what: str) -> None:
@@ -513,6 +587,15 @@ class AdapterStateMachine:
         if self._count_answer(rep):
             return []
         commands: list[Command] = []
+        if outcome is LoadOutcome.REPLICA_FAULT:
+            self._replica_fault(rep)
+        else:
+            self._replica_ok(rep)
+        if outcome is LoadOutcome.ADAPTER_FAULT:
+            self._refused[op.adapter] = (
+                self._clock + self._refusal,
+                event.message or load_failed_message(op.adapter, rep.id),
+            )
         if outcome.succeeded:
             held = _Held(rep, op.adapter, len(op.waiters), self._tick())
             rep.held[op.adapter] = held
@@ -534,6 +617,7 @@ class AdapterStateMachine:
             for ticket in op.waiters:
                 del self._waiting[ticket]
                 commands.append(self._fail(ticket, rep, fault, text))
+        commands.extend(self._admit_queued(rep))
         return commands
 
     def _unload_finished(self, event: UnloadFinished) -> list[Command]:
@@ -678,6 +762,7 @@ class AdapterStateMachine:
         if not self._finish_listing(finished):
             return []
         rep = finished.replica
+        self._replica_ok(rep)
         commands = self._met(rep)
         listed = set(names)
         for name, held in list(rep.held.items()):
@@ -691,6 +776,7 @@ class AdapterStateMachine:
             self._where.setdefault(name, {})[rep.id] = rep
             rep.idle[name] = 0
             rep.idle.move_to_end(name, last=False)
+        commands.extend(self._admit_queued(rep))
         return commands
 
     def _listing_failed(self, event: ListingFailed) -> list[Command]:
@@ -700,6 +786,7 @@ class AdapterStateMachine:
         if not self._finish_listing(finished):
             return []
         finished.replica.dropped_while_listing = set()
+        self._replica_fault(finished.replica)
         return self._met(finished.replica)
 
     # -- forget, replicas, limits ------------------------------------------------------------
@@ -730,7 +817,7 @@ class AdapterStateMachine:
         if ticket is not None and self._leases.get(ticket) is not held:
             return []
         self._drop(rep, adapter)
-        return []
+        return self._admit_queued(rep)
 
     def _replica_added(self, event: ReplicaAdded) -> list[Command]:
         """[replicas]: the router will use ``replica``; a new one's listing is read at once.
@@ -757,7 +844,7 @@ class AdapterStateMachine:
                     model=model,
                 )
             rep.limit = limit
-            return []
+            return self._admit_queued(rep)
         if rep is None:
             rep = _Replica(replica, model, limit, self._clock + self._interval)
             self._replicas[replica] = rep
@@ -803,6 +890,9 @@ class AdapterStateMachine:
             for unload in rep.unloading.values():
                 failed.extend(t for t, _ in unload.waiters)
                 unload.waiters.clear()
+            if rep.queue is not None:
+                failed.extend(t for t, _, _ in rep.queue.waiters)
+                rep.queue = None
             rep.listing = None  # its answer is ignored, even if the replica comes back
             rep.dropped_while_listing = set()
             self._forget_if_done(rep)
@@ -817,10 +907,12 @@ class AdapterStateMachine:
         if type(event.model) is not str or not event.model:
             raise _invalid("model", event.model, "model must be a non-empty str")
         _check_limit(event.limit)
-        for rep in self._replicas.values():
+        commands: list[Command] = []
+        for rep in sorted(self._replicas.values(), key=lambda r: r.id):
             if rep.model == event.model and not rep.removed:
                 rep.limit = event.limit
-        return []
+                commands.extend(self._admit_queued(rep))
+        return commands
 
     # -- what the machine tells the router ----------------------------------------------------
 
@@ -838,7 +930,7 @@ class AdapterStateMachine:
             loading = rep.loading
             if adapter in held or adapter in loading:
                 holders.append(replica)
-            if len(held) + len(loading) < rep.limit:
+            if len(held) + len(loading) < rep.limit and rep.avoid_until <= self._clock:
                 with_room.append(replica)
         return View(holders=frozenset(holders), with_room=frozenset(with_room))
 
@@ -868,8 +960,9 @@ class AdapterStateMachine:
         extra = load or {}
         best: _Replica | None = None
         best_key: tuple[float, int] = (0.0, 0)
+        clock = self._clock
         for rep in self._where.get(adapter, {}).values():
-            if rep.id in skip or (model is not None and rep.model != model):
+            if rep.id in skip or rep.avoid_until > clock or (model is not None and rep.model != model):
                 continue
             key = (rep.in_flight + extra.get(rep.id, 0), -_rendezvous(adapter, rep.id))
             if best is None or key < best_key:
@@ -883,23 +976,31 @@ class AdapterStateMachine:
     ) -> Placement:
         chosen: _Replica | None = None
         chosen_key: tuple[Any, ...] = ()
+        clock = self._clock
+        headroom = self._headroom
         for rep in self._replicas.values():
-            if rep.removed or rep.id in skip or (model is not None and rep.model != model):
+            if rep.removed or rep.id in skip or rep.avoid_until > clock:
                 continue
-            free = rep.limit - len(rep.held) - len(rep.loading)
+            if model is not None and rep.model != model:
+                continue
+            count = len(rep.held) + len(rep.loading)
+            free = rep.limit - count
             busy = rep.in_flight + extra.get(rep.id, 0)
             if free > 0:
                 key: tuple[Any, ...] = (0, busy, -free)
             elif rep.idle:
                 key = (1, next(iter(rep.idle.values())), busy)
+            elif headroom is None or count < rep.limit + headroom:
+                key = (2, busy, count - rep.limit)
             else:
-                key = (2, busy, len(rep.held) + len(rep.loading) - rep.limit)
+                key = (3, busy, len(rep.queue.waiters) if rep.queue is not None else 0)
             key = (*key, -_rendezvous(adapter, rep.id))
             if chosen is None or key < chosen_key:
                 chosen, chosen_key = rep, key
         if chosen is None:
             return Placement(replica=None, placed=None)
-        return Placement(replica=chosen.id, placed=(Placed.FREE, Placed.EVICT, Placed.OVER)[chosen_key[0]])
+        placed = (Placed.FREE, Placed.EVICT, Placed.OVER, Placed.WAIT)[chosen_key[0]]
+        return Placement(replica=chosen.id, placed=placed)
 
     def is_met(self, replica: str) -> bool:
         """Whether ``replica`` is in use and its first listing since it was added was answered.
@@ -919,6 +1020,8 @@ class AdapterStateMachine:
                 held={name: rep.held[name].in_use for name in sorted(rep.held)},
                 loading=tuple(sorted(rep.loading)),
                 unloading=tuple(sorted(rep.unloading)),
+                queued=len(rep.queue.waiters) if rep.queue is not None else 0,
+                failing_until=rep.avoid_until if rep.avoid_until > self._clock else None,
             )
             for rep in sorted(self._replicas.values(), key=lambda r: r.id)
             if not rep.removed
@@ -953,9 +1056,12 @@ class AdapterStateMachine:
             if isinstance(waited, _Load):
                 assert ticket in waited.waiters, ticket
                 assert waited.replica.loading.get(waited.adapter) is waited, ticket
-            else:
+            elif isinstance(waited, _Unload):
                 assert ticket in [t for t, _ in waited.waiters], ticket
                 assert waited.replica.unloading.get(waited.adapter) is waited, ticket
+            else:
+                assert ticket in [w[0] for w in waited.waiters], ticket
+                assert waited.replica.queue is waited, ticket
         outstanding: dict[str, int] = {}
         for op, operation in self._ops.items():
             assert 0 < op < self._next_op, op
@@ -964,11 +1070,11 @@ class AdapterStateMachine:
             assert self._replicas.get(rep.id) is rep, f"operation {op} of a forgotten replica"
             if not isinstance(operation, _Load) or operation.issued:
                 outstanding[rep.id] = outstanding.get(rep.id, 0) + 1
-        in_flight: dict[str, int] = {}
+        in_flight: dict[int, int] = {}  # by the replica object: a forgotten one's id can come back
         for held in self._leases.values():
-            in_flight[held.replica.id] = in_flight.get(held.replica.id, 0) + 1
+            in_flight[id(held.replica)] = in_flight.get(id(held.replica), 0) + 1
         for waited in self._waiting.values():
-            in_flight[waited.replica.id] = in_flight.get(waited.replica.id, 0) + 1
+            in_flight[id(waited.replica)] = in_flight.get(id(waited.replica), 0) + 1
         where = {
             (name, rep.id)
             for rep in self._replicas.values()
@@ -979,7 +1085,7 @@ class AdapterStateMachine:
         assert all(self._where.values()), "empty index entry"
         for rid, rep in self._replicas.items():
             assert rep.id == rid
-            assert rep.in_flight == in_flight.get(rid, 0), (rid, rep.in_flight)
+            assert rep.in_flight == in_flight.get(id(rep), 0), (rid, rep.in_flight)
             assert rep.outstanding == outstanding.get(rid, 0), (rid, rep.outstanding)
             names = rep.held.keys() | rep.loading.keys() | rep.unloading.keys()
             assert len(names) == len(rep.held) + len(rep.loading) + len(rep.unloading), rid
@@ -1036,6 +1142,46 @@ class AdapterStateMachine:
         rep.in_flight -= 1
         self._failures[fault.value] = self._failures.get(fault.value, 0) + 1
         return Fail(ticket=ticket, fault=fault, message=message)
+
+    def _admit_queued(self, rep: _Replica) -> list[Command]:
+        """[cap]: admit the requests waiting for room on ``rep``, in order, while there is room."""
+        queue = rep.queue
+        if queue is None:
+            return []
+        commands: list[Command] = []
+        cap = rep.limit + (self._headroom or 0)
+        while queue.waiters:
+            ticket, adapter, path = queue.waiters[0]
+            busy = len(rep.held) + len(rep.loading) - len(rep.idle)
+            known = adapter in rep.held or adapter in rep.loading or adapter in rep.unloading
+            if not known and busy >= cap:
+                break
+            del queue.waiters[0]
+            del self._waiting[ticket]
+            commands.extend(self._admit(ticket, rep, adapter, path))
+        if not queue.waiters and rep.queue is queue:
+            rep.queue = None
+        return commands
+
+    def _replica_ok(self, rep: _Replica) -> None:
+        rep.failures = 0
+        rep.avoid_until = 0.0
+
+    def _replica_fault(self, rep: _Replica) -> None:
+        """[health]: avoid ``rep`` for a while, twice as long as last time, up to the longest."""
+        rep.failures += 1
+        wait = self._backoff * 2.0 ** min(rep.failures - 1, 32)
+        rep.avoid_until = self._clock + min(wait, self._max_backoff)
+
+    def _replica_failed_event(self, event: ReplicaFailed) -> list[Command]:
+        """[health]: the router saw the replica fail; placement avoids it for a while."""
+        if type(event.replica) is not str or not event.replica:
+            raise _invalid("replica", event.replica, "replica id must be a non-empty str")
+        _check_message(event.message)
+        rep = self._replicas.get(event.replica)
+        if rep is not None and not rep.removed:
+            self._replica_fault(rep)
+        return []
 
     def _unwhere(self, rep: _Replica, adapter: str) -> None:
         where = self._where.get(adapter)

@@ -44,6 +44,10 @@ class ReplicaStatistics:
     """Adapter name to the number of requests running on it, sorted by name."""
     loading: tuple[str, ...]
     unloading: tuple[str, ...]
+    queued: int = 0
+    """Requests waiting for room at the replica's cap ([cap])."""
+    failing_until: float | None = None
+    """While the machine's clock is below this, placement avoids the replica ([health])."""
 
 
 @attrs.frozen

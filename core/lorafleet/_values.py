@@ -70,3 +70,5 @@ class Placed(_Vocabulary):
     """A cold load that unloads the replica's least recently used idle adapter first."""
     OVER = "over"
     """Every candidate is full of adapters in use: a cold load takes the replica over its limit."""
+    WAIT = "wait"
+    """Every candidate is at its cap: the request waits there for room ([cap])."""

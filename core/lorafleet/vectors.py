@@ -34,7 +34,7 @@ def replay(vector: dict[str, Any], machine: AdapterStateMachine | None = None) -
     if vector.get("format") != FORMAT:
         return [f"not a {FORMAT} vector: format {vector.get('format')!r}"]
     if machine is None:
-        machine = AdapterStateMachine(listing_interval=vector["config"]["listing_interval"])
+        machine = AdapterStateMachine(**vector["config"])
     problems: list[str] = []
     for index, step in enumerate(vector["steps"]):
         where = f"step {index}"

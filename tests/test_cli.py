@@ -1,0 +1,301 @@
+"""The ``lorafleet`` command: its dispatcher, the messages for missing extras, and ``lorafleet demo``."""
+
+from __future__ import annotations
+
+import io
+import sys
+import types
+from collections.abc import Iterator
+
+import pytest
+
+from lorafleet import How
+from lorafleet._cli import SUBCOMMANDS, Subcommand, main
+from lorafleet_standin._demo import FIRST, ROWS, Progress, Report, parse
+
+
+@pytest.fixture
+def modules() -> Iterator[None]:
+    """Let a test hide or replace modules in ``sys.modules``; everything is as before afterwards."""
+    saved = dict(sys.modules)
+    yield
+    for name in [n for n in sys.modules if n not in saved]:
+        del sys.modules[name]
+    sys.modules.update(saved)
+
+
+def hide(*names: str) -> None:
+    """Make the packages ``names`` look not installed, and forget lorafleet's shells and stand-in so
+    that a subcommand imports them again (``modules`` puts everything back)."""
+    ours = ("lorafleet_standin", "lorafleet_trio", "lorafleet_asyncio", "lorafleet_fleet", "lorafleet_sim")
+    for name in list(sys.modules):
+        if name.partition(".")[0] in (*ours, *names):
+            del sys.modules[name]
+    for name in names:
+        sys.modules[name] = None  # type: ignore[assignment]
+
+
+# -- the dispatcher ----------------------------------------------------------------------------
+
+
+def test_help_lists_every_subcommand(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--help"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("usage: lorafleet ")
+    listed = {
+        line.split()[0]: " ".join(line.split()[1:]) for line in out.splitlines() if line.startswith("  ")
+    }
+    for command in SUBCOMMANDS:
+        assert listed[command.name] == command.summary
+
+
+def test_no_arguments_print_the_help_as_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main([]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert "demo" in captured.err
+    assert "simulate" in captured.err
+
+
+def test_an_unknown_command_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["serve-all"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("usage: lorafleet ")
+    assert "unknown command 'serve-all' (choose from demo, simulate" in err
+
+
+def test_version(capsys: pytest.CaptureFixture[str]) -> None:
+    import lorafleet
+
+    assert main(["--version"]) == 0
+    assert capsys.readouterr().out == f"lorafleet {lorafleet.__version__}\n"
+
+
+@pytest.mark.usefixtures("modules")
+@pytest.mark.parametrize("missing", ["hypercorn", "httpx", "anyio"])
+def test_demo_without_its_extras_names_them(missing: str, capsys: pytest.CaptureFixture[str]) -> None:
+    hide(missing)
+    assert main(["demo"]) == 2
+    captured = capsys.readouterr()
+    assert captured.err == (
+        f"lorafleet demo needs the stand-in and a shell ({missing} is not installed): "
+        "pip install 'lorafleet[standin,trio]'\n"
+    )
+    assert captured.out == ""
+
+
+@pytest.mark.usefixtures("modules")
+def test_simulate_not_installed_says_so(capsys: pytest.CaptureFixture[str]) -> None:
+    hide("lorafleet_sim")
+    assert main(["simulate", "--help"]) == 2
+    assert capsys.readouterr().err == (
+        "lorafleet simulate is not installed: this lorafleet has no lorafleet_sim package\n"
+    )
+
+
+@pytest.mark.usefixtures("modules")
+def test_simulate_forwards_its_arguments_to_lorafleet_sim() -> None:
+    seen: list[list[str]] = []
+
+    def sim_main(argv: list[str]) -> int:
+        seen.append(argv)
+        return 7
+
+    sim = types.ModuleType("lorafleet_sim")
+    sim.main = sim_main  # type: ignore[attr-defined]
+    sys.modules["lorafleet_sim"] = sim
+    assert main(["simulate", "--replicas", "3", "--policy", "lru"]) == 7
+    assert seen == [["--replicas", "3", "--policy", "lru"]]
+
+
+@pytest.mark.usefixtures("modules")
+def test_a_module_missing_from_an_installed_package_is_a_bug_and_keeps_its_traceback(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    broken = Subcommand(name="demo", summary="", module="lorafleet._no_such_module", needs="x", install="y")
+    monkeypatch.setattr("lorafleet._cli.SUBCOMMANDS", (broken,))
+    with pytest.raises(ModuleNotFoundError, match=r"lorafleet\._no_such_module"):
+        main(["demo"])
+
+
+def test_the_dispatcher_imports_nothing_but_the_standard_library_and_attrs() -> None:
+    import ast
+    from pathlib import Path
+
+    import lorafleet._cli
+
+    tree = ast.parse(Path(lorafleet._cli.__file__).read_text())
+    imported = {
+        alias.name.partition(".")[0]
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Import)
+        for alias in node.names
+    } | {
+        node.module.partition(".")[0]
+        for node in ast.walk(tree)
+        if isinstance(node, ast.ImportFrom) and node.module
+    }
+    assert imported - set(sys.stdlib_module_names) <= {"__future__", "attrs", "lorafleet"}
+
+
+# -- lorafleet demo's command line ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("flags", "complaint"),
+    [
+        (["--skew", "nan"], "argument --skew: must be a finite number, 0 or more, not nan"),
+        (["--skew", "inf"], "argument --skew: must be a finite number, 0 or more, not inf"),
+        (["--skew", "-1"], "argument --skew: must be a finite number, 0 or more, not -1"),
+        (["--load-ms", "-5"], "argument --load-ms: must be a finite number, 0 or more, not -5"),
+        (["--load-ms", "nan"], "argument --load-ms: must be a finite number, 0 or more, not nan"),
+        (["--replicas", "0"], "argument --replicas: must be at least 1, not 0"),
+        (["--requests", "many"], "argument --requests: not a whole number: 'many'"),
+        (["--runtime", "curio"], "argument --runtime: invalid choice: 'curio'"),
+        (["--bogus"], "unrecognized arguments: --bogus"),
+    ],
+)
+def test_demo_flags_are_checked_with_the_demos_usage(
+    flags: list[str], complaint: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(["demo", *flags])
+    assert exited.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("usage: lorafleet demo ")
+    assert f"lorafleet demo: error: {complaint}" in err
+    assert "Traceback" not in err
+
+
+def test_demo_help_describes_it_and_what_the_seed_fixes(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(["demo", "--help"])
+    assert exited.value.code == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert out.startswith("usage: lorafleet demo ")
+    assert "A router on lorafleet, against stand-in vLLM replicas on 127.0.0.1." in out
+    assert "not the timing of a run over real HTTP" in out
+
+
+def test_zero_skew_and_zero_load_time_are_allowed() -> None:
+    args = parse(["--skew", "0", "--load-ms", "0"])
+    assert (args.skew, args.load_ms) == (0.0, 0.0)
+
+
+@pytest.mark.usefixtures("modules")
+def test_demo_runs_on_asyncio_when_trio_is_not_installed(capsys: pytest.CaptureFixture[str]) -> None:
+    hide("trio")
+    assert parse([]).runtime == "asyncio"
+    assert main(["demo", "--runtime", "trio"]) == 2
+    assert (
+        capsys.readouterr().err == "lorafleet demo --runtime trio needs trio: pip install 'lorafleet[trio]'\n"
+    )
+
+
+# -- lorafleet demo's output ---------------------------------------------------------------------
+
+
+def report_of(replicas: int) -> Report:
+    """A report where replica i served i hits, one load and i % 3 failures."""
+    report = Report([f"replica-{i}" for i in range(replicas)])
+    for i in range(replicas):
+        report.how[f"replica-{i}"][How.HIT] += i
+        report.how[f"replica-{i}"][How.LOADED] += 1
+        report.failures[f"replica-{i}"] += i % 3
+        report.evictions[f"replica-{i}"] = 1
+    return report
+
+
+def cells(line: str) -> list[str]:
+    return line.split()
+
+
+def test_a_small_fleet_gets_a_row_per_replica_and_the_total() -> None:
+    lines = report_of(ROWS).table()
+    assert len(lines) == 1 + ROWS + 1
+    assert cells(lines[0]) == ["replica", "requests", "hits", "joins", "loads", "evictions", "failures"]
+    assert cells(lines[3]) == ["replica-2", "5", "2", "0", "1", "1", "2"]
+    hits = sum(range(ROWS))
+    failures = sum(i % 3 for i in range(ROWS))
+    assert cells(lines[-1]) == [
+        "all",
+        str(hits + ROWS + failures),
+        str(hits),
+        "0",
+        str(ROWS),
+        str(ROWS),
+        str(failures),
+    ]
+
+
+def test_past_a_screenful_the_rest_are_summed_on_one_line() -> None:
+    lines = report_of(200).table()
+    assert len(lines) == 1 + FIRST + 1 + 1
+    assert [cells(line)[0] for line in lines[1 : FIRST + 1]] == [f"replica-{i}" for i in range(FIRST)]
+    rest = range(FIRST, 200)
+    hits, failures = sum(rest), sum(i % 3 for i in rest)
+    assert cells(lines[-2]) == [
+        f"{200 - FIRST}",
+        "more",
+        str(hits + len(rest) + failures),
+        str(hits),
+        "0",
+        str(len(rest)),
+        str(len(rest)),
+        str(failures),
+    ]
+    all_hits = sum(range(200))
+    assert cells(lines[-1])[:4] == [
+        "all",
+        str(all_hits + 200 + sum(i % 3 for i in range(200))),
+        str(all_hits),
+        "0",
+    ]
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_progress_off_a_terminal_is_a_line_every_few_seconds() -> None:
+    out, clock = io.StringIO(), Clock()
+    progress = Progress(10, out, clock=clock, every=2.0)
+    for _ in range(10):
+        clock.now += 0.5
+        progress.step()
+    assert "\r" not in out.getvalue()
+    assert out.getvalue().splitlines() == [
+        "lorafleet demo: 4/10 requests done",
+        "lorafleet demo: 8/10 requests done",
+        "lorafleet demo: 10/10 requests done",
+    ]
+
+
+def test_progress_on_a_terminal_is_a_bar_redrawn_in_place() -> None:
+    out = Terminal()
+    progress = Progress(100, out, clock=Clock())
+    for _ in range(100):
+        progress.step()
+    assert out.getvalue() == (f"\r[{'#' * 20}{'.' * 20}] 50/100\r[{'#' * 40}] 100/100\n")
+
+
+@pytest.mark.parametrize("runtime", ["trio", "asyncio"])
+def test_the_demo_runs_end_to_end(runtime: str, capsys: pytest.CaptureFixture[str]) -> None:
+    flags = ["--replicas", "2", "--limit", "2", "--adapters", "5", "--requests", "40", "--load-ms", "0"]
+    assert main(["demo", *flags, "--concurrency", "4", "--runtime", runtime]) == 0
+    captured = capsys.readouterr()
+    assert "\r" not in captured.err  # captured output is not a terminal
+    assert captured.err.splitlines()[-1] == "lorafleet demo: 40/40 requests done"
+    rows = {cells(line)[0]: cells(line) for line in captured.out.splitlines() if line.strip()}
+    assert set(rows) >= {"replica", "replica-0", "replica-1", "all"}
+    assert rows["all"][1] == "40"
+    assert f"{runtime} shell" in captured.out
