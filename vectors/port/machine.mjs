@@ -29,9 +29,21 @@ function invalid(field, value) {
 }
 
 export class Machine {
-  constructor({ listing_interval: interval = 30 } = {}) {
-    if (!isNumber(interval) || Number(interval) <= 0) throw invalid("listing_interval", interval);
-    this.interval = Number(interval);
+  // §1.4 Settings, checked in this order.
+  constructor(settings = {}) {
+    const { listing_interval = 30, backoff = 5, max_backoff = 300, refusal = 900 } = settings;
+    const { headroom = null } = settings;
+    const seconds = { listing_interval, backoff, max_backoff, refusal };
+    for (const [name, value] of Object.entries(seconds)) {
+      if (!isNumber(value) || Number(value) <= 0) throw invalid(name, value);
+    }
+    if (headroom !== null && (!isInteger(headroom) || headroom < 0n)) throw invalid("headroom", headroom);
+    this.interval = Number(listing_interval);
+    this.backoff = Number(backoff);
+    this.maxBackoff = Number(max_backoff);
+    this.refusal = Number(refusal);
+    this.headroom = headroom === null ? null : Number(headroom);
+    this.refused = new Map(); // adapter name -> { until, message } ([refuse])
     // §1.3 Machine-wide state.
     this.now = 0;
     this.logical = 0;
@@ -40,7 +52,7 @@ export class Machine {
     this.replicas = new Map(); // id -> replica, in use or removed but kept
     this.ops = new Map(); // operation number -> load, unload or listing awaiting its answer
     this.leases = new Map(); // ticket -> held entry (by identity)
-    this.waiting = new Map(); // ticket -> the load or unload it waits on
+    this.waiting = new Map(); // ticket -> the load, unload or queue it waits on
     this.grants = { hit: 0, joined: 0, loaded: 0 };
     this.failures = {};
     this.loads = {};
@@ -57,7 +69,7 @@ export class Machine {
       time_advanced: this.timeAdvanced, requested: this.requested, released: this.released,
       cancelled: this.cancelled, load_finished: this.loadFinished, unload_finished: this.unloadFinished,
       listing_received: this.listingReceived, listing_failed: this.listingFailed,
-      adapter_missing: this.adapterMissing,
+      adapter_missing: this.adapterMissing, replica_failed: this.replicaFailed,
     }[event.type];
     if (!on) throw new Error(`unknown event type ${event.type}`);
     return on.call(this, event);
@@ -81,6 +93,11 @@ export class Machine {
     if (!isName(path)) throw invalid("path", path);
     this.highest = ticket;
     rep.inFlight += 1;
+    const refused = this.refused.get(adapter);
+    if (refused && refused.until > this.now) { // [refuse]: no call, the engine's words again
+      return [this.fail(ticket, rep, "adapter", refused.message)];
+    }
+    this.refused.delete(adapter);
     return this.admit(ticket, rep, adapter, path);
   }
 
@@ -126,6 +143,11 @@ export class Machine {
 
   // [cold]
   cold(ticket, rep, adapter, path) {
+    if (this.headroom !== null && this.occupied(rep) >= rep.limit + this.headroom) { // [cap]: wait for room
+      rep.queue.waiters.push({ ticket, adapter, path });
+      this.waiting.set(ticket, rep.queue);
+      return [];
+    }
     const commands = [];
     const victims = [];
     // [evict] least recently used idle adapters until the load fits, or idle runs out.
@@ -177,6 +199,12 @@ export class Machine {
     rep.loading.delete(load.adapter);
     count(this.loads, `${rep.model}/${outcome}`); // the model the replica has now
     if (this.answered(rep)) return [];
+    const text = message || `the load of '${load.adapter}' on '${rep.id}' failed`; // literally, no escaping
+    if (outcome === "replica_fault") this.failure(rep);
+    else this.healthy(rep);
+    if (outcome === "adapter_fault") { // [refuse]
+      this.refused.set(load.adapter, { until: this.now + this.refusal, message: text });
+    }
     const commands = [];
     if (outcome === "loaded" || outcome === "already_loaded") {
       const held = {
@@ -193,13 +221,12 @@ export class Machine {
       }
     } else {
       const fault = outcome === "adapter_fault" ? "adapter" : "replica";
-      const text = message || `the load of '${load.adapter}' on '${rep.id}' failed`; // literally, no escaping
       for (const ticket of load.waiters) {
         this.waiting.delete(ticket);
         commands.push(this.fail(ticket, rep, fault, text));
       }
     }
-    return commands;
+    return [...commands, ...this.admitQueue(rep)];
   }
 
   // [unload-outcome]
@@ -257,10 +284,10 @@ export class Machine {
     if (rep.removed) {
       this.drop(rep, held.adapter);
       this.forgetIfDone(rep);
-    } else {
-      rep.idle.set(held.adapter, this.tick()); // the end of idle: most recently used
+      return [];
     }
-    return [];
+    rep.idle.set(held.adapter, this.tick()); // the end of idle: most recently used
+    return this.admitQueue(rep);
   }
 
   // [cancel]
@@ -276,8 +303,11 @@ export class Machine {
     if (waited.kind === "load") {
       waited.waiters = waited.waiters.filter((t) => t !== ticket);
       if (waited.starter === ticket) waited.starter = null;
-      if (waited.waiters.length === 0 && !waited.issued) this.abandon(waited);
-    } else {
+      if (waited.waiters.length === 0 && !waited.issued) {
+        this.abandon(waited);
+        return this.admitQueue(waited.replica);
+      }
+    } else { // an unload or a queue
       waited.waiters = waited.waiters.filter((w) => w.ticket !== ticket);
     }
     return [];
@@ -361,6 +391,7 @@ export class Machine {
     for (const name of adapters) if (!isName(name)) throw invalid("adapters", name);
     if (!this.finishListing(listing)) return [];
     const rep = listing.replica;
+    this.healthy(rep);
     const commands = this.met(rep);
     const listed = new Set(adapters);
     for (const [name, held] of [...rep.held]) {
@@ -376,7 +407,7 @@ export class Machine {
     }
     // The front of idle, in name order: least recently used of all (idle time 0, for [place]).
     rep.idle = new Map([...added.map((name) => [name, 0]), ...rep.idle]);
-    return commands;
+    return [...commands, ...this.admitQueue(rep)];
   }
 
   listingFailed({ listing: number, message }) {
@@ -384,6 +415,7 @@ export class Machine {
     if (typeof message !== "string") throw invalid("message", message);
     if (!this.finishListing(listing)) return [];
     listing.replica.droppedWhileListing = new Set();
+    this.failure(listing.replica);
     return this.met(listing.replica);
   }
 
@@ -402,7 +434,7 @@ export class Machine {
     if (!held) return [];
     if (ticket !== null && this.leases.get(ticket) !== held) return []; // a report about an older copy
     this.drop(rep, adapter);
-    return [];
+    return this.admitQueue(rep);
   }
 
   // -- §3.6 Dropping ------------------------------------------------------------------------------
@@ -427,13 +459,15 @@ export class Machine {
         throw new UsageError("ReplicaConflictError", `replica ${replica} is in use with model ${rep.model}`);
       }
       rep.limit = Number(limit);
-      return [];
+      return this.admitQueue(rep);
     }
     if (!rep) {
       rep = {
         id: replica, held: new Map(), idle: new Map(), loading: new Map(), unloading: new Map(),
         listing: null, droppedWhileListing: new Set(), outstanding: 0, inFlight: 0,
+        failures: 0, avoidUntil: 0,
       };
+      rep.queue = { kind: "queue", replica: rep, waiters: [] };
       this.replicas.set(replica, rep);
     }
     // New, or back while its calls or running requests keep it: they stay (§3.7).
@@ -461,6 +495,8 @@ export class Machine {
         failed.push(...unload.waiters.map((w) => w.ticket));
         unload.waiters = [];
       }
+      failed.push(...rep.queue.waiters.map((w) => w.ticket));
+      rep.queue.waiters = [];
       rep.listing = null; // abandoned: its answer is ignored
       rep.droppedWhileListing = new Set();
       this.forgetIfDone(rep);
@@ -478,14 +514,65 @@ export class Machine {
     }
   }
 
+  // -- §3.8 Failing replicas, §3.9 Waiting for room ---------------------------------------------
+
+  // [health]
+  replicaFailed({ replica, message }) {
+    if (!isName(replica)) throw invalid("replica", replica);
+    if (typeof message !== "string") throw invalid("message", message);
+    const rep = this.inUse(replica);
+    if (rep) this.failure(rep);
+    return [];
+  }
+
+  failure(rep) {
+    rep.failures += 1;
+    const wait = this.backoff * 2 ** Math.min(rep.failures - 1, 32);
+    rep.avoidUntil = this.now + Math.min(wait, this.maxBackoff);
+  }
+
+  healthy(rep) {
+    rep.failures = 0;
+    rep.avoidUntil = 0;
+  }
+
+  avoided(rep) {
+    return rep.avoidUntil > this.now;
+  }
+
+  // Adapters held or loading that no request could give up: what the cap counts.
+  occupied(rep) {
+    return rep.held.size + rep.loading.size - rep.idle.size;
+  }
+
+  // [cap]: admit the queue, first come first served, while there is room.
+  admitQueue(rep) {
+    const commands = [];
+    const queue = rep.queue.waiters;
+    while (queue.length > 0) {
+      const { ticket, adapter, path } = queue[0];
+      const known = rep.held.has(adapter) || rep.loading.has(adapter) || rep.unloading.has(adapter);
+      if (!known && this.occupied(rep) >= rep.limit + (this.headroom ?? 0)) break;
+      queue.shift();
+      this.waiting.delete(ticket);
+      commands.push(...this.admit(ticket, rep, adapter, path));
+    }
+    return commands;
+  }
+
+  // -- §3.7 again ---------------------------------------------------------------------------------
+
   // [limit]
   limitSet({ model, limit }) {
     if (!isName(model)) throw invalid("model", model);
     if (!isInteger(limit) || limit < 1n) throw invalid("limit", limit);
-    for (const rep of this.replicas.values()) {
-      if (!rep.removed && rep.model === model) rep.limit = Number(limit);
+    const commands = [];
+    for (const rep of [...this.replicas.values()].sort((a, b) => byName(a.id, b.id))) {
+      if (rep.removed || rep.model !== model) continue;
+      rep.limit = Number(limit);
+      commands.push(...this.admitQueue(rep));
     }
-    return [];
+    return commands;
   }
 
   // -- §3.8 Queries -------------------------------------------------------------------------------
@@ -506,7 +593,7 @@ export class Machine {
         continue;
       }
       if (rep.held.has(adapter) || rep.loading.has(adapter)) holders.add(id);
-      if (rep.held.size + rep.loading.size < rep.limit) withRoom.add(id);
+      if (rep.held.size + rep.loading.size < rep.limit && !this.avoided(rep)) withRoom.add(id);
     }
     return { holders: [...holders].sort(byName), with_room: [...withRoom].sort(byName) };
   }
@@ -524,6 +611,7 @@ export class Machine {
         model: rep.model, limit: rep.limit, met: rep.met,
         held: Object.fromEntries([...rep.held].map(([name, held]) => [name, held.inUse])),
         loading: [...rep.loading.keys()].sort(byName), unloading: [...rep.unloading.keys()].sort(byName),
+        queued: rep.queue.waiters.length, failing_until: this.avoided(rep) ? rep.avoidUntil : null,
       };
     }
     return {
@@ -533,13 +621,14 @@ export class Machine {
   }
 
   // [place]: where to send a request. SPEC.md does not state it yet (the lead adds it); this follows
-  // the reference's docstrings: the least busy holder, else a cold load (free slot, then the replica
-  // whose least recently used idle adapter went idle first, then over the limit), ties to the
-  // highest rendezvous hash.
+  // the reference's docstrings. Among replicas in use, not avoided ([health]), of the model: the least
+  // busy holder, else a cold load (a free slot, then the replica whose least recently used idle adapter
+  // went idle first, then over the limit, then waiting at the cap), ties to the highest rendezvous hash.
   place(adapter, { model = null, exclude = [], load = {} } = {}) {
     if (!isName(adapter)) throw invalid("adapter", adapter);
     const candidates = [...this.replicas.values()].filter(
-      (rep) => !rep.removed && !exclude.includes(rep.id) && (model === null || rep.model === model),
+      (rep) => !rep.removed && !this.avoided(rep) && !exclude.includes(rep.id)
+        && (model === null || rep.model === model),
     );
     const busy = (rep) => rep.inFlight + Number(load[rep.id] ?? 0);
     const best = (keyed) => keyed.reduce((a, b) => (compareKeys(b.key, a.key) < 0 ? b : a), keyed[0]);
@@ -553,12 +642,14 @@ export class Machine {
       const count = rep.held.size + rep.loading.size;
       const free = rep.limit - count;
       let key;
+      const capped = this.headroom !== null && count >= rep.limit + this.headroom;
       if (free > 0) key = [0, busy(rep), -free];
       else if (rep.idle.size) key = [1, rep.idle.values().next().value, busy(rep)];
-      else key = [2, busy(rep), count - rep.limit];
+      else if (!capped) key = [2, busy(rep), count - rep.limit];
+      else key = [3, busy(rep), rep.queue.waiters.length];
       return { rep, key: [...key, -rendezvous(adapter, rep.id)] };
     }));
-    return { replica: rep.id, placed: ["free", "evict", "over"][key[0]] };
+    return { replica: rep.id, placed: ["free", "evict", "over", "wait"][key[0]] };
   }
 
   // -- helpers ------------------------------------------------------------------------------------
