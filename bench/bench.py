@@ -184,6 +184,23 @@ def view_over(candidates: int) -> Callable[[int], None]:
     return run
 
 
+def placement(replicas: int, holders: bool) -> Callable[[int], None]:
+    """[place] for an adapter two replicas hold (from the index), or one nobody holds (a scan)."""
+    m = fleet_machine(replicas, 8)
+    if holders:
+        for rid in ("r0", f"r{replicas // 2}"):
+            (load,) = m.request(m.next_ticket, replica=rid, adapter="hot", path="/p")[-1:]
+            assert isinstance(load, IssueLoad | IssueUnload)
+    adapter = "hot" if holders else "cold"
+
+    def run(n: int) -> None:
+        place = m.place
+        for _ in range(n):
+            place(adapter)
+
+    return run
+
+
 # -- the shells ------------------------------------------------------------------------------
 
 
@@ -323,6 +340,15 @@ def main() -> int:
     view_1000 = add(
         "core view over 1,000 candidate replicas", best(view_over(1000), n(2_000)), "lru", "(target ≤ 230 µs)"
     )
+    places: dict[tuple[int, bool], float] = {}
+    for replicas in (10, 100, 1_000):
+        for holders in (True, False):
+            what = "held or loading on 2 (index)" if holders else "cold (every candidate)"
+            places[(replicas, holders)] = add(
+                f"  placement, {replicas:,} replicas, adapter {what}",
+                best(placement(replicas, holders), n(100_000 if holders else 100_000 // replicas)),
+                "lru",
+            )
     hits = {}
     for replicas, held in ((1, 4), (10, 10), (100, 64), (1_000, 64), (10_000, 64), (10_000, 10)):
         hits[(replicas, held)] = add(
@@ -360,12 +386,15 @@ def main() -> int:
     largest = max(hits.values()) / min(hits.values())
     cold_flat = colds[10_000] / colds[10]
     victim_ratio = victim[256] / victim[4]
+    place_flat = places[(1_000, True)] / places[(10, True)]
     verdicts = [
         ("core hit path ≤ 8x the LRU floor (never above 12x)", f"{hit_ratio:.1f}x", hit_ratio <= 8),
         ("hit path, 10,000 replicas x 64 held vs 1 x 4, ≤ 1.2x", f"{flat:.2f}x", flat <= 1.2),
         ("hit path, largest / smallest over every size", f"{largest:.2f}x", None),
         ("cold cycle, 100,000 adapters vs 100", f"{cold_flat:.2f}x", None),
         ("victim choice, 256 held vs 4, ≤ 1.5x", f"{victim_ratio:.2f}x", victim_ratio <= 1.5),
+        ("placement among holders, 1,000 replicas vs 10, ≤ 1.2x", f"{place_flat:.2f}x", place_flat <= 1.2),
+        ("placement of a cold adapter, 1,000 replicas", f"{places[(1_000, False)] * 1e6:.0f} µs", None),
         ("view over 1,000 candidates ≤ 230 µs", f"{view_1000 * 1e6:.0f} µs", view_1000 <= 230e-6),
         ("asyncio shell hit ≤ 2.2 µs", f"{asyncio_hit * 1e6:.2f} µs", asyncio_hit <= 2.2e-6),
         ("trio shell hit ≤ 6 µs", f"{trio_hit * 1e6:.2f} µs", trio_hit <= 6e-6),

@@ -67,6 +67,7 @@ RULES_BY_NAME = [
     ("health", ["health", "place"]),
     ("cap", ["cap", "cold"]),
     ("refuse", ["refuse", "load-outcome"]),
+    ("pin", ["pin", "cold"]),
     ("statistics", ["statistics"]),
     ("the_same_events", ["order"]),
     ("fault_1", ["seed-1", "listing"]),

@@ -16,6 +16,8 @@ from ._errors import UnknownReplicaError as UnknownReplicaError
 from ._errors import UnknownTicketError as UnknownTicketError
 from ._errors import UsageError as UsageError
 from ._events import AdapterMissing as AdapterMissing
+from ._events import AdapterPinned as AdapterPinned
+from ._events import AdapterUnpinned as AdapterUnpinned
 from ._events import Cancelled as Cancelled
 from ._events import Event as Event
 from ._events import LimitSet as LimitSet

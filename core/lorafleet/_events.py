@@ -127,6 +127,27 @@ class ReplicaFailed:
     message: str = ""
 
 
+@attrs.frozen(kw_only=True)
+class AdapterPinned:
+    """Keep ``adapter`` (stored at ``path``) loaded on ``copies`` replicas (of ``model``, if given).
+
+    Placement chooses the replicas; a pinned adapter is never evicted. Pinning it again changes
+    the path, the number of copies or the model.
+    """
+
+    adapter: str
+    path: str
+    copies: int = 1
+    model: str | None = None
+
+
+@attrs.frozen(kw_only=True)
+class AdapterUnpinned:
+    """``adapter`` is no longer pinned: its idle copies may be evicted again."""
+
+    adapter: str
+
+
 Event = (
     ReplicaAdded
     | ReplicasRemoved
@@ -141,5 +162,7 @@ Event = (
     | ListingFailed
     | AdapterMissing
     | ReplicaFailed
+    | AdapterPinned
+    | AdapterUnpinned
 )
 """Every event the machine takes."""

@@ -94,6 +94,7 @@ def encode_statistics(stats: Statistics) -> dict[str, Any]:
         },
         "waiting": stats.waiting,
         "leases": stats.leases,
+        "pins": dict(stats.pins),
     }
 
 

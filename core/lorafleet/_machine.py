@@ -86,6 +86,8 @@ from ._errors import (
 )
 from ._events import (
     AdapterMissing,
+    AdapterPinned,
+    AdapterUnpinned,
     Cancelled,
     Event,
     LimitSet,
@@ -253,6 +255,7 @@ class AdapterStateMachine:
         self._max_backoff = float(max_backoff)
         self._refusal = float(refusal)
         self._refused: dict[str, tuple[float, str]] = {}
+        self._pins: dict[str, AdapterPinned] = {}
         """Adapters the engine refused as their own fault: until when, and the engine's words."""
         self._clock = 0.0
         self._logical = 0
@@ -299,6 +302,10 @@ class AdapterStateMachine:
                 return self._adapter_missing(event)
             case ReplicaFailed():
                 return self._replica_failed_event(event)
+            case AdapterPinned():
+                return self._adapter_pinned(event)
+            case AdapterUnpinned():
+                return self._adapter_unpinned(event)
             case ReplicaAdded():
                 return self._replica_added(event)
             case ReplicasRemoved():
@@ -348,6 +355,14 @@ class AdapterStateMachine:
     def replica_failed(self, replica: str, message: str = "") -> list[Command]:
         """``handle(ReplicaFailed(...))``: the router saw ``replica`` fail."""
         return self.handle(ReplicaFailed(replica=replica, message=message))
+
+    def pin(self, adapter: str, *, path: str, copies: int = 1, model: str | None = None) -> list[Command]:
+        """``handle(AdapterPinned(...))``: keep ``adapter`` loaded on ``copies`` replicas."""
+        return self.handle(AdapterPinned(adapter=adapter, path=path, copies=copies, model=model))
+
+    def unpin(self, adapter: str) -> list[Command]:
+        """``handle(AdapterUnpinned(...))``: ``adapter`` may be evicted again."""
+        return self.handle(AdapterUnpinned(adapter=adapter))
 
     def add_replica(self, replica: str, *, model: str, limit: int) -> list[Command]:
         """``handle(ReplicaAdded(...))``: the router will use ``replica``."""
@@ -427,7 +442,7 @@ class AdapterStateMachine:
     def _take(self, ticket: int, rep: _Replica, held: _Held) -> None:
         """[hit]: the request uses a held adapter, which is then in use and no eviction candidate."""
         if not held.in_use:
-            del rep.idle[held.adapter]
+            rep.idle.pop(held.adapter, None)  # not there if pinned
         held.in_use += 1
         self._leases[ticket] = held
         self._hits += 1
@@ -449,12 +464,13 @@ class AdapterStateMachine:
             return []
         return self._start_load(ticket, rep, adapter, path)
 
-    def _start_load(self, ticket: int, rep: _Replica, adapter: str, path: str) -> list[Command]:
-        """[cold]: start a load, unloading the [evict] victims first."""
+    def _start_load(self, ticket: int | None, rep: _Replica, adapter: str, path: str) -> list[Command]:
+        """[cold]: start a load, unloading the [evict] victims first; ``ticket`` None is a [pin]'s."""
         count = len(rep.held) + len(rep.loading)
         if self._headroom is not None and count - len(rep.idle) >= rep.limit + self._headroom:
             # [cap] Even with every idle adapter unloaded the load would take the replica past its
             # cap: wait for room, first come first served.
+            assert ticket is not None, "a pin is placed only where there is room"
             if rep.queue is None:
                 rep.queue = _Queue(rep)
             rep.queue.waiters.append((ticket, adapter, path))
@@ -476,13 +492,15 @@ class AdapterStateMachine:
             victims.append(unload)
             commands.append(IssueUnload(unload=unload.op, replica=rep.id, adapter=victim))
             excess -= 1
-        load = _Load(rep, adapter, path, self._new_op(), [ticket], ticket, {u.op for u in victims})
+        waiters = [] if ticket is None else [ticket]
+        load = _Load(rep, adapter, path, self._new_op(), waiters, ticket, {u.op for u in victims})
         for unload in victims:
             unload.makes_room_for = load
         rep.loading[adapter] = load
         self._where.setdefault(adapter, {})[rep.id] = rep
         self._ops[load.op] = load
-        self._waiting[ticket] = load
+        if ticket is not None:
+            self._waiting[ticket] = load
         if not victims:
             commands.append(self._issue(load))
         return commands
@@ -511,6 +529,8 @@ class AdapterStateMachine:
             self._drop(rep, held.adapter)
             self._forget_if_done(rep)
             return []
+        if held.adapter in self._pins:
+            return []  # [pin]: never a victim, so never idle
         # Least recently used order is the order in which adapters became idle: any use of an
         # idle adapter takes it out of the idle list, so its last use is its release.
         rep.idle[held.adapter] = self._tick()
@@ -600,7 +620,7 @@ class AdapterStateMachine:
             held = _Held(rep, op.adapter, len(op.waiters), self._tick())
             rep.held[op.adapter] = held
             self._where.setdefault(op.adapter, {})[rep.id] = rep
-            if not held.in_use:
+            if not held.in_use and op.adapter not in self._pins:
                 rep.idle[op.adapter] = held.since
             for ticket in op.waiters:
                 del self._waiting[ticket]
@@ -618,6 +638,8 @@ class AdapterStateMachine:
                 del self._waiting[ticket]
                 commands.append(self._fail(ticket, rep, fault, text))
         commands.extend(self._admit_queued(rep))
+        if self._pins and not outcome.succeeded:
+            commands.extend(self._ensure_pins())
         return commands
 
     def _unload_finished(self, event: UnloadFinished) -> list[Command]:
@@ -695,6 +717,8 @@ class AdapterStateMachine:
             heapq.heappush(due, (rep.due, replica))
             if rep.listing is None:
                 commands.append(self._start_listing(rep))
+        if self._pins:
+            commands.extend(self._ensure_pins())  # replicas back from their backoff
         return commands
 
     def next_due(self) -> float | None:
@@ -774,9 +798,12 @@ class AdapterStateMachine:
         for name in sorted(listed - known, reverse=True):
             rep.held[name] = _Held(rep, name, 0, since)
             self._where.setdefault(name, {})[rep.id] = rep
-            rep.idle[name] = 0
-            rep.idle.move_to_end(name, last=False)
+            if name not in self._pins:
+                rep.idle[name] = 0
+                rep.idle.move_to_end(name, last=False)
         commands.extend(self._admit_queued(rep))
+        if self._pins:
+            commands.extend(self._ensure_pins())
         return commands
 
     def _listing_failed(self, event: ListingFailed) -> list[Command]:
@@ -787,7 +814,10 @@ class AdapterStateMachine:
             return []
         finished.replica.dropped_while_listing = set()
         self._replica_fault(finished.replica)
-        return self._met(finished.replica)
+        commands = self._met(finished.replica)
+        if self._pins:
+            commands.extend(self._ensure_pins())  # placed elsewhere while this one is avoided
+        return commands
 
     # -- forget, replicas, limits ------------------------------------------------------------
 
@@ -817,7 +847,10 @@ class AdapterStateMachine:
         if ticket is not None and self._leases.get(ticket) is not held:
             return []
         self._drop(rep, adapter)
-        return self._admit_queued(rep)
+        commands = self._admit_queued(rep)
+        if adapter in self._pins:
+            commands.extend(self._ensure_pins())
+        return commands
 
     def _replica_added(self, event: ReplicaAdded) -> list[Command]:
         """[replicas]: the router will use ``replica``; a new one's listing is read at once.
@@ -900,6 +933,8 @@ class AdapterStateMachine:
         for ticket in sorted(failed):
             waited = self._waiting.pop(ticket)
             commands.append(self._fail(ticket, waited.replica, Fault.REPLICA, REPLICA_REMOVED))
+        if self._pins:
+            commands.extend(self._ensure_pins())
         return commands
 
     def _limit_set(self, event: LimitSet) -> list[Command]:
@@ -986,14 +1021,14 @@ class AdapterStateMachine:
             count = len(rep.held) + len(rep.loading)
             free = rep.limit - count
             busy = rep.in_flight + extra.get(rep.id, 0)
-            if free > 0:
-                key: tuple[Any, ...] = (0, busy, -free)
+            if headroom is not None and count - len(rep.idle) >= rep.limit + headroom:
+                key: tuple[Any, ...] = (3, busy, len(rep.queue.waiters) if rep.queue is not None else 0)
+            elif free > 0:
+                key = (0, busy, -free)
             elif rep.idle:
                 key = (1, next(iter(rep.idle.values())), busy)
-            elif headroom is None or count < rep.limit + headroom:
-                key = (2, busy, count - rep.limit)
             else:
-                key = (3, busy, len(rep.queue.waiters) if rep.queue is not None else 0)
+                key = (2, busy, count - rep.limit)
             key = (*key, -_rendezvous(adapter, rep.id))
             if chosen is None or key < chosen_key:
                 chosen, chosen_key = rep, key
@@ -1038,6 +1073,7 @@ class AdapterStateMachine:
             replicas=replicas,
             waiting=len(self._waiting),
             leases=len(self._leases),
+            pins={name: self._pins[name].copies for name in sorted(self._pins)},
         )
 
     def check_invariants(self) -> None:
@@ -1089,7 +1125,8 @@ class AdapterStateMachine:
             assert rep.outstanding == outstanding.get(rid, 0), (rid, rep.outstanding)
             names = rep.held.keys() | rep.loading.keys() | rep.unloading.keys()
             assert len(names) == len(rep.held) + len(rep.loading) + len(rep.unloading), rid
-            assert set(rep.idle) == {n for n, h in rep.held.items() if not h.in_use}, rid
+            idle = {n for n, h in rep.held.items() if not h.in_use and n not in self._pins}
+            assert set(rep.idle) == (set() if rep.removed else idle), rid
             for name, held in rep.held.items():
                 assert held.current, (rid, name)
                 assert held.replica is rep, (rid, name)
@@ -1099,7 +1136,7 @@ class AdapterStateMachine:
                 assert self._ops.get(load.op) is load, (rid, name)
                 assert load.adapter == name, (rid, name)
                 assert load.issued == (not load.waits_for), (rid, name)
-                assert load.issued or load.waiters, (rid, name)
+                assert load.issued or load.waiters or name in self._pins, (rid, name)
                 assert all(self._waiting.get(t) is load for t in load.waiters), (rid, name)
             for name, unload in rep.unloading.items():
                 assert self._ops.get(unload.op) is unload, (rid, name)
@@ -1142,6 +1179,68 @@ class AdapterStateMachine:
         rep.in_flight -= 1
         self._failures[fault.value] = self._failures.get(fault.value, 0) + 1
         return Fail(ticket=ticket, fault=fault, message=message)
+
+    def _adapter_pinned(self, event: AdapterPinned) -> list[Command]:
+        """[pin]: keep the adapter loaded on ``copies`` replicas, chosen by placement, never evicted."""
+        adapter, path, copies, model = event.adapter, event.path, event.copies, event.model
+        if type(adapter) is not str or not adapter:
+            raise _invalid("adapter", adapter, "adapter name must be a non-empty str")
+        if type(path) is not str or not path:
+            raise _invalid("path", path, "adapter path must be a non-empty str")
+        if type(copies) is not int or copies < 1:
+            raise _invalid("copies", copies, "copies must be an int of at least 1")
+        if model is not None and (type(model) is not str or not model):
+            raise _invalid("model", model, "model must be a non-empty str or absent")
+        self._pins[adapter] = event
+        for rep in self._where.get(adapter, {}).values():
+            rep.idle.pop(adapter, None)
+        return self._ensure_pins()
+
+    def _adapter_unpinned(self, event: AdapterUnpinned) -> list[Command]:
+        """[pin]: the adapter's copies no request runs on become idle, most recently used."""
+        adapter = event.adapter
+        if type(adapter) is not str or not adapter:
+            raise _invalid("adapter", adapter, "adapter name must be a non-empty str")
+        if self._pins.pop(adapter, None) is None:
+            return []
+        commands: list[Command] = []
+        for rep in sorted(self._replicas.values(), key=lambda r: r.id):
+            held = rep.held.get(adapter)
+            if held is not None and not held.in_use and not rep.removed:
+                rep.idle[adapter] = self._tick()
+                commands.extend(self._admit_queued(rep))
+            load = rep.loading.get(adapter)
+            if load is not None and not load.issued and not load.waiters:
+                self._abandon_pending(load)  # a pin's load still waiting for its victims
+        return commands
+
+    def _ensure_pins(self) -> list[Command]:
+        """[pin]: start loads of pinned adapters short of their copies, where placement puts them.
+
+        Only where there is room (a free slot, or an idle adapter to evict); replicas avoided for
+        their failures, and adapters the engine refused, wait until that passes.
+        """
+        commands: list[Command] = []
+        clock = self._clock
+        for adapter in sorted(self._pins):
+            pin = self._pins[adapter]
+            refused = self._refused.get(adapter)
+            if refused is not None and refused[0] > clock:
+                continue
+            have = {
+                rep.id
+                for rep in self._where.get(adapter, {}).values()
+                if rep.avoid_until <= clock and (pin.model is None or rep.model == pin.model)
+            }
+            skip = set(self._where.get(adapter, {}))
+            for _ in range(pin.copies - len(have)):
+                placement = self._place_cold(adapter, pin.model, skip, {})
+                if placement.placed not in (Placed.FREE, Placed.EVICT) or placement.replica is None:
+                    break
+                rep = self._replicas[placement.replica]
+                commands.extend(self._start_load(None, rep, adapter, pin.path))
+                skip.add(rep.id)
+        return commands
 
     def _admit_queued(self, rep: _Replica) -> list[Command]:
         """[cap]: admit the requests waiting for room on ``rep``, in order, while there is room."""

@@ -70,3 +70,5 @@ class Statistics:
     """Requests waiting for a load or an unload."""
     leases: int
     """Requests granted and not yet released."""
+    pins: Mapping[str, int] = attrs.field(hash=False, factory=dict)
+    """Pinned adapter to the number of copies kept loaded, sorted by name."""
