@@ -44,6 +44,7 @@ export class Machine {
     this.refusal = Number(refusal);
     this.headroom = headroom === null ? null : Number(headroom);
     this.refused = new Map(); // adapter name -> { until, message } ([refuse])
+    this.pins = new Map(); // adapter name -> { path, copies, model } ([pin])
     // §1.3 Machine-wide state.
     this.now = 0;
     this.logical = 0;
@@ -70,6 +71,7 @@ export class Machine {
       cancelled: this.cancelled, load_finished: this.loadFinished, unload_finished: this.unloadFinished,
       listing_received: this.listingReceived, listing_failed: this.listingFailed,
       adapter_missing: this.adapterMissing, replica_failed: this.replicaFailed,
+      adapter_pinned: this.adapterPinned, adapter_unpinned: this.adapterUnpinned,
     }[event.type];
     if (!on) throw new Error(`unknown event type ${event.type}`);
     return on.call(this, event);
@@ -141,9 +143,10 @@ export class Machine {
     this.grants.hit += 1;
   }
 
-  // [cold]
+  // [cold]; a [pin]'s load has no ticket, and placement chose room for it, so the cap does not apply.
   cold(ticket, rep, adapter, path) {
-    if (this.headroom !== null && this.occupied(rep) >= rep.limit + this.headroom) { // [cap]: wait for room
+    const capped = this.headroom !== null && this.occupied(rep) >= rep.limit + this.headroom;
+    if (ticket !== null && capped) { // [cap]: wait for room
       rep.queue.waiters.push({ ticket, adapter, path });
       this.waiting.set(ticket, rep.queue);
       return [];
@@ -166,13 +169,13 @@ export class Machine {
       excess -= 1;
     }
     const load = {
-      kind: "load", replica: rep, adapter, path, op: this.newOp(), waiters: [ticket], starter: ticket,
-      waitsFor: new Set(victims.map((u) => u.op)), issued: false,
+      kind: "load", replica: rep, adapter, path, op: this.newOp(), waiters: ticket === null ? [] : [ticket],
+      starter: ticket, waitsFor: new Set(victims.map((u) => u.op)), issued: false,
     };
     for (const unload of victims) unload.makesRoomFor = load;
     rep.loading.set(adapter, load);
     this.ops.set(load.op, load);
-    this.waiting.set(ticket, load);
+    if (ticket !== null) this.waiting.set(ticket, load);
     if (victims.length === 0) commands.push(this.issue(load));
     return commands;
   }
@@ -211,7 +214,7 @@ export class Machine {
         replica: rep, adapter: load.adapter, inUse: load.waiters.length, since: this.tick(), current: true,
       };
       rep.held.set(load.adapter, held);
-      if (held.inUse === 0) rep.idle.set(load.adapter, held.since);
+      if (held.inUse === 0 && !this.pins.has(load.adapter)) rep.idle.set(load.adapter, held.since);
       for (const ticket of load.waiters) {
         this.waiting.delete(ticket);
         this.leases.set(ticket, held);
@@ -226,7 +229,9 @@ export class Machine {
         commands.push(this.fail(ticket, rep, fault, text));
       }
     }
-    return [...commands, ...this.admitQueue(rep)];
+    commands.push(...this.admitQueue(rep));
+    if (outcome === "adapter_fault" || outcome === "replica_fault") commands.push(...this.ensurePins());
+    return commands;
   }
 
   // [unload-outcome]
@@ -286,6 +291,7 @@ export class Machine {
       this.forgetIfDone(rep);
       return [];
     }
+    if (this.pins.has(held.adapter)) return []; // [pin]: never idle
     rep.idle.set(held.adapter, this.tick()); // the end of idle: most recently used
     return this.admitQueue(rep);
   }
@@ -344,7 +350,7 @@ export class Machine {
       rep.due = this.now + this.interval;
       if (!rep.listing) commands.push(this.startListing(rep));
     }
-    return commands;
+    return [...commands, ...this.ensurePins()]; // replicas back from their backoff
   }
 
   next_due() {
@@ -406,8 +412,9 @@ export class Machine {
       rep.held.set(name, { replica: rep, adapter: name, inUse: 0, since, current: true });
     }
     // The front of idle, in name order: least recently used of all (idle time 0, for [place]).
-    rep.idle = new Map([...added.map((name) => [name, 0]), ...rep.idle]);
-    return [...commands, ...this.admitQueue(rep)];
+    const idle = added.filter((name) => !this.pins.has(name)).map((name) => [name, 0]);
+    rep.idle = new Map([...idle, ...rep.idle]);
+    return [...commands, ...this.admitQueue(rep), ...this.ensurePins()];
   }
 
   listingFailed({ listing: number, message }) {
@@ -416,7 +423,7 @@ export class Machine {
     if (!this.finishListing(listing)) return [];
     listing.replica.droppedWhileListing = new Set();
     this.failure(listing.replica);
-    return this.met(listing.replica);
+    return [...this.met(listing.replica), ...this.ensurePins()];
   }
 
   // -- §3.5 What the engine says it does not have -------------------------------------------------
@@ -434,7 +441,7 @@ export class Machine {
     if (!held) return [];
     if (ticket !== null && this.leases.get(ticket) !== held) return []; // a report about an older copy
     this.drop(rep, adapter);
-    return this.admitQueue(rep);
+    return [...this.admitQueue(rep), ...(this.pins.has(adapter) ? this.ensurePins() : [])];
   }
 
   // -- §3.6 Dropping ------------------------------------------------------------------------------
@@ -501,11 +508,12 @@ export class Machine {
       rep.droppedWhileListing = new Set();
       this.forgetIfDone(rep);
     }
-    return failed.sort(byTicket).map((ticket) => {
+    const commands = failed.sort(byTicket).map((ticket) => {
       const waited = this.waiting.get(ticket);
       this.waiting.delete(ticket);
       return this.fail(ticket, waited.replica, "replica", REPLICA_REMOVED);
     });
+    return [...commands, ...this.ensurePins()];
   }
 
   forgetIfDone(rep) {
@@ -556,6 +564,56 @@ export class Machine {
       queue.shift();
       this.waiting.delete(ticket);
       commands.push(...this.admit(ticket, rep, adapter, path));
+    }
+    return commands;
+  }
+
+  // -- §3.10 Pinned adapters ---------------------------------------------------------------------
+
+  // [pin]
+  adapterPinned({ adapter, path, copies, model }) {
+    if (!isName(adapter)) throw invalid("adapter", adapter);
+    if (!isName(path)) throw invalid("path", path);
+    if (!isInteger(copies) || copies < 1n) throw invalid("copies", copies);
+    if (model !== null && !isName(model)) throw invalid("model", model);
+    this.pins.set(adapter, { path, copies: Number(copies), model });
+    for (const rep of this.replicas.values()) if (!rep.removed) rep.idle.delete(adapter);
+    return this.ensurePins();
+  }
+
+  adapterUnpinned({ adapter }) {
+    if (!isName(adapter)) throw invalid("adapter", adapter);
+    if (!this.pins.delete(adapter)) return [];
+    const commands = [];
+    for (const rep of [...this.replicas.values()].sort((a, b) => byName(a.id, b.id))) {
+      const held = rep.held.get(adapter);
+      if (held && held.inUse === 0 && !rep.removed) {
+        rep.idle.set(adapter, this.tick()); // evictable again, most recently used
+        commands.push(...this.admitQueue(rep));
+      }
+      const load = rep.loading.get(adapter);
+      if (load && !load.issued && load.waiters.length === 0) this.abandon(load);
+    }
+    return commands;
+  }
+
+  // Making the pins good: loads where placement finds room, for pins short of their copies.
+  ensurePins() {
+    const commands = [];
+    for (const adapter of [...this.pins.keys()].sort(byName)) {
+      const pin = this.pins.get(adapter);
+      if ((this.refused.get(adapter)?.until ?? -Infinity) > this.now) continue; // [refuse]
+      const holders = [...this.replicas.values()]
+        .filter((rep) => !rep.removed && (rep.held.has(adapter) || rep.loading.has(adapter)));
+      const ofModel = (rep) => pin.model === null || rep.model === pin.model;
+      const have = holders.filter((rep) => !this.avoided(rep) && ofModel(rep));
+      const skip = holders.map((rep) => rep.id);
+      for (let i = have.length; i < pin.copies; i += 1) {
+        const { replica, placed } = this.placeCold(adapter, { model: pin.model, exclude: skip });
+        if (placed !== "free" && placed !== "evict") break;
+        commands.push(...this.cold(null, this.replicas.get(replica), adapter, pin.path));
+        skip.push(replica);
+      }
     }
     return commands;
   }
@@ -617,6 +675,7 @@ export class Machine {
     return {
       loads: { ...this.loads }, evictions: { ...this.evictions }, grants: { ...this.grants },
       failures: { ...this.failures }, replicas, waiting: this.waiting.size, leases: this.leases.size,
+      pins: Object.fromEntries([...this.pins].map(([name, pin]) => [name, pin.copies])),
     };
   }
 
@@ -626,27 +685,34 @@ export class Machine {
   // went idle first, then over the limit, then waiting at the cap), ties to the highest rendezvous hash.
   place(adapter, { model = null, exclude = [], load = {} } = {}) {
     if (!isName(adapter)) throw invalid("adapter", adapter);
-    const candidates = [...this.replicas.values()].filter(
+    const busy = (rep) => rep.inFlight + Number(load[rep.id] ?? 0);
+    const holders = this.candidates(model, exclude)
+      .filter((rep) => rep.held.has(adapter) || rep.loading.has(adapter));
+    if (holders.length === 0) return this.placeCold(adapter, { model, exclude, load });
+    const { rep } = best(holders.map((rep) => ({ rep, key: [busy(rep), -rendezvous(adapter, rep.id)] })));
+    return { replica: rep.id, placed: rep.held.has(adapter) ? "held" : "loading" };
+  }
+
+  candidates(model, exclude) {
+    return [...this.replicas.values()].filter(
       (rep) => !rep.removed && !this.avoided(rep) && !exclude.includes(rep.id)
         && (model === null || rep.model === model),
     );
+  }
+
+  placeCold(adapter, { model = null, exclude = [], load = {} }) {
     const busy = (rep) => rep.inFlight + Number(load[rep.id] ?? 0);
-    const best = (keyed) => keyed.reduce((a, b) => (compareKeys(b.key, a.key) < 0 ? b : a), keyed[0]);
-    const holders = candidates.filter((rep) => rep.held.has(adapter) || rep.loading.has(adapter));
-    if (holders.length) {
-      const { rep } = best(holders.map((rep) => ({ rep, key: [busy(rep), -rendezvous(adapter, rep.id)] })));
-      return { replica: rep.id, placed: rep.held.has(adapter) ? "held" : "loading" };
-    }
-    if (!candidates.length) return { replica: null, placed: null };
+    const candidates = this.candidates(model, exclude);
+    if (candidates.length === 0) return { replica: null, placed: null };
     const { rep, key } = best(candidates.map((rep) => {
       const count = rep.held.size + rep.loading.size;
       const free = rep.limit - count;
       let key;
-      const capped = this.headroom !== null && count >= rep.limit + this.headroom;
-      if (free > 0) key = [0, busy(rep), -free];
+      if (this.headroom !== null && this.occupied(rep) >= rep.limit + this.headroom) {
+        key = [3, busy(rep), rep.queue.waiters.length];
+      } else if (free > 0) key = [0, busy(rep), -free];
       else if (rep.idle.size) key = [1, rep.idle.values().next().value, busy(rep)];
-      else if (!capped) key = [2, busy(rep), count - rep.limit];
-      else key = [3, busy(rep), rep.queue.waiters.length];
+      else key = [2, busy(rep), count - rep.limit];
       return { rep, key: [...key, -rendezvous(adapter, rep.id)] };
     }));
     return { replica: rep.id, placed: ["free", "evict", "over", "wait"][key[0]] };
@@ -674,6 +740,11 @@ export class Machine {
 
 function count(counts, key) {
   counts[key] = (counts[key] ?? 0) + 1;
+}
+
+// The first of the least keys (SPEC's [place]: every key ends with the rendezvous hash, so ties are rare).
+function best(keyed) {
+  return keyed.reduce((a, b) => (compareKeys(b.key, a.key) < 0 ? b : a), keyed[0]);
 }
 
 function compareKeys(a, b) {
