@@ -86,6 +86,7 @@ def hand_vectors() -> list[dict[str, Any]]:
     sys.path.insert(0, str(ROOT / "tests"))
     import test_rules
     import test_seed_faults
+    import test_spec_edges
     import test_usage_errors
 
     import scenario
@@ -98,7 +99,7 @@ def hand_vectors() -> list[dict[str, Any]]:
 
     scenario.MACHINE = recorder
     vectors = []
-    for module in (test_rules, test_seed_faults):
+    for module in (test_rules, test_seed_faults, test_spec_edges):
         for name, test in inspect.getmembers(module, inspect.isfunction):
             if not name.startswith("test_") or test.__module__ != module.__name__ or name in NOT_VECTORS:
                 continue
