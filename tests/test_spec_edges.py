@@ -286,7 +286,7 @@ def test_replicas_removed_drop_idle_adapters_and_abandon_loads_not_yet_issued() 
     s.expect(ReplicasRemoved(replicas=("r",)), Fail(ticket=t, fault=Fault.REPLICA, message=REPLICA_REMOVED))
     s.expect(ReplicaAdded(replica="r", model="base", limit=3), ReadListing(listing=7, replica="r"))
     assert s.machine.statistics().replicas["r"] == ReplicaStatistics(
-        model="base", limit=3, met=False, held={"x": 1}, loading=(), unloading=("y",)
+        model="base", limit=3, met=False, held={"x": 1}, loading=(), unloading=("y",), in_flight=1
     )
     s.expect(UnloadFinished(unload=5, outcome=UnloadOutcome.UNLOADED))
     s.expect(ListingReceived(listing=7, adapters=("w", "x")), MarkMet(replica="r"))

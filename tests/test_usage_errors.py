@@ -126,6 +126,8 @@ CASES: list[tuple[type[lf.UsageError], str, Callable[[AdapterStateMachine], obje
     (lf.InvalidValueError, "model", lambda m: m.add_replica("r", model="", limit=True)),
     (lf.InvalidValueError, "replica id", lambda m: m.add_replica("", model=5, limit=0)),  # type: ignore[arg-type]
     (lf.InvalidValueError, "finite number", lambda m: m.advance(False)),
+    (lf.InvalidValueError, "LoadOutcome", lambda m: m.handle(lf.LoadFinished(load=3, outcome="exploded"))),  # type: ignore[arg-type]
+    (lf.InvalidValueError, "LoadOutcome", lambda m: m.load_finished(3, UnloadOutcome.UNLOADED)),  # type: ignore[arg-type]
 ]
 
 

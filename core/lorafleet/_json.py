@@ -64,7 +64,10 @@ def decode(data: dict[str, Any]) -> Any:
         raw = data[field.name]
         hint = hints[field.name]
         if isinstance(hint, type) and issubclass(hint, enum.Enum):
-            kwargs[field.name] = hint(raw)
+            try:
+                kwargs[field.name] = hint(raw)
+            except ValueError:
+                kwargs[field.name] = raw  # not of the kind: the machine refuses it with InvalidValueError
         elif isinstance(raw, list):
             kwargs[field.name] = tuple(raw)
         else:

@@ -255,8 +255,8 @@ class AdapterStateMachine:
         self._max_backoff = float(max_backoff)
         self._refusal = float(refusal)
         self._refused: dict[str, tuple[float, str]] = {}
-        self._pins: dict[str, AdapterPinned] = {}
         """Adapters the engine refused as their own fault: until when, and the engine's words."""
+        self._pins: dict[str, AdapterPinned] = {}
         self._clock = 0.0
         self._logical = 0
         self._next_op = 1
@@ -420,7 +420,7 @@ class AdapterStateMachine:
         self._last_ticket = ticket
         rep.in_flight += 1
         refused = self._refused.get(adapter)
-        if refused is not None:
+        if refused is not None and adapter not in rep.held:  # held: the engine took it there
             if refused[0] > self._clock:  # [refuse]: no call, the engine's words again
                 return [self._fail(ticket, rep, Fault.ADAPTER, refused[1])]
             del self._refused[adapter]
@@ -699,7 +699,7 @@ class AdapterStateMachine:
 
     def _time_advanced(self, now: float) -> list[Command]:
         """[time]: the shell's clock reads ``now``; start the listings that are due."""
-        if not _is_number(now) or not math.isfinite(now):
+        if not _is_number(now) or not _is_finite(now):
             raise _invalid("now", now, "now must be a finite number")
         if now < self._clock:
             raise ClockWentBackwardsError(
@@ -910,8 +910,8 @@ class AdapterStateMachine:
             if rep is None or rep.removed:
                 continue
             rep.removed = True
-            for name in list(rep.idle):
-                self._drop(rep, name)
+            for name in [n for n, held in rep.held.items() if not held.in_use]:
+                self._drop(rep, name)  # idle ones, and pinned ones no request runs on
             for name in list(rep.held) + list(rep.loading):
                 self._unwhere(rep, name)  # unseen: placement never chooses a removed replica
             for load in list(rep.loading.values()):
@@ -1309,8 +1309,17 @@ def _rendezvous(adapter: str, replica: str) -> int:
     return h
 
 
+def _is_finite(value: float) -> bool:
+    try:
+        return math.isfinite(value)
+    except OverflowError:  # an int too large for a float
+        return False
+
+
 def _is_number(value: Any) -> bool:
-    return type(value) is not bool and isinstance(value, int | float) and not math.isnan(value)
+    if type(value) is bool or not isinstance(value, int | float):
+        return False
+    return isinstance(value, int) or not math.isnan(value)
 
 
 def _invalid(field: str, value: Any, what: str) -> InvalidValueError:

@@ -96,10 +96,12 @@ export class Machine {
     this.highest = ticket;
     rep.inFlight += 1;
     const refused = this.refused.get(adapter);
-    if (refused && refused.until > this.now) { // [refuse]: no call, the engine's words again
-      return [this.fail(ticket, rep, "adapter", refused.message)];
+    if (refused && !rep.held.has(adapter)) { // held there: the engine took it, so a [hit]
+      if (refused.until > this.now) { // [refuse]: no call, the engine's words again
+        return [this.fail(ticket, rep, "adapter", refused.message)];
+      }
+      this.refused.delete(adapter);
     }
-    this.refused.delete(adapter);
     return this.admit(ticket, rep, adapter, path);
   }
 
@@ -491,7 +493,8 @@ export class Machine {
       const rep = this.replicas.get(id);
       if (!rep || rep.removed) continue;
       rep.removed = true;
-      for (const name of [...rep.idle.keys()]) this.drop(rep, name); // idle adapters are not kept
+      // Every adapter no request runs on is dropped (idle ones, and pinned ones): only running ones are kept.
+      for (const name of [...rep.held.keys()].sort(byName)) if (rep.held.get(name).inUse === 0) this.drop(rep, name);
       for (const load of [...rep.loading.values()]) {
         failed.push(...load.waiters);
         load.waiters = [];
@@ -669,7 +672,8 @@ export class Machine {
         model: rep.model, limit: rep.limit, met: rep.met,
         held: Object.fromEntries([...rep.held].map(([name, held]) => [name, held.inUse])),
         loading: [...rep.loading.keys()].sort(byName), unloading: [...rep.unloading.keys()].sort(byName),
-        queued: rep.queue.waiters.length, failing_until: this.avoided(rep) ? rep.avoidUntil : null,
+        queued: rep.queue.waiters.length, in_flight: rep.inFlight,
+        failing_until: this.avoided(rep) ? rep.avoidUntil : null,
       };
     }
     return {
