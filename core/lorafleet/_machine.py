@@ -34,7 +34,17 @@ unloading       unload_finished, any outcome                absent; its waiters 
                                                             afresh                               outcome
 any             replicas_removed                            absent, except held in use: kept,    replicas
                                                             unseen, until its leases end
+absent          adapter_pinned, placement finds room        loading, with no waiter              pin
+held, idle      adapter_pinned                              held, pinned (never in ``idle``)     pin
+held, pinned    adapter_unpinned, no request on it          held, idle (end of ``idle``)         pin
 ==============  ==========================================  ===================================  ========
+
+Beside that table, four rules decide without moving an adapter: [place] answers where a request
+should go (a query: the least busy holder, else a cold load where it costs least, ties by a
+rendezvous hash every router computes alike); [health] avoids a replica after a failure, for a time
+that doubles with each failure in a row; [refuse] fails at once a request for an adapter the engine
+refused as its own fault, for a while; [cap] makes a cold request wait in the replica's queue, rather
+than take it past ``limit + headroom``, until an adapter goes idle or room comes otherwise.
 
 A request that finds its adapter loading joins the load ([join]); one that finds it unloading waits
 for the unload and is then handled afresh ([wait-unload]), so a load and an unload of one adapter on
