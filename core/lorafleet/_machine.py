@@ -26,7 +26,8 @@ loading         cancelled, the last waiter of a load        absent (the load is 
 held, idle      requested (or ``hit``)                      held, in use                         hit
 held, in use    released or cancelled, the last lease       held, idle (end of ``idle``)         release
 held, idle      requested for another adapter, over the     unloading                            evict
-                limit, it is the least recently used
+                limit, it is in least demand (then least
+                recently used)
 held, any       listing_received does not name it, and      absent (dropped: no unload; leases   listing
                 it was held before the listing started      on it go dead)
 held, any       adapter_missing                             absent (dropped)                     forget
@@ -121,6 +122,10 @@ DEFAULT_BACKOFF = 5.0
 """Seconds placement avoids a replica after its first failure; each failure in a row doubles it."""
 DEFAULT_MAX_BACKOFF = 300.0
 """The longest a failing replica is avoided at a time (AIBrix's 5 s·2ⁿ up to 300 s)."""
+DEFAULT_OVERFLOW = 2
+"""How far past its limit placement prefers to take a replica whose adapters are all in use."""
+DEFAULT_HALF_LIFE = 4000
+"""Requests between two halvings of the demand counts; the simulator measured 1,000 to 8,000."""
 DEFAULT_REFUSAL = 900.0
 """Seconds an adapter the engine refused as the adapter's fault is refused without a call (ModelMesh
 keeps load failures 15 minutes)."""
@@ -217,6 +222,8 @@ class _Replica:
     """Issued operations not yet answered; a removed replica is kept until they are."""
     in_flight: int = 0
     """This router's requests on the replica that have not ended (waiting or granted)."""
+    served: int = 0
+    """Requests this router has sent to the replica, ever: placement's first tie-break."""
     queue: _Queue | None = None
     failures: int = 0
     """Failures in a row ([health]); a success sets it back to 0."""
@@ -234,6 +241,12 @@ class AdapterStateMachine:
         listing_interval: seconds between two readings of a replica's listing.
         headroom: how many adapters past its limit a replica may go when every adapter it holds is
             in use ([cap]); at that cap a cold request waits for room. None: no cap.
+        concurrency: the requests one replica runs at once (vLLM's ``--max-num-seqs``), which
+            [place] spills past: a holder with more in flight than this is busy, and a replica with
+            three quarters of it in flight takes no cold load while another can. None: never busy.
+        overflow: how far past its limit a cold load may take a replica whose adapters are all in
+            use, in preference to evicting elsewhere ([place]).
+        half_life: requests between two halvings of every adapter's demand count ([evict]).
         backoff, max_backoff: seconds placement avoids a replica after a failure, doubling with
             each failure in a row up to ``max_backoff`` ([health]).
         refusal: seconds an adapter the engine refused as the adapter's fault is refused at once,
@@ -245,6 +258,9 @@ class AdapterStateMachine:
         *,
         listing_interval: float = DEFAULT_LISTING_INTERVAL,
         headroom: int | None = None,
+        concurrency: int | None = None,
+        overflow: int = DEFAULT_OVERFLOW,
+        half_life: int = DEFAULT_HALF_LIFE,
         backoff: float = DEFAULT_BACKOFF,
         max_backoff: float = DEFAULT_MAX_BACKOFF,
         refusal: float = DEFAULT_REFUSAL,
@@ -259,6 +275,19 @@ class AdapterStateMachine:
                 raise _invalid(name, seconds, f"{name} must be a positive number of seconds")
         if headroom is not None and (type(headroom) is not int or headroom < 0):
             raise _invalid("headroom", headroom, "headroom must be an int of at least 0, or None")
+        if concurrency is not None and (type(concurrency) is not int or concurrency < 1):
+            raise _invalid("concurrency", concurrency, "concurrency must be an int of at least 1, or None")
+        if type(overflow) is not int or overflow < 0:
+            raise _invalid("overflow", overflow, "overflow must be an int of at least 0")
+        if type(half_life) is not int or half_life < 1:
+            raise _invalid("half_life", half_life, "half_life must be an int of at least 1")
+        self._busy = None if concurrency is None else concurrency + 1
+        self._spread = None if concurrency is None else max(1, 3 * concurrency // 4)
+        self._overflow = overflow
+        self._half_life = half_life
+        self._demand: dict[str, int] = {}
+        """Adapter name to its decayed request count: +1 a request, all halved every half_life."""
+        self._requests = 0
         self._interval = float(listing_interval)
         self._headroom = headroom
         self._backoff = float(backoff)
@@ -415,7 +444,7 @@ class AdapterStateMachine:
         if held is None:
             return False
         self._last_ticket = ticket
-        rep.in_flight += 1
+        self._count(rep, adapter)
         self._take(ticket, rep, held)
         return True
 
@@ -428,7 +457,7 @@ class AdapterStateMachine:
         if type(path) is not str or not path:
             raise _invalid("path", path, "adapter path must be a non-empty str")
         self._last_ticket = ticket
-        rep.in_flight += 1
+        self._count(rep, adapter)
         refused = self._refused.get(adapter)
         if refused is not None and adapter not in rep.held:  # held: the engine took it there
             if refused[0] > self._clock:  # [refuse]: no call, the engine's words again
@@ -448,6 +477,20 @@ class AdapterStateMachine:
         if rep is None or rep.removed:
             raise UnknownReplicaError(f"replica {replica!r} was never added, or was removed", replica=replica)
         return rep
+
+    def _count(self, rep: _Replica, adapter: str) -> None:
+        """A new request on ``rep``: in flight there, one more served, one more for the demand."""
+        rep.in_flight += 1
+        rep.served += 1
+        demand = self._demand
+        demand[adapter] = demand.get(adapter, 0) + 1
+        self._requests += 1
+        if not self._requests % self._half_life:
+            for name, count in list(demand.items()):
+                if count > 1:
+                    demand[name] = count >> 1
+                else:
+                    del demand[name]
 
     def _take(self, ticket: int, rep: _Replica, held: _Held) -> None:
         """[hit]: the request uses a held adapter, which is then in use and no eviction candidate."""
@@ -489,11 +532,12 @@ class AdapterStateMachine:
         commands: list[Command] = []
         victims: list[_Unload] = []
         excess = count + 1 - rep.limit
-        # [evict] The least recently used adapters no request runs on, until the load fits. When
+        # [evict] The adapters no request runs on that are in least demand, least recently used
+        # first among equals (``_victim``), until the load fits. When
         # every held adapter is in use the replica goes over its limit for now: refusing the
         # request would serve no one, and a later load brings the replica back.
         while excess > 0 and rep.idle:
-            victim = next(iter(rep.idle))
+            victim = self._victim(rep)
             self._drop(rep, victim)
             unload = _Unload(rep, victim, self._new_op())
             rep.unloading[victim] = unload
@@ -989,11 +1033,12 @@ class AdapterStateMachine:
     ) -> Placement:
         """Where to send a request for ``adapter`` ([place]): pure, and the same for the same state.
 
-        Candidates are the replicas in use (of ``model`` when given), less ``exclude`` (replicas
-        this request already tried). A holder that is not busy comes first; a cold load goes where it
-        costs least: a free slot, else the replica whose least recently used idle adapter is oldest.
-        Ties go to the highest rendezvous hash of adapter and replica, so that routers with the same
-        view choose alike and spread different adapters over different replicas.
+        Candidates are the replicas in use (of ``model`` when given), not avoided, less ``exclude``
+        (replicas this request already tried). The least busy holder takes it unless it is busy (past
+        ``concurrency``); else a cold load goes where it costs least: a free slot, a replica whose
+        adapters are all in use (a little over its limit evicts nothing), else the replica whose
+        victim is in least demand and idle longest. Ties go to the replica that has served fewest,
+        then to the highest rendezvous hash, so that routers with the same view choose alike.
 
         Args:
             load: a figure per replica id the router may report (e.g. the engine's queue length),
@@ -1003,49 +1048,91 @@ class AdapterStateMachine:
             raise _invalid("adapter", adapter, "adapter name must be a non-empty str")
         skip = exclude if isinstance(exclude, set | frozenset | dict) else set(exclude)
         extra = load or {}
-        best: _Replica | None = None
-        best_key: tuple[float, int] = (0.0, 0)
+        holder: _Replica | None = None
+        holder_key: tuple[float, int, int] = (0.0, 0, 0)
         clock = self._clock
         for rep in self._where.get(adapter, {}).values():
             if rep.id in skip or rep.avoid_until > clock or (model is not None and rep.model != model):
                 continue
-            key = (rep.in_flight + extra.get(rep.id, 0), -_rendezvous(adapter, rep.id))
-            if best is None or key < best_key:
-                best, best_key = rep, key
-        if best is not None:
-            return Placement(replica=best.id, placed=Placed.HELD if adapter in best.held else Placed.LOADING)
-        return self._place_cold(adapter, model, skip, extra)
+            key = (rep.in_flight + extra.get(rep.id, 0), rep.served, -_rendezvous(adapter, rep.id))
+            if holder is None or key < holder_key:
+                holder, holder_key = rep, key
+        if holder is not None and (self._busy is None or holder_key[0] < self._busy):
+            return self._holder(holder, adapter)
+        cold = self._place_cold(adapter, model, skip, extra, self._spread)
+        if cold.replica is not None:
+            return cold
+        if holder is not None:
+            return self._holder(holder, adapter)
+        return self._place_cold(adapter, model, skip, extra, None, least=True)
+
+    @staticmethod
+    def _holder(rep: _Replica, adapter: str) -> Placement:
+        return Placement(replica=rep.id, placed=Placed.HELD if adapter in rep.held else Placed.LOADING)
 
     def _place_cold(
-        self, adapter: str, model: str | None, skip: Container[str], extra: Mapping[str, float]
+        self,
+        adapter: str,
+        model: str | None,
+        skip: Container[str],
+        extra: Mapping[str, float],
+        spread: int | None,
+        *,
+        least: bool = False,
     ) -> Placement:
+        """[place], a cold load: the candidate not holding ``adapter`` where the load costs least.
+
+        Only replicas with fewer than ``spread`` requests in flight, when it is given; ``least``
+        picks the least busy instead, whatever the load would cost there.
+        """
         chosen: _Replica | None = None
         chosen_key: tuple[Any, ...] = ()
+        chosen_kind = 0
         clock = self._clock
         headroom = self._headroom
         for rep in self._replicas.values():
             if rep.removed or rep.id in skip or rep.avoid_until > clock:
                 continue
-            if model is not None and rep.model != model:
+            if (model is not None and rep.model != model) or adapter in rep.held or adapter in rep.loading:
+                continue
+            busy = rep.in_flight + extra.get(rep.id, 0)
+            if spread is not None and busy >= spread:
                 continue
             count = len(rep.held) + len(rep.loading)
-            free = rep.limit - count
-            busy = rep.in_flight + extra.get(rep.id, 0)
             if headroom is not None and count - len(rep.idle) >= rep.limit + headroom:
-                key: tuple[Any, ...] = (3, busy, len(rep.queue.waiters) if rep.queue is not None else 0)
-            elif free > 0:
-                key = (0, busy, -free)
-            elif rep.idle:
-                key = (1, next(iter(rep.idle.values())), busy)
+                kind, cost = 4, (0, 0)  # at its cap: the request would wait for room
+            elif count < rep.limit:
+                kind, cost = 0, (0, 0)
+            elif not rep.idle:
+                kind, cost = (1 if count < rep.limit + self._overflow else 3), (0, 0)
             else:
-                key = (2, busy, count - rep.limit)
-            key = (*key, -_rendezvous(adapter, rep.id))
+                victim = self._victim(rep)
+                kind, cost = 2, (self._weight(victim), rep.idle[victim])
+            last = (busy, rep.served, -_rendezvous(adapter, rep.id))
+            key = last if least else (kind, *cost, *last)
             if chosen is None or key < chosen_key:
-                chosen, chosen_key = rep, key
+                chosen, chosen_key, chosen_kind = rep, key, kind
         if chosen is None:
             return Placement(replica=None, placed=None)
-        placed = (Placed.FREE, Placed.EVICT, Placed.OVER, Placed.WAIT)[chosen_key[0]]
+        placed = (Placed.FREE, Placed.OVER, Placed.EVICT, Placed.OVER, Placed.WAIT)[chosen_kind]
         return Placement(replica=chosen.id, placed=placed)
+
+    def _weight(self, adapter: str) -> int:
+        """[evict] An adapter's demand class: the bit length of its decayed request count."""
+        return self._demand.get(adapter, 0).bit_length()
+
+    def _victim(self, rep: _Replica) -> str:
+        """[evict] The idle adapter in least demand, the least recently used of those (``idle`` not empty)."""
+        demand = self._demand
+        victim = ""
+        lowest = -1
+        for name in rep.idle:
+            weight = demand.get(name, 0).bit_length()
+            if lowest < 0 or weight < lowest:
+                victim, lowest = name, weight
+                if not weight:
+                    break  # nothing is in less demand than none
+        return victim
 
     def is_met(self, replica: str) -> bool:
         """Whether ``replica`` is in use and its first listing since it was added was answered.
@@ -1253,7 +1340,7 @@ class AdapterStateMachine:
             }
             skip = set(self._where.get(adapter, {}))
             for _ in range(pin.copies - len(have)):
-                placement = self._place_cold(adapter, pin.model, skip, {})
+                placement = self._place_cold(adapter, pin.model, skip, {}, None)
                 if placement.placed not in (Placed.FREE, Placed.EVICT) or placement.replica is None:
                     break
                 rep = self._replicas[placement.replica]
