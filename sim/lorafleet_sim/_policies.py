@@ -1,0 +1,120 @@
+"""Routing policies: the published baselines the simulator compares lorafleet's placement with.
+
+A policy is made once per router (``Policy.make``) and then asked, for each request, which of the
+candidate replicas to send it to. Baselines may draw random numbers (from a generator seeded by the
+run); lorafleet's placement may not.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Sequence
+from typing import Protocol
+
+import attrs
+
+from lorafleet import AdapterStateMachine
+
+from ._state import ReplicaState
+
+
+class Chooser(Protocol):
+    """One router's instance of a policy."""
+
+    def choose(self, adapter: str, candidates: Sequence[ReplicaState], now: float) -> ReplicaState:
+        """The replica to send a request for ``adapter`` to, among ``candidates`` (never empty)."""
+        ...
+
+
+@attrs.frozen
+class Policy:
+    """A named routing policy, and the machine its routers run (the real one unless researching)."""
+
+    name: str
+    make: Callable[[random.Random, int], Chooser]
+    """Given the router's seeded generator and the replicas' concurrency, a chooser for one router."""
+    machine: Callable[[float], AdapterStateMachine] = attrs.field(
+        default=lambda interval: AdapterStateMachine(listing_interval=interval)
+    )
+    description: str = ""
+
+
+def _least(candidates: Sequence[ReplicaState], rng: random.Random) -> ReplicaState:
+    """The candidate with the fewest outstanding requests, ties broken at random."""
+    best = candidates[0]
+    fewest = best.outstanding
+    ties = 1
+    for rep in candidates[1:]:
+        n = rep.outstanding
+        if n < fewest:
+            best, fewest, ties = rep, n, 1
+        elif n == fewest:
+            # Reservoir sampling over the ties: each is kept with equal chance, in one pass.
+            ties += 1
+            if rng.random() * ties < 1:
+                best = rep
+    return best
+
+
+@attrs.define
+class _Random:
+    rng: random.Random
+
+    def choose(self, adapter: str, candidates: Sequence[ReplicaState], now: float) -> ReplicaState:
+        return candidates[int(self.rng.random() * len(candidates))]
+
+
+@attrs.define
+class _LeastLoaded:
+    rng: random.Random
+
+    def choose(self, adapter: str, candidates: Sequence[ReplicaState], now: float) -> ReplicaState:
+        return _least(candidates, self.rng)
+
+
+@attrs.define
+class _RoundRobin:
+    turn: int = 0
+
+    def choose(self, adapter: str, candidates: Sequence[ReplicaState], now: float) -> ReplicaState:
+        self.turn += 1
+        return candidates[self.turn % len(candidates)]
+
+
+@attrs.define
+class _HoldersFirst:
+    """Issue 10's holders-first with the busiest-holder spill rule."""
+
+    rng: random.Random
+    concurrency: int
+
+    def choose(self, adapter: str, candidates: Sequence[ReplicaState], now: float) -> ReplicaState:
+        holders = [rep for rep in candidates if adapter in rep.held or adapter in rep.loading]
+        if holders:
+            best = _least(holders, self.rng)
+            if best.outstanding <= self.concurrency:
+                return best
+        with_room = [rep for rep in candidates if len(rep.held) + len(rep.loading) < rep.limit]
+        return _least(with_room or candidates, self.rng)
+
+
+BASELINES: dict[str, Policy] = {
+    p.name: p
+    for p in (
+        Policy("random", lambda rng, c: _Random(rng), description="a replica drawn uniformly"),
+        Policy(
+            "least-loaded",
+            lambda rng, c: _LeastLoaded(rng),
+            description="the replica with the fewest outstanding requests",
+        ),
+        Policy("round-robin", lambda rng, c: _RoundRobin(), description="each replica in turn"),
+        Policy(
+            "holders-first",
+            _HoldersFirst,
+            description=(
+                "the least loaded holder unless it has more than C outstanding, else the least "
+                "loaded replica with room, else the least loaded"
+            ),
+        ),
+    )
+}

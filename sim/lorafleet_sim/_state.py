@@ -1,0 +1,44 @@
+"""What a router knows about one replica, as its machine keeps it: the input of every policy.
+
+The simulator keeps this beside each router's ``AdapterStateMachine`` from the commands the machine
+gives and the events it is fed, and re-reads it from ``statistics()`` after the events that change
+the machine's view without a command (a listing, an "adapter missing"). ``tests/test_sim.py`` checks it
+against the machine after every step of a run.
+"""
+
+from __future__ import annotations
+
+import attrs
+
+
+@attrs.define(eq=False)
+class ReplicaState:
+    """One replica as one router's machine sees it, plus what the router counts there."""
+
+    id: str
+    index: int
+    limit: int
+    held: dict[str, int] = attrs.field(factory=dict)
+    """Adapter to the number of this router's requests holding a lease on it."""
+    idle: dict[str, int] = attrs.field(factory=dict)
+    """Held adapters with no lease, least recently used first, to the logical time each became idle."""
+    loading: set[str] = attrs.field(factory=set)
+    outstanding: int = 0
+    """This router's requests routed here and not yet released (waiting, granted or running)."""
+    copies: dict[str, int] = attrs.field(factory=dict)
+    """Adapter to the number of its current copy here, so that a lease on an older copy is ignored."""
+
+    @property
+    def occupied(self) -> int:
+        """Adapters held or loading: what counts against the limit."""
+        return len(self.held) + len(self.loading)
+
+    def holds(self, adapter: str) -> bool:
+        """Whether the adapter is held or loading here."""
+        return adapter in self.held or adapter in self.loading
+
+    def oldest_idle(self) -> int | None:
+        """The logical time the least recently used idle adapter became idle, or None."""
+        for stamp in self.idle.values():
+            return stamp
+        return None
