@@ -118,3 +118,22 @@ BASELINES: dict[str, Policy] = {
         ),
     )
 }
+
+
+def _lorafleet() -> Policy:
+    from ._placement import Placement, PlacementChooser
+    from ._research import FrequencyEvictingMachine
+
+    return Policy(
+        "lorafleet",
+        lambda rng, c: PlacementChooser.make(Placement.for_concurrency(c)),
+        machine=lambda interval: FrequencyEvictingMachine(listing_interval=interval),
+        description=(
+            "holders first up to C outstanding; cold loads on a not-busy replica with room, else one "
+            "that evicts nothing, else the cheapest victim by decayed demand; frequency-aware eviction"
+        ),
+    )
+
+
+POLICIES: dict[str, Policy] = {**BASELINES, "lorafleet": _lorafleet()}
+"""Every policy the simulator compares, by name, in the order it prints them."""

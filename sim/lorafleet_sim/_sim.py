@@ -117,6 +117,8 @@ class Figures:
     failed: int
     """Requests failed by a failed load (and routed again)."""
     evictions: int
+    copies: int = 0
+    """Loads of an adapter another replica held or was loading: extra copies, made to spread load."""
 
     def per_1k(self, count: int) -> float:
         return 1000.0 * count / self.requests if self.requests else 0.0
@@ -174,8 +176,8 @@ class _Router:
     attempts: dict[int, _Attempt] = attrs.field(factory=dict)
     loads: dict[int, tuple[int, str]] = attrs.field(factory=dict)
     ticket: int = 0
-    stamp: int = 0
-    """The mirror's logical clock for idle order."""
+    clock: int = 0
+    """Requests this router has routed: the mirror's logical clock, which stamps when adapters go idle."""
 
 
 class Simulation:
@@ -202,15 +204,13 @@ class Simulation:
         for r in range(fleet.routers):
             states = [ReplicaState(e.id, e.index, fleet.limit) for e in self.engines]
             rng = random.Random(f"{seed}:{policy.name}:{r}")
-            self.routers.append(
-                _Router(
-                    r,
-                    policy.machine(fleet.listing_interval),
-                    policy.make(rng, fleet.concurrency),
-                    states,
-                    {s.id: s for s in states},
-                )
-            )
+            machine = policy.machine(fleet.listing_interval)
+            by_id = {s.id: s for s in states}
+            chooser = policy.make(rng, fleet.concurrency)
+            attach = getattr(machine, "attach", None)
+            if attach is not None:
+                attach(getattr(chooser, "score"))  # a research machine evicts by the policy's counts
+            self.routers.append(_Router(r, machine, chooser, states, by_id))
         self.heap: list[tuple[float, int, int, Any]] = []
         self.seq = 0
         self.now = 0.0
@@ -224,6 +224,7 @@ class Simulation:
         self.missing = 0
         self.failed = 0
         self.evictions = 0
+        self.copies = 0
 
     # -- the loop ------------------------------------------------------------------------------
 
@@ -286,6 +287,7 @@ class Simulation:
         states = router.states
         candidates = [s for s in states if s.index not in tried] if tried else states
         adapter = self.workload.adapters[request]
+        router.clock += 1
         state = router.chooser.choose(adapter, candidates, self.now)
         state.outstanding += 1
         router.ticket += 1
@@ -364,8 +366,7 @@ class Simulation:
             return  # the copy it leased was dropped: the machine ignores the release too
         state.held[adapter] = uses - 1
         if uses == 1:
-            router.stamp += 1
-            state.idle[adapter] = router.stamp
+            state.idle[adapter] = router.clock
 
     def _not_found(self, attempt: _Attempt, adapter: str) -> None:
         """The engine answered "no such model": report it, release, and route the request again."""
@@ -451,6 +452,10 @@ class Simulation:
             return
         engine.loading[adapter] = [(router.index, command.load)]
         self.loads += 1
+        for other in self.engines:
+            if other is not engine and (adapter in other.registered or adapter in other.loading):
+                self.copies += 1
+                break
         evicted = engine.evicted.get(adapter)
         if evicted is not None and self.now - evicted <= RELOAD_WINDOW:
             self.reloads += 1
@@ -473,8 +478,7 @@ class Simulation:
         if outcome.succeeded:
             state.copies[adapter] = state.copies.get(adapter, 0) + 1
             state.held[adapter] = 0
-            router.stamp += 1
-            state.idle[adapter] = router.stamp
+            state.idle[adapter] = router.clock
         self._commands(router, router.machine.handle(LoadFinished(load=load, outcome=outcome)))
 
     def _issue_unload(self, router: _Router, command: IssueUnload) -> None:
@@ -526,8 +530,7 @@ class Simulation:
                 if uses:
                     state.idle.pop(adapter, None)
                 else:
-                    router.stamp += 1
-                    state.idle[adapter] = router.stamp
+                    state.idle[adapter] = router.clock
         if added:
             # A listing adds what it names as least recently used of all, in name order.
             front: dict[str, int] = {}
@@ -582,6 +585,7 @@ class Simulation:
             missing=self.missing,
             failed=self.failed,
             evictions=self.evictions,
+            copies=self.copies,
         )
 
 

@@ -21,12 +21,19 @@ class ReplicaState:
     held: dict[str, int] = attrs.field(factory=dict)
     """Adapter to the number of this router's requests holding a lease on it."""
     idle: dict[str, int] = attrs.field(factory=dict)
-    """Held adapters with no lease, least recently used first, to the logical time each became idle."""
+    """Held adapters with no lease, least recently used first, to when each became idle.
+
+    "When" is the router's request clock (how many requests it had routed); adapters a listing added
+    count as idle since 0, as they are least recently used of all.
+    """
     loading: set[str] = attrs.field(factory=set)
     outstanding: int = 0
     """This router's requests routed here and not yet released (waiting, granted or running)."""
     copies: dict[str, int] = attrs.field(factory=dict)
     """Adapter to the number of its current copy here, so that a lease on an older copy is ignored."""
+
+    served: int = 0
+    """This router's requests routed here in all, kept by policies that balance on it."""
 
     @property
     def occupied(self) -> int:
