@@ -208,8 +208,9 @@ class Simulation:
             by_id = {s.id: s for s in states}
             chooser = policy.make(rng, fleet.concurrency)
             attach = getattr(machine, "attach", None)
-            if attach is not None:
-                attach(getattr(chooser, "score"))  # a research machine evicts by the policy's counts
+            score = getattr(chooser, "score", None)
+            if attach is not None and score is not None:
+                attach(score)  # a research machine evicts by the counts the policy keeps
             self.routers.append(_Router(r, machine, chooser, states, by_id))
         self.heap: list[tuple[float, int, int, Any]] = []
         self.seq = 0
