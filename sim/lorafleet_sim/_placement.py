@@ -134,14 +134,14 @@ def place(
         load = (state.outstanding, state.served, -rendezvous(adapter, state.id))
         occupied = len(state.held) + len(state.loading)
         if occupied < state.limit:
-            key = (0, 0, 0, *load)
+            rank = (0, 0, 0, *load)
         elif not state.idle:
-            key = (1 if occupied < state.limit + settings.overflow else 3, 0, 0, *load)
+            rank = (1 if occupied < state.limit + settings.overflow else 3, 0, 0, *load)
         else:
             count, since, _ = victim(state, demand) or (0, 0, "")
-            key = (2, count, since, *load)
-        if target is None or key < target_key:
-            target, target_key = state, key
+            rank = (2, count, since, *load)
+        if target is None or rank < target_key:
+            target, target_key = state, rank
     if target is not None:
         return target
     if holder is not None:
