@@ -1,7 +1,13 @@
 """lorafleet's fleet simulator: real state machines, simulated vLLM replicas, virtual time."""
 
 from ._belady import belady_loads as belady_loads
+from ._cli import main as main
+from ._placement import Demand as Demand
+from ._placement import Placement as Placement
+from ._placement import place as place
+from ._placement import rendezvous as rendezvous
 from ._policies import BASELINES as BASELINES
+from ._policies import POLICIES as POLICIES
 from ._policies import Policy as Policy
 from ._sim import Figures as Figures
 from ._sim import Fleet as Fleet
