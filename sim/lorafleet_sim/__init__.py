@@ -4,6 +4,7 @@ from ._belady import belady_loads as belady_loads
 from ._cli import main as main
 from ._placement import Demand as Demand
 from ._placement import Placement as Placement
+from ._placement import fnv1a64 as fnv1a64
 from ._placement import place as place
 from ._placement import rendezvous as rendezvous
 from ._policies import BASELINES as BASELINES

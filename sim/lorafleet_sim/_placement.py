@@ -29,13 +29,18 @@ _MASK = (1 << 64) - 1
 _NEVER = 1 << 62
 
 
+def fnv1a64(data: bytes) -> int:
+    """The 64-bit FNV-1a hash of ``data``."""
+    h = _FNV_OFFSET
+    for byte in data:
+        h = ((h ^ byte) * _FNV_PRIME) & _MASK
+    return h
+
+
 @functools.lru_cache(maxsize=1 << 16)
 def rendezvous(adapter: str, replica: str) -> int:
     """The rendezvous weight of ``adapter`` on ``replica``: FNV-1a 64 of ``adapter \\0 replica`` in UTF-8."""
-    h = _FNV_OFFSET
-    for byte in f"{adapter}\0{replica}".encode():
-        h = ((h ^ byte) * _FNV_PRIME) & _MASK
-    return h
+    return fnv1a64(f"{adapter}\0{replica}".encode())
 
 
 @attrs.frozen
