@@ -9,11 +9,11 @@ from ._placement import place as place
 from ._placement import rendezvous as rendezvous
 from ._policies import BASELINES as BASELINES
 from ._policies import POLICIES as POLICIES
-from ._policies import Policy as Policy
 from ._sim import Figures as Figures
 from ._sim import Fleet as Fleet
 from ._sim import Simulation as Simulation
 from ._sim import simulate as simulate
+from ._state import Policy as Policy
 from ._state import ReplicaState as ReplicaState
 from ._workload import Synthetic as Synthetic
 from ._workload import Workload as Workload

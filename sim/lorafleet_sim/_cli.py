@@ -18,12 +18,13 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from ._policies import POLICIES
+from ._policies import POLICIES, RESEARCH
 from ._sim import Figures, Fleet, simulate
 from ._workload import Synthetic, Workload, WorkloadError, read_trace
 
 PROG = "lorafleet simulate"
 PLOT_LIMITS = (1, 2, 3, 4, 6, 8, 12, 16)
+KNOWN = {**POLICIES, **RESEARCH}
 
 
 def _number(
@@ -57,8 +58,8 @@ def _policies(text: str) -> list[str]:
     if not names:
         raise argparse.ArgumentTypeError("no policy named")
     for name in names:
-        if name not in POLICIES:
-            raise argparse.ArgumentTypeError(f"unknown policy {name!r} (choose from {', '.join(POLICIES)})")
+        if name not in KNOWN:
+            raise argparse.ArgumentTypeError(f"unknown policy {name!r} (choose from {', '.join(KNOWN)})")
     return names
 
 
@@ -89,7 +90,10 @@ def parser() -> argparse.ArgumentParser:
         "--policy",
         type=_policies,
         action="append",
-        help=f"policies to compare, repeatable or comma-separated (default all: {', '.join(POLICIES)})",
+        help=(
+            f"policies to compare, repeatable or comma-separated (default: {', '.join(POLICIES)}; "
+            f"research variants: {', '.join(RESEARCH)})"
+        ),
     )
     p.add_argument(
         "--routers", type=positive_int, default=1, help="routers, each with its own machine (default 1)"
@@ -143,7 +147,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         p.exit(2, f"{PROG}: error: {exc}\n")
     fleet = _fleet(args, args.limit)
     runs = {
-        name: [simulate(w, fleet, POLICIES[name], seed=s) for s, w in zip(seeds, workloads, strict=True)]
+        name: [simulate(w, fleet, KNOWN[name], seed=s) for s, w in zip(seeds, workloads, strict=True)]
         for name in names
     }
     elapsed = time.perf_counter() - started
@@ -308,9 +312,7 @@ def _sweep(
         fleet = _fleet(args, limit)
         sweep[limit] = {}
         for name in names:
-            figures = [
-                simulate(w, fleet, POLICIES[name], seed=s) for s, w in zip(seeds, workloads, strict=True)
-            ]
+            figures = [simulate(w, fleet, KNOWN[name], seed=s) for s, w in zip(seeds, workloads, strict=True)]
             sweep[limit][name] = (
                 _mean([f.per_1k(f.loads) for f in figures]),
                 1000 * _mean([f.load_wait_mean for f in figures]),

@@ -53,7 +53,8 @@ class Placement:
             it has fewer than this many outstanding (when none has, the least loaded replica is).
         overflow: how far over its limit a cold load may take a replica whose adapters are all in
             use (the machine's soft limit), in preference to evicting an adapter elsewhere; 0 never.
-        half_life: requests the router routes between two halvings of every adapter's count.
+        half_life: requests the router routes between two halvings of every adapter's count; 0
+            counts nothing, so that victims are valued by idle age alone (least recently used).
     """
 
     busy: int
@@ -167,7 +168,8 @@ class PlacementChooser:
 
     def choose(self, adapter: str, candidates: Sequence[ReplicaState], now: float) -> ReplicaState:
         state = place(adapter, candidates, self.settings, self.demand)
-        self.demand.count(adapter)
+        if self.settings.half_life:
+            self.demand.count(adapter)
         state.served += 1
         return state
 

@@ -8,35 +8,14 @@ run); lorafleet's placement may not.
 from __future__ import annotations
 
 import random
-from collections.abc import Callable, Sequence
-from typing import Protocol
+from collections.abc import Sequence
 
 import attrs
 
-from lorafleet import AdapterStateMachine
-
-from ._state import ReplicaState
-
-
-class Chooser(Protocol):
-    """One router's instance of a policy."""
-
-    def choose(self, adapter: str, candidates: Sequence[ReplicaState], now: float) -> ReplicaState:
-        """The replica to send a request for ``adapter`` to, among ``candidates`` (never empty)."""
-        ...
-
-
-@attrs.frozen
-class Policy:
-    """A named routing policy, and the machine its routers run (the real one unless researching)."""
-
-    name: str
-    make: Callable[[random.Random, int], Chooser]
-    """Given the router's seeded generator and the replicas' concurrency, a chooser for one router."""
-    machine: Callable[[float], AdapterStateMachine] = attrs.field(
-        default=lambda interval: AdapterStateMachine(listing_interval=interval)
-    )
-    description: str = ""
+from ._placement import Placement, PlacementChooser
+from ._research import RESEARCH as RESEARCH
+from ._research import _frequency
+from ._state import Policy, ReplicaState
 
 
 def _least(candidates: Sequence[ReplicaState], rng: random.Random) -> ReplicaState:
@@ -121,13 +100,10 @@ BASELINES: dict[str, Policy] = {
 
 
 def _lorafleet() -> Policy:
-    from ._placement import Placement, PlacementChooser
-    from ._research import FrequencyEvictingMachine
-
     return Policy(
         "lorafleet",
         lambda rng, c: PlacementChooser.make(Placement.for_concurrency(c)),
-        machine=lambda interval: FrequencyEvictingMachine(listing_interval=interval),
+        machine=_frequency,
         description=(
             "holders first up to C outstanding; cold loads on a not-busy replica with room, else one "
             "that evicts nothing, else the cheapest victim by decayed demand; frequency-aware eviction"

@@ -9,10 +9,16 @@ is not part of the simulator's public API: when the core adopts the rule this go
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import random
+from collections.abc import Callable, Sequence
+
+import attrs
 
 from lorafleet import AdapterStateMachine, Command, IssueUnload
 from lorafleet._machine import _Load, _Replica, _Unload
+
+from ._placement import Demand, Placement, PlacementChooser, rendezvous
+from ._state import Policy, ReplicaState
 
 
 class FrequencyEvictingMachine(AdapterStateMachine):
@@ -55,3 +61,74 @@ class FrequencyEvictingMachine(AdapterStateMachine):
         if not victims:
             commands.append(self._issue(load))
         return commands
+
+
+@attrs.define
+class _HoldersFirstTies:
+    """Holders-first with lorafleet's deterministic ties (fewest outstanding, fewest routed, rendezvous)."""
+
+    concurrency: int
+    demand: Demand = attrs.field(factory=lambda: Demand(2000))
+
+    def _least(self, adapter: str, states: Sequence[ReplicaState]) -> ReplicaState:
+        return min(states, key=lambda s: (s.outstanding, s.served, -rendezvous(adapter, s.id)))
+
+    def choose(self, adapter: str, candidates: Sequence[ReplicaState], now: float) -> ReplicaState:
+        holders = [s for s in candidates if s.holds(adapter)]
+        chosen = self._least(adapter, holders) if holders else None
+        if chosen is None or chosen.outstanding > self.concurrency:
+            with_room = [s for s in candidates if s.occupied < s.limit]
+            chosen = self._least(adapter, with_room or candidates)
+        self.demand.count(adapter)
+        chosen.served += 1
+        return chosen
+
+    def score(self, replica: str, adapter: str) -> int:
+        return self.demand.of(adapter)
+
+
+def _frequency(interval: float) -> AdapterStateMachine:
+    return FrequencyEvictingMachine(listing_interval=interval)
+
+
+def _ties(rng: random.Random, concurrency: int) -> _HoldersFirstTies:
+    return _HoldersFirstTies(concurrency)
+
+
+def _placement(**changes: int) -> Callable[[random.Random, int], PlacementChooser]:
+    def make(rng: random.Random, concurrency: int) -> PlacementChooser:
+        return PlacementChooser.make(attrs.evolve(Placement.for_concurrency(concurrency), **changes))
+
+    return make
+
+
+RESEARCH: dict[str, Policy] = {
+    p.name: p
+    for p in (
+        Policy("holders-first-ties", _ties, description="holders-first, ties broken as lorafleet does"),
+        Policy(
+            "holders-first-lfu",
+            _ties,
+            machine=_frequency,
+            description="holders-first-ties with frequency-aware eviction",
+        ),
+        Policy(
+            "lorafleet-lru",
+            _placement(half_life=0),
+            description="lorafleet's placement with the core's LRU eviction and LRU-valued victims",
+        ),
+        Policy(
+            "lorafleet-no-overflow",
+            _placement(overflow=0),
+            machine=_frequency,
+            description="lorafleet that never prefers a replica whose adapters are all in use",
+        ),
+        Policy(
+            "lorafleet-spread7",
+            _placement(spread=7),
+            machine=_frequency,
+            description="lorafleet with spread 7 instead of 3C/4",
+        ),
+    )
+}
+"""Variants measured while choosing lorafleet's placement: accepted by --policy, not run by default."""

@@ -50,8 +50,7 @@ from lorafleet import (
 )
 
 from ._belady import belady_loads
-from ._policies import Chooser, Policy
-from ._state import ReplicaState
+from ._state import Chooser, Policy, ReplicaState
 from ._workload import Workload
 
 MODEL = "base"

@@ -1,4 +1,4 @@
-"""What a router knows about one replica, as its machine keeps it: the input of every policy.
+"""What a policy sees and is: one router's view of each replica as its machine keeps it, and the policy type.
 
 The simulator keeps this beside each router's ``AdapterStateMachine`` from the commands the machine
 gives and the events it is fed, and re-reads it from ``statistics()`` after the events that change
@@ -8,7 +8,13 @@ against the machine after every step of a run.
 
 from __future__ import annotations
 
+import random
+from collections.abc import Callable, Sequence
+from typing import Protocol
+
 import attrs
+
+from lorafleet import AdapterStateMachine
 
 
 @attrs.define(eq=False)
@@ -49,3 +55,24 @@ class ReplicaState:
         for stamp in self.idle.values():
             return stamp
         return None
+
+
+class Chooser(Protocol):
+    """One router's instance of a policy."""
+
+    def choose(self, adapter: str, candidates: Sequence[ReplicaState], now: float) -> ReplicaState:
+        """The replica to send a request for ``adapter`` to, among ``candidates`` (never empty)."""
+        ...
+
+
+@attrs.frozen
+class Policy:
+    """A named routing policy, and the machine its routers run (the real one unless researching)."""
+
+    name: str
+    make: Callable[[random.Random, int], Chooser]
+    """Given the router's seeded generator and the replicas' concurrency, a chooser for one router."""
+    machine: Callable[[float], AdapterStateMachine] = attrs.field(
+        default=lambda interval: AdapterStateMachine(listing_interval=interval)
+    )
+    description: str = ""
