@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import itertools
 import random
 from collections.abc import Sequence
@@ -318,3 +319,21 @@ def test_flag_errors_are_clear(argv: list[str], message: str, capsys: pytest.Cap
     err = capsys.readouterr().err
     assert message in err
     assert "Traceback" not in err
+
+
+def test_plot_without_matplotlib_says_how_to_get_it(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    real = importlib.import_module
+
+    def missing(name: str, package: str | None = None) -> object:
+        if name.startswith("matplotlib"):
+            raise ImportError(f"No module named {name!r}")
+        return real(name, package)
+
+    monkeypatch.setattr(importlib, "import_module", missing)
+    with pytest.raises(SystemExit) as exited:
+        ls.main(["--requests", "10", "--plot", str(tmp_path / "p.png")])
+    assert exited.value.code == 2
+    assert "pip install 'lorafleet[plot]'" in capsys.readouterr().err
+    assert not (tmp_path / "p.png").exists()
