@@ -11,7 +11,18 @@ from pathlib import Path
 import pytest
 
 import lorafleet_sim as ls
-from lorafleet import Grant, IssueLoad, IssueUnload, LoadFinished, LoadOutcome, ReplicaAdded, Requested
+from lorafleet import (
+    Grant,
+    IssueLoad,
+    IssueUnload,
+    ListingReceived,
+    LoadFinished,
+    LoadOutcome,
+    ReadListing,
+    Released,
+    ReplicaAdded,
+    Requested,
+)
 from lorafleet_sim import POLICIES, Fleet, ReplicaState, Simulation, Synthetic, Workload
 from lorafleet_sim._placement import Demand, Placement, place
 from lorafleet_sim._research import FrequencyEvictingMachine
@@ -229,12 +240,13 @@ def test_research_machine_evicts_the_least_requested_idle_adapter() -> None:
     counts = {"a": 5, "b": 1}
     m.attach(lambda replica, adapter: counts.get(adapter, 0))
     (listing,) = m.handle(ReplicaAdded(replica="r", model="m", limit=2))
-    m.listing_received(listing.listing, ())  # type: ignore[union-attr]
+    assert isinstance(listing, ReadListing)
+    m.handle(ListingReceived(listing=listing.listing, adapters=()))
     for ticket, name in enumerate(("a", "b"), start=1):
         (load,) = m.handle(Requested(ticket=ticket, replica="r", adapter=name, path=name))
         assert isinstance(load, IssueLoad)
         assert isinstance(m.handle(LoadFinished(load=load.load, outcome=LoadOutcome.LOADED))[0], Grant)
-        m.release(ticket)
+        m.handle(Released(ticket=ticket))
     # a is least recently used, but b is asked for less: b goes.
     commands = m.handle(Requested(ticket=3, replica="r", adapter="c", path="c"))
     assert [c.adapter for c in commands if isinstance(c, IssueUnload)] == ["b"]

@@ -50,7 +50,7 @@ class FrequencyEvictingMachine(AdapterStateMachine):
             rep.outstanding += 1
             self._ops[unload.op] = unload
             victims.append(unload)
-            commands.append(IssueUnload(unload.op, rep.id, victim))
+            commands.append(IssueUnload(unload=unload.op, replica=rep.id, adapter=victim))
             excess -= 1
         load = _Load(rep, adapter, path, self._new_op(), [ticket], ticket, {u.op for u in victims})
         for unload in victims:

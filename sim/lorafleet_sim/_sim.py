@@ -299,7 +299,7 @@ class Simulation:
         engine.sequence.append(adapter)
         engine.capacities.append(0)
         m = router.machine
-        if m.hit(ticket, state.id, adapter):
+        if m.hit(ticket, replica=state.id, adapter=adapter):
             self.hits += 1
             self._take(router, state, adapter, attempt)
             self._forward(attempt)
