@@ -322,13 +322,12 @@ class Simulation:
     def _forward(self, attempt: _Attempt) -> None:
         """The granted request reaches its engine: 404, or its queue."""
         request = attempt.request
-        if math.isnan(self.granted[request]):
-            self.granted[request] = self.now
         engine = self.engines[attempt.replica]
         adapter = self.workload.adapters[request]
         if adapter not in engine.registered:
             self._not_found(attempt, adapter)
             return
+        self.granted[request] = self.now
         if engine.running < self.fleet.concurrency:
             self._start(engine, attempt)
         else:
