@@ -157,10 +157,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         plot_started = time.perf_counter()
         sweep = _sweep(args, names, seeds, workloads)
         _draw(pyplot, sweep, args)
-        sys.stdout.write(
-            f"\nplot: {args.plot} (limits {', '.join(str(k) for k in sweep)}, "
-            f"{time.perf_counter() - plot_started:.1f} s)\n"
-        )
+        table = sweep_table(sweep, args.plot, time.perf_counter() - plot_started)
+        sys.stdout.write(table)
+        text += table
     if args.out is not None:
         args.out.write_text(text, encoding="utf-8")
     return 0
@@ -319,6 +318,23 @@ def _sweep(
             )
         sys.stderr.write(f"plot: limit {limit} done\n")
     return sweep
+
+
+def sweep_table(sweep: dict[int, dict[str, tuple[float, float]]], path: Path, elapsed: float) -> str:
+    """The plotted figures as markdown: loads/1k and the latency loads add (ms), per limit and policy."""
+    names = list(next(iter(sweep.values())))
+    lines = [
+        "",
+        f"Plot {path} ({elapsed:.1f} s): loads per 1,000 requests / mean ms that loads added to a request, "
+        "by limit.",
+        "",
+        "| limit | " + " | ".join(names) + " |",
+        "|" + "|".join("---" for _ in range(len(names) + 1)) + "|",
+    ]
+    for limit, figures in sweep.items():
+        cells = [f"{figures[name][0]:.1f} / {figures[name][1]:.1f}" for name in names]
+        lines.append(f"| {limit} | " + " | ".join(cells) + " |")
+    return "\n".join([*lines, ""])
 
 
 def _pyplot() -> Any:
