@@ -55,12 +55,15 @@ class Placement:
             use (the machine's soft limit), in preference to evicting an adapter elsewhere; 0 never.
         half_life: requests the router routes between two halvings of every adapter's count; 0
             counts nothing, so that victims are valued by idle age alone (least recently used).
+        classes: weigh an adapter by the bit length of its count (0; 1; 2-3; 4-7; ...) rather than by
+            the count, so that recency decides among adapters of about the same demand.
     """
 
     busy: int
     spread: int
     overflow: int = 2
-    half_life: int = 2000
+    half_life: int = 4000
+    classes: bool = True
 
     @classmethod
     def for_concurrency(cls, concurrency: int) -> Placement:
@@ -89,19 +92,24 @@ class Demand:
                 else:
                     del counts[name]
 
+    classes: bool = False
+    """Weigh adapters by the bit length of their counts (1, 2-3, 4-7...): recency decides within a class."""
+
     def of(self, adapter: str) -> int:
-        return self.counts.get(adapter, 0)
+        count = self.counts.get(adapter, 0)
+        return count.bit_length() if self.classes else count
 
 
 def victim(state: ReplicaState, demand: Demand) -> tuple[int, int, str] | None:
-    """The idle adapter a load on ``state`` would evict: the fewest requests, then least recently used.
+    """The idle adapter a load on ``state`` would evict: the lowest demand weight, then least recently used.
 
-    Returns (count, went idle at, adapter), or None when no adapter there is idle.
+    Returns (weight, went idle at, adapter), or None when no adapter there is idle.
     """
     best: tuple[int, int, str] | None = None
     counts = demand.counts
     for name, since in state.idle.items():
-        value = (counts.get(name, 0), since, name)
+        count = counts.get(name, 0)
+        value = (count.bit_length() if demand.classes else count, since, name)
         # ``idle`` is in least recently used order, so on equal counts the first one seen stays.
         if best is None or value[0] < best[0]:
             best = value
@@ -119,7 +127,7 @@ def place(
     2. Else a replica that does not hold it and has fewer than ``spread`` outstanding, the first of:
        one with room (fewer held and loading than its limit); one where every adapter is in use, so
        that the load evicts nothing, while it is less than ``overflow`` over its limit; the one whose
-       victim (see ``victim``) has the fewest requests, then went idle longest ago. Least loaded
+       victim (see ``victim``) has the lowest demand weight, then went idle longest ago. Least loaded
        breaks ties within each.
     3. When no replica qualifies for 2: the least loaded holder, else the least loaded replica.
     """
@@ -164,7 +172,7 @@ class PlacementChooser:
 
     @classmethod
     def make(cls, settings: Placement) -> PlacementChooser:
-        return cls(settings, Demand(settings.half_life))
+        return cls(settings, Demand(settings.half_life, classes=settings.classes))
 
     def choose(self, adapter: str, candidates: Sequence[ReplicaState], now: float) -> ReplicaState:
         state = place(adapter, candidates, self.settings, self.demand)

@@ -2,15 +2,17 @@
 
 ``FrequencyEvictingMachine`` reaches into ``AdapterStateMachine``'s private state to change one thing,
 the choice of victims in [evict]: instead of the least recently used idle adapter, the idle adapter
-with the fewest decayed requests on that replica (``ReplicaState.counts``), the least recently used
-among equals. Everything else is the real machine's. It is tied to the core's internals on purpose and
-is not part of the simulator's public API: when the core adopts the rule this goes away.
+with the lowest demand weight (the policy's decayed request count, or its class: see
+``_placement.Demand``), the least recently used among equals. Everything else is the real machine's.
+It is tied to the core's internals on purpose and is not part of the simulator's public API: when the
+core adopts the rule this goes away.
 """
 
 from __future__ import annotations
 
 import random
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import attrs
 
@@ -22,7 +24,7 @@ from ._state import Policy, ReplicaState
 
 
 class FrequencyEvictingMachine(AdapterStateMachine):
-    """The real machine, evicting the idle adapter with the fewest decayed requests first.
+    """The real machine, evicting the idle adapter with the lowest demand weight first.
 
     ``attach`` hands it the policy's count of (replica, adapter) before the first request.
     """
@@ -41,7 +43,7 @@ class FrequencyEvictingMachine(AdapterStateMachine):
         score = self._score
         replica = rep.id
         while excess > 0 and rep.idle:
-            # The fewest decayed requests; the least recently used (first in ``idle``) among equals.
+            # The lowest weight; the least recently used (first in ``idle``) among equals.
             victim = min(rep.idle, key=lambda name: score(replica, name))
             del rep.idle[victim]
             self._drop(rep, victim)
@@ -95,7 +97,7 @@ def _ties(rng: random.Random, concurrency: int) -> _HoldersFirstTies:
     return _HoldersFirstTies(concurrency)
 
 
-def _placement(**changes: int) -> Callable[[random.Random, int], PlacementChooser]:
+def _placement(**changes: Any) -> Callable[[random.Random, int], PlacementChooser]:
     def make(rng: random.Random, concurrency: int) -> PlacementChooser:
         return PlacementChooser.make(attrs.evolve(Placement.for_concurrency(concurrency), **changes))
 
@@ -122,6 +124,12 @@ RESEARCH: dict[str, Policy] = {
             _placement(overflow=0),
             machine=_frequency,
             description="lorafleet that never prefers a replica whose adapters are all in use",
+        ),
+        Policy(
+            "lorafleet-counts",
+            _placement(classes=False, half_life=2000),
+            machine=_frequency,
+            description="lorafleet weighing raw decayed counts (half-life 2,000) instead of their classes",
         ),
         Policy(
             "lorafleet-spread7",
