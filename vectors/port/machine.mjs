@@ -32,12 +32,24 @@ export class Machine {
   // §1.4 Settings, checked in this order.
   constructor(settings = {}) {
     const { listing_interval = 30, backoff = 5, max_backoff = 300, refusal = 900 } = settings;
-    const { headroom = null } = settings;
+    const { headroom = null, concurrency = null, overflow = 2n, half_life = 4000n } = settings;
     const seconds = { listing_interval, backoff, max_backoff, refusal };
     for (const [name, value] of Object.entries(seconds)) {
       if (!isNumber(value) || Number(value) <= 0) throw invalid(name, value);
     }
     if (headroom !== null && (!isInteger(headroom) || headroom < 0n)) throw invalid("headroom", headroom);
+    if (concurrency !== null && (!isInteger(concurrency) || concurrency < 1n)) {
+      throw invalid("concurrency", concurrency);
+    }
+    if (!isInteger(overflow) || overflow < 0n) throw invalid("overflow", overflow);
+    if (!isInteger(half_life) || half_life < 1n) throw invalid("half_life", half_life);
+    // [place]: a holder with `busy` in flight is busy; no cold load where `spread` are in flight.
+    this.busy = concurrency === null ? null : Number(concurrency) + 1;
+    this.spread = concurrency === null ? null : Math.max(1, Math.floor((3 * Number(concurrency)) / 4));
+    this.overflow = Number(overflow);
+    this.halfLife = Number(half_life);
+    this.demand = new Map(); // adapter name -> decayed request count ([evict])
+    this.requests = 0;
     this.interval = Number(listing_interval);
     this.backoff = Number(backoff);
     this.maxBackoff = Number(max_backoff);
@@ -94,7 +106,7 @@ export class Machine {
     const rep = this.newRequest(ticket, replica, adapter);
     if (!isName(path)) throw invalid("path", path);
     this.highest = ticket;
-    rep.inFlight += 1;
+    this.count(rep, adapter);
     const refused = this.refused.get(adapter);
     if (refused && !rep.held.has(adapter)) { // held there: the engine took it, so a [hit]
       if (refused.until > this.now) { // [refuse]: no call, the engine's words again
@@ -111,7 +123,7 @@ export class Machine {
     const held = rep.held.get(adapter);
     if (!held) return false;
     this.highest = ticket;
-    rep.inFlight += 1;
+    this.count(rep, adapter);
     this.take(ticket, held);
     return true;
   }
@@ -138,6 +150,41 @@ export class Machine {
   }
 
   // [hit], for requested and for the shortcut alike: the grant is counted either way.
+  // A new request: in flight on its replica, one more served there, one more for its adapter's demand;
+  // every half_life requests every demand count is halved (rounding down; zeros are forgotten).
+  count(rep, adapter) {
+    rep.inFlight += 1;
+    rep.served += 1;
+    this.demand.set(adapter, (this.demand.get(adapter) ?? 0) + 1);
+    this.requests += 1;
+    if (this.requests % this.halfLife === 0) {
+      for (const [name, n] of [...this.demand]) {
+        if (n > 1) this.demand.set(name, Math.floor(n / 2));
+        else this.demand.delete(name);
+      }
+    }
+  }
+
+  weight(adapter) {
+    const n = this.demand.get(adapter) ?? 0;
+    return n === 0 ? 0 : Math.floor(Math.log2(n)) + 1; // the bit length
+  }
+
+  // [evict]: the idle adapter in least demand, the least recently used among equals.
+  victim(rep) {
+    let victim = null;
+    let lowest = -1;
+    for (const name of rep.idle.keys()) {
+      const weight = this.weight(name);
+      if (lowest < 0 || weight < lowest) {
+        victim = name;
+        lowest = weight;
+        if (weight === 0) break;
+      }
+    }
+    return victim;
+  }
+
   take(ticket, held) {
     if (held.inUse === 0) held.replica.idle.delete(held.adapter);
     held.inUse += 1;
@@ -155,10 +202,10 @@ export class Machine {
     }
     const commands = [];
     const victims = [];
-    // [evict] least recently used idle adapters until the load fits, or idle runs out.
+    // [evict] idle adapters in least demand (least recently used among equals) until the load fits.
     let excess = rep.held.size + rep.loading.size + 1 - rep.limit;
     while (excess > 0 && rep.idle.size > 0) {
-      const [victim] = rep.idle.keys();
+      const victim = this.victim(rep);
       this.drop(rep, victim);
       const unload = {
         kind: "unload", replica: rep, adapter: victim, op: this.newOp(), waiters: [], makesRoomFor: null,
@@ -473,7 +520,7 @@ export class Machine {
     if (!rep) {
       rep = {
         id: replica, held: new Map(), idle: new Map(), loading: new Map(), unloading: new Map(),
-        listing: null, droppedWhileListing: new Set(), outstanding: 0, inFlight: 0,
+        listing: null, droppedWhileListing: new Set(), outstanding: 0, inFlight: 0, served: 0,
         failures: 0, avoidUntil: 0,
       };
       rep.queue = { kind: "queue", replica: rep, waiters: [] };
@@ -494,7 +541,9 @@ export class Machine {
       if (!rep || rep.removed) continue;
       rep.removed = true;
       // Every adapter no request runs on is dropped (idle ones, and pinned ones): only running ones are kept.
-      for (const name of [...rep.held.keys()].sort(byName)) if (rep.held.get(name).inUse === 0) this.drop(rep, name);
+      for (const name of [...rep.held.keys()].sort(byName)) {
+        if (rep.held.get(name).inUse === 0) this.drop(rep, name);
+      }
       for (const load of [...rep.loading.values()]) {
         failed.push(...load.waiters);
         load.waiters = [];
@@ -683,18 +732,20 @@ export class Machine {
     };
   }
 
-  // [place]: where to send a request. SPEC.md does not state it yet (the lead adds it); this follows
-  // the reference's docstrings. Among replicas in use, not avoided ([health]), of the model: the least
-  // busy holder, else a cold load (a free slot, then the replica whose least recently used idle adapter
-  // went idle first, then over the limit, then waiting at the cap), ties to the highest rendezvous hash.
+  // [place] (SPEC §3.12): where to send a request; a query that changes nothing.
   place(adapter, { model = null, exclude = [], load = {} } = {}) {
     if (!isName(adapter)) throw invalid("adapter", adapter);
     const busy = (rep) => rep.inFlight + Number(load[rep.id] ?? 0);
+    const least = (rep) => [busy(rep), rep.served, -rendezvous(adapter, rep.id)];
     const holders = this.candidates(model, exclude)
       .filter((rep) => rep.held.has(adapter) || rep.loading.has(adapter));
-    if (holders.length === 0) return this.placeCold(adapter, { model, exclude, load });
-    const { rep } = best(holders.map((rep) => ({ rep, key: [busy(rep), -rendezvous(adapter, rep.id)] })));
-    return { replica: rep.id, placed: rep.held.has(adapter) ? "held" : "loading" };
+    const holder = holders.length ? best(holders.map((rep) => ({ rep, key: least(rep) }))).rep : null;
+    const atHolder = (rep) => ({ replica: rep.id, placed: rep.held.has(adapter) ? "held" : "loading" });
+    if (holder && (this.busy === null || busy(holder) < this.busy)) return atHolder(holder);
+    const cold = this.placeCold(adapter, { model, exclude, load, spread: this.spread });
+    if (cold.replica !== null) return cold;
+    if (holder) return atHolder(holder);
+    return this.placeCold(adapter, { model, exclude, load, spread: null, least: true });
   }
 
   candidates(model, exclude) {
@@ -704,22 +755,33 @@ export class Machine {
     );
   }
 
-  placeCold(adapter, { model = null, exclude = [], load = {} }) {
+  // [place], a cold load: among candidates not holding or loading the adapter (and with fewer than
+  // `spread` in flight, when given), the least key; `least` compares (busy, served, -weight) alone.
+  placeCold(adapter, { model = null, exclude = [], load = {}, spread = null, least = false }) {
     const busy = (rep) => rep.inFlight + Number(load[rep.id] ?? 0);
-    const candidates = this.candidates(model, exclude);
+    const candidates = this.candidates(model, exclude).filter(
+      (rep) => !rep.held.has(adapter) && !rep.loading.has(adapter) && (spread === null || busy(rep) < spread),
+    );
     if (candidates.length === 0) return { replica: null, placed: null };
-    const { rep, key } = best(candidates.map((rep) => {
-      const count = rep.held.size + rep.loading.size;
-      const free = rep.limit - count;
-      let key;
-      if (this.headroom !== null && this.occupied(rep) >= rep.limit + this.headroom) {
-        key = [3, busy(rep), rep.queue.waiters.length];
-      } else if (free > 0) key = [0, busy(rep), -free];
-      else if (rep.idle.size) key = [1, rep.idle.values().next().value, busy(rep)];
-      else key = [2, busy(rep), count - rep.limit];
-      return { rep, key: [...key, -rendezvous(adapter, rep.id)] };
-    }));
-    return { replica: rep.id, placed: ["free", "evict", "over", "wait"][key[0]] };
+    const { rep } = best(candidates.map((r) => ({ rep: r, key: this.coldKey(r, adapter, busy(r), least) })));
+    return { replica: rep.id, placed: ["free", "over", "evict", "over", "wait"][this.coldKind(rep)] };
+  }
+
+  coldKind(rep) {
+    const count = rep.held.size + rep.loading.size;
+    if (this.headroom !== null && this.occupied(rep) >= rep.limit + this.headroom) return 4;
+    if (count < rep.limit) return 0;
+    if (rep.idle.size === 0) return count < rep.limit + this.overflow ? 1 : 3;
+    return 2;
+  }
+
+  coldKey(rep, adapter, busy, least) {
+    const last = [busy, rep.served, -rendezvous(adapter, rep.id)];
+    if (least) return last;
+    const kind = this.coldKind(rep);
+    if (kind !== 2) return [kind, 0, 0, ...last];
+    const victim = this.victim(rep);
+    return [2, this.weight(victim), rep.idle.get(victim), ...last];
   }
 
   // -- helpers ------------------------------------------------------------------------------------
