@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import math
 import threading
 import time
 
@@ -39,6 +40,7 @@ class Engine:
         """Completions in flight by adapter (None: the base model), in the order first seen."""
         self._series: dict[tuple[str, ...], float] = {}
         """``vllm:lora_requests_info``: every set of adapters ever current, to when it last was."""
+        self._stamp = 0.0
 
     @property
     def adapters(self) -> dict[str, str]:
@@ -114,5 +116,7 @@ class Engine:
     def _step(self) -> None:
         # One map fills both labels in vLLM (running and waiting carry the same set), keyed by
         # adapter name in the order requests arrived; the base model is no adapter.
+        # Steps are milliseconds apart in vLLM: never stamp two alike, or the newest would be a tie.
         current = tuple(name for name in self._running if name is not None)
-        self._series[current] = time.time()
+        self._stamp = max(time.time(), math.nextafter(self._stamp, math.inf))
+        self._series[current] = self._stamp
