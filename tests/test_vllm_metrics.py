@@ -57,7 +57,7 @@ def test_series_tied_for_newest_count_together() -> None:
 
 def test_escaped_label_values() -> None:
     text = b'vllm:lora_requests_info{running_lora_adapters="q\\"x,b\\\\s,}{",max_lora="1"} 3\n'
-    assert vllm.running_adapters(text) == {'q"x', "b\\s", "}{"}
+    assert vllm.running_adapters(text) == frozenset({'q"x', "b\\s", "}{"})
 
 
 def test_the_gauge_with_no_series_yet_says_nothing_runs() -> None:
