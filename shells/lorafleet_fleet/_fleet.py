@@ -53,6 +53,7 @@ from lorafleet import (
     ReplicasRemoved,
     ReplicaStatistics,
     Requested,
+    RunningReported,
     Statistics,
     TimeAdvanced,
     UnloadFinished,
@@ -145,6 +146,9 @@ class Fleet:
             failure in a row up to ``max_backoff``.
         refusal: seconds an adapter the engine refused as the adapter's fault is refused at once,
             without a call.
+        read_running: after each listing, also read which adapters the engine says have requests
+            (vLLM's ``vllm:lora_requests_info``, from any router), so that none of them is evicted;
+            False for one router alone, whose own requests the fleet knows.
 
     Raises:
         InvalidValueError: a timeout or the interval is not a positive number of seconds, or another
@@ -167,6 +171,7 @@ class Fleet:
         backoff: float = DEFAULT_BACKOFF,
         max_backoff: float = DEFAULT_MAX_BACKOFF,
         refusal: float = DEFAULT_REFUSAL,
+        read_running: bool = True,
     ) -> None:
         for name, value in (
             ("load_timeout", load_timeout),
@@ -207,6 +212,9 @@ class Fleet:
         self._load_timeout = load_timeout
         self._listing_timeout = listing_timeout
         self._metrics = metrics
+        self._read_running = read_running
+        self._reported: dict[str, bool] = {}
+        """Replica id to whether its last report of running adapters named any."""
         self._replicas: dict[str, Replica] = {}
         self._waiters: dict[int, _Waiter] = {}
         self._unmet: dict[str, anyio.Event] = {}
@@ -748,6 +756,31 @@ class Fleet:
             del self._calls[replica.id]
         self._report(replica, command, event, anyio.current_time() - started)
         self._send(event, timed_out=timed_out)
+        if isinstance(event, ListingReceived) and self._read_running and self._tasks is not None:
+            self._tasks.start_soon(self._running_on, replica)
+
+    async def _running_on(self, replica: Replica) -> None:
+        """Read which adapters the engine says have requests, from any router, and report them.
+
+        Bounded like a listing. An engine without the gauge (older vLLM, the Rust frontend), or one
+        that does not answer, reports nothing: the machine keeps to its own view, after an empty
+        report if the last one named adapters (they may have run their course).
+        """
+        assert self._client is not None
+        timeout = self._listing_timeout
+        running = None
+        with contextlib.suppress(TimeoutError, CutShortError, httpx.HTTPError):
+            with anyio.fail_after(timeout):
+                request = vllm.metrics_request(replica.api_key)
+                status, body, cut = await fetch(self._client, replica.url, request, timeout)
+            if status == 200 and not cut:
+                running = vllm.running_adapters(body)
+        if not self._open or self._replicas.get(replica.id) is not replica:
+            return
+        if running is None and not self._reported.get(replica.id):
+            return
+        self._reported[replica.id] = bool(running)
+        self._send(RunningReported(replica=replica.id, adapters=tuple(sorted(running or ()))))
 
     def _report(
         self, replica: Replica, command: IssueLoad | IssueUnload | ReadListing, event: Event, seconds: float

@@ -10,9 +10,19 @@ from __future__ import annotations
 
 import math
 
+from ._requests import HttpRequest
+
 METRICS_PATH = "/metrics"
 MAX_METRICS_BYTES = 4 << 20
 """A ``/metrics`` body larger than this is not read: the gauge is taken as absent."""
+
+
+def metrics_request(api_key: str | None = None) -> HttpRequest:
+    """The ``GET /metrics`` whose answer ``running_adapters`` reads (vLLM's key guards /v1 only; it is
+    sent anyway, for a proxy that guards everything)."""
+    headers = (("Authorization", f"Bearer {api_key}"),) if api_key else ()
+    return HttpRequest("GET", METRICS_PATH, (*headers, ("Accept", "text/plain")), None, MAX_METRICS_BYTES)
+
 
 _NAME = b"vllm:lora_requests_info"
 _SETS = ("running_lora_adapters", "waiting_lora_adapters")
