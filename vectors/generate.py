@@ -69,6 +69,7 @@ RULES_BY_NAME = [
     ("refuse", ["refuse", "load-outcome"]),
     ("pin", ["pin", "cold"]),
     ("statistics", ["statistics"]),
+    ("elsewhere", ["elsewhere"]),
     ("the_same_events", ["order"]),
     ("fault_1", ["seed-1", "listing"]),
     ("fault_2", ["seed-2", "evict", "listing"]),
@@ -85,6 +86,7 @@ EXTRA_RULES = {"limit": "limit", "time": "time", "advance": "time", "listing_is_
 def hand_vectors() -> list[dict[str, Any]]:
     sys.path.insert(0, str(ROOT / "tests"))
     import test_rules
+    import test_rules_routers
     import test_seed_faults
     import test_spec_edges
     import test_usage_errors
@@ -99,7 +101,7 @@ def hand_vectors() -> list[dict[str, Any]]:
 
     scenario.MACHINE = recorder
     vectors = []
-    for module in (test_rules, test_seed_faults, test_spec_edges):
+    for module in (test_rules, test_rules_routers, test_seed_faults, test_spec_edges):
         for name, test in inspect.getmembers(module, inspect.isfunction):
             if not name.startswith("test_") or test.__module__ != module.__name__ or name in NOT_VECTORS:
                 continue

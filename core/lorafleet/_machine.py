@@ -38,6 +38,9 @@ any             replicas_removed                            absent, except held 
 absent          adapter_pinned, placement finds room        loading, with no waiter              pin
 held, idle      adapter_pinned                              held, pinned (never in ``idle``)     pin
 held, pinned    adapter_unpinned, no request on it          held, idle (end of ``idle``)         pin
+held, idle      running_reported names it                   held, in use elsewhere (not idle)    elsewhere
+held, in use    running_reported no longer names it, no     held, idle (end of ``idle``)         elsewhere
+ elsewhere      request of this router on it
 ==============  ==========================================  ===================================  ========
 
 Beside that table, four rules decide without moving an adapter: [place] answers where a request
@@ -110,6 +113,7 @@ from ._events import (
     ReplicaFailed,
     ReplicasRemoved,
     Requested,
+    RunningReported,
     TimeAdvanced,
     UnloadFinished,
 )
@@ -229,6 +233,8 @@ class _Replica:
     """Failures in a row ([health]); a success sets it back to 0."""
     avoid_until: float = 0.0
     """Placement avoids the replica while the clock is below this."""
+    elsewhere: frozenset[str] = frozenset()
+    """Adapters the engine last said have requests on it, any router's ([elsewhere]): never idle."""
 
 
 class AdapterStateMachine:
@@ -345,6 +351,8 @@ class AdapterStateMachine:
                 return self._adapter_pinned(event)
             case AdapterUnpinned():
                 return self._adapter_unpinned(event)
+            case RunningReported():
+                return self._running_reported(event)
             case ReplicaAdded():
                 return self._replica_added(event)
             case ReplicasRemoved():
@@ -402,6 +410,11 @@ class AdapterStateMachine:
     def unpin(self, adapter: str) -> list[Command]:
         """``handle(AdapterUnpinned(...))``: ``adapter`` may be evicted again."""
         return self.handle(AdapterUnpinned(adapter=adapter))
+
+    def running_reported(self, replica: str, adapters: Iterable[str]) -> list[Command]:
+        """``handle(RunningReported(...))``: the engine says ``adapters`` have requests on ``replica``."""
+        names = adapters if isinstance(adapters, str) else tuple(adapters)
+        return self.handle(RunningReported(replica=replica, adapters=names))  # type: ignore[arg-type]
 
     def add_replica(self, replica: str, *, model: str, limit: int) -> list[Command]:
         """``handle(ReplicaAdded(...))``: the router will use ``replica``."""
@@ -583,8 +596,8 @@ class AdapterStateMachine:
             self._drop(rep, held.adapter)
             self._forget_if_done(rep)
             return []
-        if held.adapter in self._pins:
-            return []  # [pin]: never a victim, so never idle
+        if held.adapter in self._pins or held.adapter in rep.elsewhere:
+            return []  # [pin], [elsewhere]: never a victim, so never idle
         # Least recently used order is the order in which adapters became idle: any use of an
         # idle adapter takes it out of the idle list, so its last use is its release.
         rep.idle[held.adapter] = self._tick()
@@ -674,7 +687,7 @@ class AdapterStateMachine:
             held = _Held(rep, op.adapter, len(op.waiters), self._tick())
             rep.held[op.adapter] = held
             self._where.setdefault(op.adapter, {})[rep.id] = rep
-            if not held.in_use and op.adapter not in self._pins:
+            if not held.in_use and op.adapter not in self._pins and op.adapter not in rep.elsewhere:
                 rep.idle[op.adapter] = held.since
             for ticket in op.waiters:
                 del self._waiting[ticket]
@@ -852,7 +865,7 @@ class AdapterStateMachine:
         for name in sorted(listed - known, reverse=True):
             rep.held[name] = _Held(rep, name, 0, since)
             self._where.setdefault(name, {})[rep.id] = rep
-            if name not in self._pins:
+            if name not in self._pins and name not in rep.elsewhere:
                 rep.idle[name] = 0
                 rep.idle.move_to_end(name, last=False)
         commands.extend(self._admit_queued(rep))
@@ -964,6 +977,7 @@ class AdapterStateMachine:
             if rep is None or rep.removed:
                 continue
             rep.removed = True
+            rep.elsewhere = frozenset()  # about the old engine; a re-added one is reported afresh
             for name in [n for n, held in rep.held.items() if not held.in_use]:
                 self._drop(rep, name)  # idle ones, and pinned ones no request runs on
             for name in list(rep.held) + list(rep.loading):
@@ -1231,7 +1245,11 @@ class AdapterStateMachine:
             assert rep.outstanding == outstanding.get(rid, 0), (rid, rep.outstanding)
             names = rep.held.keys() | rep.loading.keys() | rep.unloading.keys()
             assert len(names) == len(rep.held) + len(rep.loading) + len(rep.unloading), rid
-            idle = {n for n, h in rep.held.items() if not h.in_use and n not in self._pins}
+            idle = {
+                n
+                for n, h in rep.held.items()
+                if not h.in_use and n not in self._pins and n not in rep.elsewhere
+            }
             assert set(rep.idle) == (set() if rep.removed else idle), rid
             for name, held in rep.held.items():
                 assert held.current, (rid, name)
@@ -1312,7 +1330,7 @@ class AdapterStateMachine:
         commands: list[Command] = []
         for rep in sorted(self._replicas.values(), key=lambda r: r.id):
             held = rep.held.get(adapter)
-            if held is not None and not held.in_use and not rep.removed:
+            if held is not None and not held.in_use and not rep.removed and adapter not in rep.elsewhere:
                 rep.idle[adapter] = self._tick()
                 commands.extend(self._admit_queued(rep))
             load = rep.loading.get(adapter)
@@ -1367,6 +1385,36 @@ class AdapterStateMachine:
         if not queue.waiters and rep.queue is queue:
             rep.queue = None
         return commands
+
+    def _running_reported(self, event: RunningReported) -> list[Command]:
+        """[elsewhere]: the adapters the engine says have requests on the replica, from any router.
+
+        Until the next report for the replica, each is no victim and not idle, as if in use: another
+        router may be running requests on it. A held adapter the new report no longer names, with no
+        request of this router on it, becomes idle again, most recently used (in name order): the
+        engine ran it last. A replica not in use: nothing.
+        """
+        replica, names = event.replica, event.adapters
+        if type(replica) is not str or not replica:
+            raise _invalid("replica", replica, "replica id must be a non-empty str")
+        if not isinstance(names, tuple | list):
+            raise _invalid("adapters", names, "adapters must be a list of adapter names")
+        for name in names:
+            if type(name) is not str or not name:
+                raise _invalid("adapters", name, "reported adapter names must be non-empty strs")
+        rep = self._replicas.get(replica)
+        if rep is None or rep.removed:
+            return []
+        before, rep.elsewhere = rep.elsewhere, frozenset(names)
+        for name in rep.elsewhere - before:
+            rep.idle.pop(name, None)
+        freed = False
+        for name in sorted(before - rep.elsewhere):
+            held = rep.held.get(name)
+            if held is not None and not held.in_use and name not in self._pins:
+                rep.idle[name] = self._tick()
+                freed = True
+        return self._admit_queued(rep) if freed else []
 
     def _replica_ok(self, rep: _Replica) -> None:
         rep.failures = 0

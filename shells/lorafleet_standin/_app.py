@@ -13,7 +13,7 @@ from typing import Any
 
 import attrs
 
-from . import _completions, _lora
+from . import _completions, _lora, _metrics
 from ._asgi import Receive, Scope, Send, json_or_none, lifespan, read_body, respond, respond_json
 from ._engine import Engine
 from ._family import Family
@@ -25,6 +25,7 @@ ROUTES = {
     "/v1/unload_lora_adapter": "unload",
     "/v1/completions": "completions",
     "/v1/chat/completions": "chat",
+    "/metrics": "metrics",
 }
 LORA_ROUTES = ("load", "unload")
 
@@ -51,6 +52,8 @@ class VllmStandIn:
         enable_lora: like ``--enable-lora``: without it every load fails in the engine.
         max_lora_rank: like ``--max-lora-rank``.
         model_root: the base model's ``root`` in /v1/models (vLLM shows the folder it was started with).
+        max_loras: like ``--max-loras``: the ``max_lora`` label of ``vllm:lora_requests_info``.
+        lora_metrics: False to serve no ``/metrics`` (404), as a server without the LoRA gauge.
     """
 
     def __init__(
@@ -63,17 +66,21 @@ class VllmStandIn:
         enable_lora: bool = True,
         max_lora_rank: int = 16,
         model_root: str | None = None,
+        max_loras: int = 1,
+        lora_metrics: bool = True,
     ) -> None:
         self.model = model
         self.family = Family.of(version)
         self.api_key = api_key
         self.runtime_lora = runtime_lora
+        self.lora_metrics = lora_metrics
         self._engine = Engine(
             model=model,
             model_root=model_root if model_root is not None else f"/models/{model}",
             family=self.family,
             enable_lora=enable_lora,
             max_lora_rank=max_lora_rank,
+            max_loras=max_loras,
         )
         self._misbehaviours = Misbehaviours()
         self._calls_lock = threading.Condition()
@@ -92,7 +99,7 @@ class VllmStandIn:
             return list(self._calls)
 
     def calls_to(self, route: str) -> list[Call]:
-        """Calls to one route: "models", "load", "unload", "completions" or "chat"."""
+        """Calls to one route: "models", "load", "unload", "completions", "chat" or "metrics"."""
         path = _path_of(route)
         return [c for c in self.calls if c.path == path]
 
@@ -185,11 +192,19 @@ class VllmStandIn:
         if path == "/version":
             await respond_json(send, 200, {"version": "{}.{}.{}".format(*self.family.version)})
             return
-        if route is None or (route in LORA_ROUTES and not self.runtime_lora):
+        if route == "metrics" and self.lora_metrics:
+            # vLLM's key guards /v1 only.
+            if misbehaviour is None or not await self._misbehaviours.act(misbehaviour, send):
+                await _metrics.serve(self._engine, send)
+            return
+        if route is None or route == "metrics" or (route in LORA_ROUTES and not self.runtime_lora):
             await respond_json(send, 404, {"detail": "Not Found"})
             return
         if self.api_key is not None and not self._authorised(headers.get("authorization")):
             await respond_json(send, 401, {"error": "Unauthorized"})
+            return
+        if route in ("completions", "chat"):
+            await self._completion(route, method, body, misbehaviour, send)
             return
         if misbehaviour is not None and await self._misbehaviours.act(misbehaviour, send):
             return
@@ -204,8 +219,29 @@ class VllmStandIn:
             await _lora.load(engine, send, body, headers)
         elif route == "unload":
             await _lora.unload(engine, send, body, headers)
-        else:
+
+    async def _completion(
+        self, route: str, method: str, body: Any, misbehaviour: Misbehaviour | None, send: Send
+    ) -> None:
+        """A completion, in flight (``vllm:lora_requests_info``) from its start to its end, held or not."""
+        engine = self._engine
+        model = (body.get("model") or engine.model) if isinstance(body, dict) else None
+        # What vLLM turns away (a bad body, an unknown model) never reaches its engine.
+        if method != "POST" or not isinstance(model, str) or not engine.serves(model):
+            if misbehaviour is None or not await self._misbehaviours.act(misbehaviour, send):
+                if method != "POST":
+                    await respond_json(send, 405, {"detail": "Method Not Allowed"})
+                else:
+                    await _completions.complete(engine, send, route, body, self._misbehaviours.pause_stream)
+            return
+        adapter = None if model == engine.model else model
+        engine.started(adapter)
+        try:
+            if misbehaviour is not None and await self._misbehaviours.act(misbehaviour, send):
+                return
             await _completions.complete(engine, send, route, body, self._misbehaviours.pause_stream)
+        finally:
+            engine.ended(adapter)
 
     def _authorised(self, header: str | None) -> bool:
         if not header:

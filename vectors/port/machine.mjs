@@ -84,6 +84,7 @@ export class Machine {
       listing_received: this.listingReceived, listing_failed: this.listingFailed,
       adapter_missing: this.adapterMissing, replica_failed: this.replicaFailed,
       adapter_pinned: this.adapterPinned, adapter_unpinned: this.adapterUnpinned,
+      running_reported: this.runningReported,
     }[event.type];
     if (!on) throw new Error(`unknown event type ${event.type}`);
     return on.call(this, event);
@@ -263,7 +264,7 @@ export class Machine {
         replica: rep, adapter: load.adapter, inUse: load.waiters.length, since: this.tick(), current: true,
       };
       rep.held.set(load.adapter, held);
-      if (held.inUse === 0 && !this.pins.has(load.adapter)) rep.idle.set(load.adapter, held.since);
+      if (held.inUse === 0 && this.idleable(rep, load.adapter)) rep.idle.set(load.adapter, held.since);
       for (const ticket of load.waiters) {
         this.waiting.delete(ticket);
         this.leases.set(ticket, held);
@@ -340,7 +341,7 @@ export class Machine {
       this.forgetIfDone(rep);
       return [];
     }
-    if (this.pins.has(held.adapter)) return []; // [pin]: never idle
+    if (!this.idleable(rep, held.adapter)) return []; // [pin], [elsewhere]: never idle
     rep.idle.set(held.adapter, this.tick()); // the end of idle: most recently used
     return this.admitQueue(rep);
   }
@@ -461,7 +462,7 @@ export class Machine {
       rep.held.set(name, { replica: rep, adapter: name, inUse: 0, since, current: true });
     }
     // The front of idle, in name order: least recently used of all (idle time 0, for [place]).
-    const idle = added.filter((name) => !this.pins.has(name)).map((name) => [name, 0]);
+    const idle = added.filter((name) => this.idleable(rep, name)).map((name) => [name, 0]);
     rep.idle = new Map([...idle, ...rep.idle]);
     return [...commands, ...this.admitQueue(rep), ...this.ensurePins()];
   }
@@ -521,7 +522,7 @@ export class Machine {
       rep = {
         id: replica, held: new Map(), idle: new Map(), loading: new Map(), unloading: new Map(),
         listing: null, droppedWhileListing: new Set(), outstanding: 0, inFlight: 0, served: 0,
-        failures: 0, avoidUntil: 0,
+        failures: 0, avoidUntil: 0, elsewhere: new Set(),
       };
       rep.queue = { kind: "queue", replica: rep, waiters: [] };
       this.replicas.set(replica, rep);
@@ -540,6 +541,7 @@ export class Machine {
       const rep = this.replicas.get(id);
       if (!rep || rep.removed) continue;
       rep.removed = true;
+      rep.elsewhere = new Set(); // [elsewhere]: about the engine before the removal
       // Every adapter no request runs on is dropped (idle ones, and pinned ones): only running ones are kept.
       for (const name of [...rep.held.keys()].sort(byName)) {
         if (rep.held.get(name).inUse === 0) this.drop(rep, name);
@@ -620,6 +622,35 @@ export class Machine {
     return commands;
   }
 
+  // -- §3.13 Several routers ---------------------------------------------------------------------
+
+  // [elsewhere]: the engine's set replaces the last; named adapters leave idle, unnamed ones held
+  // with no request of ours on them come back to its end, in name order.
+  runningReported({ replica, adapters }) {
+    if (!isName(replica)) throw invalid("replica", replica);
+    if (!Array.isArray(adapters)) throw invalid("adapters", adapters);
+    for (const name of adapters) if (!isName(name)) throw invalid("adapters", name);
+    const rep = this.inUse(replica);
+    if (!rep) return [];
+    const before = rep.elsewhere;
+    rep.elsewhere = new Set(adapters);
+    for (const name of rep.elsewhere) rep.idle.delete(name);
+    let freed = false;
+    for (const name of [...before].filter((n) => !rep.elsewhere.has(n)).sort(byName)) {
+      const held = rep.held.get(name);
+      if (held && held.inUse === 0 && !this.pins.has(name)) {
+        rep.idle.set(name, this.tick());
+        freed = true;
+      }
+    }
+    return freed ? this.admitQueue(rep) : [];
+  }
+
+  // Whether a held adapter with no request of ours on it may be idle: not pinned, not reported.
+  idleable(rep, name) {
+    return !this.pins.has(name) && !rep.elsewhere.has(name);
+  }
+
   // -- §3.10 Pinned adapters ---------------------------------------------------------------------
 
   // [pin]
@@ -639,7 +670,7 @@ export class Machine {
     const commands = [];
     for (const rep of [...this.replicas.values()].sort((a, b) => byName(a.id, b.id))) {
       const held = rep.held.get(adapter);
-      if (held && held.inUse === 0 && !rep.removed) {
+      if (held && held.inUse === 0 && !rep.removed && !rep.elsewhere.has(adapter)) {
         rep.idle.set(adapter, this.tick()); // evictable again, most recently used
         commands.push(...this.admitQueue(rep));
       }
