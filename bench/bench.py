@@ -204,28 +204,44 @@ def placement(replicas: int, holders: bool) -> Callable[[int], None]:
 # -- the shells ------------------------------------------------------------------------------
 
 
-def shell_hit(runtime: str, n: int) -> float:
-    """acquire + release of a held adapter: no HTTP (the stand-in only answers the first listing)."""
+def shell_hit(runtime: str, n: int, call: str = "acquire") -> float:
+    """A hit through the shell: no HTTP (the stand-in only answers the first listing).
+
+    ``call`` "acquire": ``async with fleet.acquire(replica, name, path)``, the router's own choice;
+    "route": ``async with fleet.route(name)``, placement's (among 3 replicas, 2 of them holders).
+    """
     from prometheus_client import CollectorRegistry
 
     from lorafleet_fleet import PrometheusMetrics, Replica
     from lorafleet_standin import StandInServer
 
-    with StandInServer() as server:
+    with StandInServer() as server, StandInServer() as other, StandInServer() as third:
         server.app.register("a0", "/adapters/a0")
-        replica = Replica("r0", server.url, "tiny", 4)
+        other.app.register("a0", "/adapters/a0")
+        replicas = [Replica(f"r{i}", s.url, "tiny", 4) for i, s in enumerate((server, other, third))]
+        replica = replicas[0]
 
         async def main(fleet_type: Any) -> float:
-            async with fleet_type(metrics=PrometheusMetrics(CollectorRegistry())) as fleet:
-                await fleet.sync_unknown([replica])
-                acquire = fleet.acquire
-                for _ in range(n // 10):
-                    async with acquire(replica, "a0", "/adapters/a0"):
-                        pass
+            async with fleet_type(
+                metrics=PrometheusMetrics(CollectorRegistry()),
+                replicas=replicas,
+                adapters={"a0": "/adapters/a0"},
+            ) as fleet:
+                acquire, route = fleet.acquire, fleet.route
+
+                async def hits(count: int) -> None:
+                    if call == "acquire":
+                        for _ in range(count):
+                            async with acquire(replica, "a0", "/adapters/a0"):
+                                pass
+                    else:
+                        for _ in range(count):
+                            async with route("a0"):
+                                pass
+
+                await hits(n // 10)
                 started = time.perf_counter()
-                for _ in range(n):
-                    async with acquire(replica, "a0", "/adapters/a0"):
-                        pass
+                await hits(n)
                 elapsed = (time.perf_counter() - started) / n
                 assert fleet.statistics().grants["hit"] >= n
                 return elapsed
@@ -370,6 +386,16 @@ def main() -> int:
     trio_hit = add(
         "trio shell hit (acquire + release, metrics on)", shell_hit("trio", n(100_000)), "checkpoint"
     )
+    asyncio_route = add(
+        "asyncio shell hit by route (place + hit + release)",
+        shell_hit("asyncio", n(100_000), "route"),
+        "future",
+    )
+    trio_route = add(
+        "trio shell hit by route (place + hit + release)",
+        shell_hit("trio", n(100_000), "route"),
+        "checkpoint",
+    )
     add(
         "asyncio shell cold load + eviction via the stand-in (loopback)",
         shell_cold("asyncio", n(300)),
@@ -398,6 +424,18 @@ def main() -> int:
         ("view over 1,000 candidates ≤ 230 µs", f"{view_1000 * 1e6:.0f} µs", view_1000 <= 230e-6),
         ("asyncio shell hit ≤ 2.2 µs", f"{asyncio_hit * 1e6:.2f} µs", asyncio_hit <= 2.2e-6),
         ("trio shell hit ≤ 6 µs", f"{trio_hit * 1e6:.2f} µs", trio_hit <= 6e-6),
+        (
+            "asyncio route hit ≤ 8x the LRU floor",
+            f"{asyncio_route / floors['lru']:.1f}x",
+            asyncio_route <= 8 * floors["lru"],
+        ),
+        (
+            "trio route hit ≤ 1.3x the checkpoint floor",
+            f"{trio_route / floors['checkpoint']:.2f}x",
+            trio_route <= 1.3 * floors["checkpoint"],
+        ),
+        ("asyncio route hit / acquire hit", f"{asyncio_route / asyncio_hit:.2f}x", None),
+        ("trio route hit / acquire hit", f"{trio_route / trio_hit:.2f}x", None),
     ]
     print()
     for what, figure, ok in verdicts:
