@@ -496,6 +496,10 @@ async def test_route_misuse_is_a_usage_error(
     async with fleet_type(replicas=replicas([standin])) as fleet:
         with pytest.raises(UsageError, match="adapters="):
             await fleet.route("a0")
+        with pytest.raises(UsageError, match="adapters="):
+            await fleet.prewarm(["a0"])
+        with pytest.raises(UsageError, match="adapters="):
+            fleet.pin("a0")
     async with fleet_type(replicas=replicas([standin]), adapters=adapter_dir) as fleet:
         route = fleet.route("a0")
         async with route:
@@ -505,6 +509,9 @@ async def test_route_misuse_is_a_usage_error(
             await fleet.route("a0", model="")
         with pytest.raises(InvalidValueError):
             await fleet.route(3)  # type: ignore[arg-type]
+        with pytest.raises(InvalidValueError):
+            await fleet.prewarm(["a0", ""])
+        assert loads_on(standin) == ["a0"]  # the route's; the refused prewarm started nothing
         quiet(fleet)
 
 

@@ -366,7 +366,9 @@ class Fleet:
 
         Raises:
             FleetClosedError: the fleet is closed, or closed meanwhile.
-            UsageError: as ``route`` raises them.
+            InvalidValueError: a name is not a non-empty str.
+            UsageError: the fleet has no ``adapters``.
+            OutsideBlockError: the fleet was never entered.
         """
         failed: dict[str, LoadError] = {}
         closed: list[FleetError] = []
@@ -381,8 +383,14 @@ class Fleet:
                 closed.append(exc)
 
         self._check_open()
+        if self._known is None:
+            raise UsageError("prewarming by name needs the fleet's adapters: Fleet(adapters=...)")
+        names = list(dict.fromkeys(adapters))
+        for name in names:  # misuse is raised here, not from inside the task group
+            if type(name) is not str or not name:
+                raise _invalid("adapters", name, "adapter names must be non-empty strs")
         async with anyio.create_task_group() as tasks:
-            for name in dict.fromkeys(adapters):
+            for name in names:
                 tasks.start_soon(load, name)
         if closed:
             raise FleetClosedError("the fleet was closed while adapters were being prewarmed")
