@@ -126,6 +126,23 @@ async def test_route_keeps_to_the_model(
     assert loads_on(tiny) == []
 
 
+async def test_a_routed_hit_keeps_trios_checkpoint_and_asyncios_none(
+    anyio_backend: str, standin: StandInServer, adapter_dir: Path
+) -> None:
+    async with Fleet(replicas=replicas([standin]), adapters=adapter_dir) as fleet:
+        async with fleet.route("a0"):
+            pass
+        granted = False
+        with anyio.CancelScope() as scope:
+            scope.cancel()
+            async with fleet.route("a0") as lease:
+                granted = lease.how is How.HIT
+        assert (granted, scope.cancelled_caught) == (
+            (False, True) if anyio_backend == "trio" else (True, False)
+        )
+        quiet(fleet)
+
+
 # -- retries, replica health, failure memory ---------------------------------------------------
 
 
