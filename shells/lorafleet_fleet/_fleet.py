@@ -624,10 +624,11 @@ class Fleet:
         return ReplicaError(None, adapter, message, tried=tuple(tried))
 
     def _release_routed(self, ticket: int) -> None:
-        leased = self._leased
-        if ticket in leased:  # else the fleet closed, and released it then
-            leased.remove(ticket)
-            self._send(Released(ticket=ticket))
+        try:
+            self._leased.remove(ticket)
+        except KeyError:
+            return  # the fleet closed, and released it then
+        self._send(Released(ticket=ticket))
 
     def _orphan(self, ticket: int) -> None:
         """A routed lease was garbage collected unreleased: release it soon, from the timer task.
