@@ -126,6 +126,23 @@ async def test_route_keeps_to_the_model(
     assert loads_on(tiny) == []
 
 
+async def test_a_routed_hit_keeps_trios_checkpoint_and_asyncios_none(
+    anyio_backend: str, standin: StandInServer, adapter_dir: Path
+) -> None:
+    async with Fleet(replicas=replicas([standin]), adapters=adapter_dir) as fleet:
+        async with fleet.route("a0"):
+            pass
+        granted = False
+        with anyio.CancelScope() as scope:
+            scope.cancel()
+            async with fleet.route("a0") as lease:
+                granted = lease.how is How.HIT
+        assert (granted, scope.cancelled_caught) == (
+            (False, True) if anyio_backend == "trio" else (True, False)
+        )
+        quiet(fleet)
+
+
 # -- retries, replica health, failure memory ---------------------------------------------------
 
 
@@ -496,6 +513,10 @@ async def test_route_misuse_is_a_usage_error(
     async with fleet_type(replicas=replicas([standin])) as fleet:
         with pytest.raises(UsageError, match="adapters="):
             await fleet.route("a0")
+        with pytest.raises(UsageError, match="adapters="):
+            await fleet.prewarm(["a0"])
+        with pytest.raises(UsageError, match="adapters="):
+            fleet.pin("a0")
     async with fleet_type(replicas=replicas([standin]), adapters=adapter_dir) as fleet:
         route = fleet.route("a0")
         async with route:
@@ -505,6 +526,9 @@ async def test_route_misuse_is_a_usage_error(
             await fleet.route("a0", model="")
         with pytest.raises(InvalidValueError):
             await fleet.route(3)  # type: ignore[arg-type]
+        with pytest.raises(InvalidValueError):
+            await fleet.prewarm(["a0", ""])
+        assert loads_on(standin) == ["a0"]  # the route's; the refused prewarm started nothing
         quiet(fleet)
 
 
