@@ -18,13 +18,13 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from ._policies import POLICIES, RESEARCH
+from ._policies import POLICIES, VARIANTS
 from ._sim import Figures, Fleet, simulate
 from ._workload import Synthetic, Workload, WorkloadError, read_trace
 
 PROG = "lorafleet simulate"
 PLOT_LIMITS = (1, 2, 3, 4, 6, 8, 12, 16)
-KNOWN = {**POLICIES, **RESEARCH}
+KNOWN = {**POLICIES, **VARIANTS}
 
 
 def _number(
@@ -92,7 +92,7 @@ def parser() -> argparse.ArgumentParser:
         action="append",
         help=(
             f"policies to compare, repeatable or comma-separated (default: {', '.join(POLICIES)}; "
-            f"research variants: {', '.join(RESEARCH)})"
+            f"variants with one machine setting changed: {', '.join(VARIANTS)})"
         ),
     )
     p.add_argument(
