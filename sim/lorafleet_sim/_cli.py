@@ -18,6 +18,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+import lorafleet
+
 from ._policies import POLICIES, VARIANTS
 from ._sim import Figures, Fleet, simulate
 from ._workload import Synthetic, Workload, WorkloadError, read_trace
@@ -50,6 +52,13 @@ def _share(text: str) -> float:
     value: float = _number(float, "a number", 0.0, above=True)(text)
     if value > 1:
         raise argparse.ArgumentTypeError(f"{text!r} must be at most 1 (a share of the requests)")
+    return value
+
+
+def _headroom(text: str) -> int | None:
+    if text.lower() == "none":
+        return None
+    value: int = _number(int, "an integer or 'none'", 0)(text)
     return value
 
 
@@ -100,6 +109,26 @@ def parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--listing-interval", type=positive, default=30.0, help="seconds between listings (default 30)"
+    )
+    p.add_argument(
+        "--headroom",
+        type=_headroom,
+        default=None,
+        help="the machine's cap: adapters a replica may hold past its limit, or 'none' (default none)",
+    )
+    p.add_argument(
+        "--overflow",
+        type=_number(int, "an integer", 0),
+        default=lorafleet.DEFAULT_OVERFLOW,
+        help=f"the machine's overflow for [place] (default {lorafleet.DEFAULT_OVERFLOW})",
+    )
+    p.add_argument(
+        "--half-life",
+        type=positive_int,
+        default=lorafleet.DEFAULT_HALF_LIFE,
+        help=(
+            f"requests between halvings of the demand counts [evict] (default {lorafleet.DEFAULT_HALF_LIFE})"
+        ),
     )
     p.add_argument(
         "--trace", type=Path, help="requests from FILE instead: lines 'timestamp adapter duration'"
@@ -192,6 +221,9 @@ def _fleet(args: argparse.Namespace, limit: int) -> Fleet:
         load_time=args.load,
         routers=args.routers,
         listing_interval=args.listing_interval,
+        headroom=args.headroom,
+        overflow=args.overflow,
+        half_life=args.half_life,
     )
 
 
@@ -272,6 +304,7 @@ def report(
         f"loads of {args.load:g} s"
         + (f", {args.restarts} replica restarts" if args.restarts else "")
         + (f", {args.routers} routers listing every {args.listing_interval:g} s" if args.routers > 1 else "")
+        + _settings(args)
         + f"; seeds {args.seed}..{args.seed + args.seeds - 1}, figures are means over the seeds.",
         "",
         "| " + " | ".join(name for name, _ in COLUMNS) + " |",
@@ -287,6 +320,15 @@ def report(
         "",
     ]
     return "\n".join(lines)
+
+
+def _settings(args: argparse.Namespace) -> str:
+    """The machine's settings, as a clause of the workload line."""
+    headroom = "none" if args.headroom is None else str(args.headroom)
+    return (
+        f"; the machine's concurrency {args.concurrency}, headroom {headroom}, overflow {args.overflow}, "
+        f"half-life {args.half_life}"
+    )
 
 
 def _machine() -> str:
