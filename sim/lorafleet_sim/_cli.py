@@ -73,7 +73,7 @@ def _policies(text: str) -> list[str]:
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog=PROG, description=(__doc__ or "").splitlines()[0])
+    p = argparse.ArgumentParser(prog=PROG, description=(__doc__ or "").splitlines()[0].replace("``", ""))
     positive_int = _number(int, "an integer", 1)
     positive = _number(float, "a number", 0.0, above=True)
     p.add_argument("--replicas", type=positive_int, default=8, help="vLLM replicas (default 8)")

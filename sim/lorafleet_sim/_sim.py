@@ -1,7 +1,9 @@
 """The discrete-event simulator: real ``AdapterStateMachine`` routers against simulated vLLM replicas.
 
-Virtual time only. Each router runs its own machine, fed ``TimeAdvanced`` with the virtual clock,
-``hit`` on the warm path and ``handle`` for everything else; the simulator plays the shell (it carries
+Virtual time only. Each router runs its own machine (the fleet's settings, with the policy's over
+them), fed ``TimeAdvanced`` with the virtual clock, ``hit`` on the warm path and ``handle`` for
+everything else. The policy picks each request's replica (lorafleet's asks the machine's ``place``);
+the limit, the eviction and the cap are the machine's alone. The simulator plays the shell (it carries
 out every command at once, as a shell would) and the engines:
 
 - a replica runs at most ``concurrency`` requests at once, first come first served beyond that; a
