@@ -7,25 +7,27 @@ import itertools
 import random
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
+import attrs
 import pytest
 
+import lorafleet
 import lorafleet_sim as ls
 from lorafleet import (
-    Grant,
+    AdapterStateMachine,
     IssueLoad,
     IssueUnload,
     ListingReceived,
     LoadFinished,
     LoadOutcome,
+    Placement,
     ReadListing,
     Released,
     ReplicaAdded,
     Requested,
 )
-from lorafleet_sim import POLICIES, Fleet, ReplicaState, Simulation, Synthetic, Workload
-from lorafleet_sim._placement import Demand, Placement, place
-from lorafleet_sim._research import FrequencyEvictingMachine
+from lorafleet_sim import POLICIES, VARIANTS, Fleet, Simulation, Synthetic, Workload
 
 SMALL = Synthetic(adapters=30, skew=1.0, rate=30.0, service=0.5, requests=1500, replicas=4)
 SMALL_FLEET = Fleet(replicas=4, limit=3, concurrency=4, load_time=0.2)
@@ -186,70 +188,75 @@ def test_every_request_is_served_through_restarts_shifts_and_flash_crowds(policy
     assert figures.belady <= figures.loads + figures.failed + figures.missing
 
 
-# -- placement ---------------------------------------------------------------------------------
+# -- the machine's settings -----------------------------------------------------------------
 
 
-def test_fnv1a64_known_answers_and_rendezvous() -> None:
-    assert ls.fnv1a64(b"") == 0xCBF29CE484222325
-    assert ls.fnv1a64(b"a") == 0xAF63DC4C8601EC8C
-    assert ls.fnv1a64(b"foobar") == 0x85944171F73967E8
-    assert ls.rendezvous("sql", "gpu-0") == ls.fnv1a64(b"sql\0gpu-0")
-
-
-def replicas(rng: random.Random) -> list[ReplicaState]:
-    states = []
-    for i in range(rng.randint(1, 6)):
-        s = ReplicaState(
-            f"r{i}", i, rng.randint(1, 3), outstanding=rng.randint(0, 10), served=rng.randint(0, 50)
+def test_every_policy_runs_the_real_machine_with_the_fleets_settings_and_its_own() -> None:
+    fleet = Fleet(replicas=2, limit=3, concurrency=4, load_time=0.2, headroom=1, overflow=0, half_life=9)
+    for policy in [*POLICIES.values(), *VARIANTS.values()]:
+        m = fleet.machine(policy)
+        assert type(m) is AdapterStateMachine
+        settings = {"concurrency": 4, "headroom": 1, "overflow": 0, "half_life": 9, **policy.settings}
+        assert (m._busy, m._headroom, m._overflow, m._half_life) == (
+            None if settings["concurrency"] is None else settings["concurrency"] + 1,
+            settings["headroom"],
+            settings["overflow"],
+            settings["half_life"],
         )
-        for name in rng.sample("abcdef", rng.randint(0, 4)):
-            if rng.random() < 0.2:
-                s.loading.add(name)
-            else:
-                s.held[name] = rng.randint(0, 2)
-        s.idle = {name: rng.randint(0, 100) for name, n in sorted(s.held.items()) if not n}
-        states.append(s)
-    return states
 
 
-def test_placement_is_a_candidate_prefers_a_free_holder_and_is_deterministic() -> None:
-    rng = random.Random(4)
-    settings = Placement.for_concurrency(8)
-    for _ in range(2000):
-        states = replicas(rng)
-        demand = Demand(half_life=100, counts={n: rng.randint(0, 9) for n in "abcdef"})
-        adapter = rng.choice("abcdefg")
-        chosen = place(adapter, states, settings, demand)
-        assert chosen in states
-        assert place(adapter, list(states), settings, demand) is chosen
-        free_holders = [s for s in states if s.holds(adapter) and s.outstanding < settings.busy]
-        if free_holders:
-            assert chosen.holds(adapter)
-            assert chosen.outstanding == min(s.outstanding for s in free_holders)
+def test_lorafleet_sends_each_request_where_the_machine_places_it() -> None:
+    asked: list[tuple[str, str | None]] = []
+    real = AdapterStateMachine.place
+
+    def place(self: AdapterStateMachine, adapter: str, **kwargs: Any) -> Placement:
+        placement = real(self, adapter, **kwargs)
+        asked.append((adapter, placement.replica))
+        return placement
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(AdapterStateMachine, "place", place)
+        s = run(SMALL.generate(3), SMALL_FLEET, "lorafleet")
+    assert len(asked) >= len(SMALL.generate(3))
+    for engine in s.engines:
+        assert engine.sequence == [a for a, replica in asked if replica == engine.id]
 
 
-def test_demand_halves_exactly() -> None:
-    d = Demand(half_life=4)
-    for name in "aaab":
-        d.count(name)
-    assert d.counts == {"a": 1}  # 3 >> 1 and 1 >> 1 (dropped)
-
-
-def test_research_machine_evicts_the_least_requested_idle_adapter() -> None:
-    m = FrequencyEvictingMachine(listing_interval=30.0)
-    counts = {"a": 5, "b": 1}
-    m.attach(lambda replica, adapter: counts.get(adapter, 0))
+def lru_and_demand(half_life: int) -> list[str]:
+    """The victim of c's load after a is asked for 5 times and b once, a released first."""
+    m = AdapterStateMachine(half_life=half_life)
     (listing,) = m.handle(ReplicaAdded(replica="r", model="m", limit=2))
     assert isinstance(listing, ReadListing)
     m.handle(ListingReceived(listing=listing.listing, adapters=()))
-    for ticket, name in enumerate(("a", "b"), start=1):
-        (load,) = m.handle(Requested(ticket=ticket, replica="r", adapter=name, path=name))
-        assert isinstance(load, IssueLoad)
-        assert isinstance(m.handle(LoadFinished(load=load.load, outcome=LoadOutcome.LOADED))[0], Grant)
-        m.handle(Released(ticket=ticket))
-    # a is least recently used, but b is asked for less: b goes.
-    commands = m.handle(Requested(ticket=3, replica="r", adapter="c", path="c"))
-    assert [c.adapter for c in commands if isinstance(c, IssueUnload)] == ["b"]
+    ticket = 0
+    for name, times in (("a", 5), ("b", 1)):
+        for _ in range(times):
+            ticket += 1
+            for command in m.handle(Requested(ticket=ticket, replica="r", adapter=name, path=name)):
+                if isinstance(command, IssueLoad):
+                    m.handle(LoadFinished(load=command.load, outcome=LoadOutcome.LOADED))
+            m.handle(Released(ticket=ticket))
+    commands = m.handle(Requested(ticket=ticket + 1, replica="r", adapter="c", path="c"))
+    return [c.adapter for c in commands if isinstance(c, IssueUnload)]
+
+
+def test_half_life_1_is_least_recently_used_eviction() -> None:
+    # The default weighs demand: b, asked for less, goes though a is least recently used.
+    assert lru_and_demand(lorafleet.DEFAULT_HALF_LIFE) == ["b"]
+    # half_life=1 halves every count to nothing after each request: recency alone decides.
+    assert lru_and_demand(1) == ["a"]
+
+
+@pytest.mark.parametrize("headroom", [0, 1])
+def test_the_cap_bounds_what_an_engine_holds(headroom: int) -> None:
+    busy = Synthetic(adapters=40, skew=0.6, rate=20.0, service=0.5, requests=400, replicas=4)
+    fleet = Fleet(replicas=4, limit=2, concurrency=8, load_time=0.2, headroom=headroom)
+    uncapped = attrs.evolve(fleet, headroom=None)
+    for policy in ("least-loaded", "lorafleet"):
+        assert Simulation(busy.generate(1), uncapped, POLICIES[policy]).run().held_max > 2 + headroom
+        capped = Simulation(busy.generate(1), fleet, POLICIES[policy], check=True).run()
+        assert capped.held_max <= 2 + headroom
+        assert capped.requests == 400
 
 
 # -- traces and flags --------------------------------------------------------------------------

@@ -18,13 +18,15 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from ._policies import POLICIES, RESEARCH
+import lorafleet
+
+from ._policies import POLICIES, VARIANTS
 from ._sim import Figures, Fleet, simulate
 from ._workload import Synthetic, Workload, WorkloadError, read_trace
 
 PROG = "lorafleet simulate"
 PLOT_LIMITS = (1, 2, 3, 4, 6, 8, 12, 16)
-KNOWN = {**POLICIES, **RESEARCH}
+KNOWN = {**POLICIES, **VARIANTS}
 
 
 def _number(
@@ -53,6 +55,13 @@ def _share(text: str) -> float:
     return value
 
 
+def _headroom(text: str) -> int | None:
+    if text.lower() == "none":
+        return None
+    value: int = _number(int, "an integer or 'none'", 0)(text)
+    return value
+
+
 def _policies(text: str) -> list[str]:
     names = [name.strip() for name in text.split(",") if name.strip()]
     if not names:
@@ -64,7 +73,7 @@ def _policies(text: str) -> list[str]:
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog=PROG, description=(__doc__ or "").splitlines()[0])
+    p = argparse.ArgumentParser(prog=PROG, description=(__doc__ or "").splitlines()[0].replace("``", ""))
     positive_int = _number(int, "an integer", 1)
     positive = _number(float, "a number", 0.0, above=True)
     p.add_argument("--replicas", type=positive_int, default=8, help="vLLM replicas (default 8)")
@@ -92,7 +101,7 @@ def parser() -> argparse.ArgumentParser:
         action="append",
         help=(
             f"policies to compare, repeatable or comma-separated (default: {', '.join(POLICIES)}; "
-            f"research variants: {', '.join(RESEARCH)})"
+            f"variants with one machine setting changed: {', '.join(VARIANTS)})"
         ),
     )
     p.add_argument(
@@ -100,6 +109,26 @@ def parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--listing-interval", type=positive, default=30.0, help="seconds between listings (default 30)"
+    )
+    p.add_argument(
+        "--headroom",
+        type=_headroom,
+        default=None,
+        help="the machine's cap: adapters a replica may hold past its limit, or 'none' (default none)",
+    )
+    p.add_argument(
+        "--overflow",
+        type=_number(int, "an integer", 0),
+        default=lorafleet.DEFAULT_OVERFLOW,
+        help=f"the machine's overflow for [place] (default {lorafleet.DEFAULT_OVERFLOW})",
+    )
+    p.add_argument(
+        "--half-life",
+        type=positive_int,
+        default=lorafleet.DEFAULT_HALF_LIFE,
+        help=(
+            f"requests between halvings of the demand counts [evict] (default {lorafleet.DEFAULT_HALF_LIFE})"
+        ),
     )
     p.add_argument(
         "--trace", type=Path, help="requests from FILE instead: lines 'timestamp adapter duration'"
@@ -192,6 +221,9 @@ def _fleet(args: argparse.Namespace, limit: int) -> Fleet:
         load_time=args.load,
         routers=args.routers,
         listing_interval=args.listing_interval,
+        headroom=args.headroom,
+        overflow=args.overflow,
+        half_life=args.half_life,
     )
 
 
@@ -272,6 +304,7 @@ def report(
         f"loads of {args.load:g} s"
         + (f", {args.restarts} replica restarts" if args.restarts else "")
         + (f", {args.routers} routers listing every {args.listing_interval:g} s" if args.routers > 1 else "")
+        + _settings(args)
         + f"; seeds {args.seed}..{args.seed + args.seeds - 1}, figures are means over the seeds.",
         "",
         "| " + " | ".join(name for name, _ in COLUMNS) + " |",
@@ -287,6 +320,15 @@ def report(
         "",
     ]
     return "\n".join(lines)
+
+
+def _settings(args: argparse.Namespace) -> str:
+    """The machine's settings, as a clause of the workload line."""
+    headroom = "none" if args.headroom is None else str(args.headroom)
+    return (
+        f"; the machine's concurrency {args.concurrency}, headroom {headroom}, overflow {args.overflow}, "
+        f"half-life {args.half_life}"
+    )
 
 
 def _machine() -> str:

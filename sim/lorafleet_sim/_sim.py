@@ -1,7 +1,9 @@
 """The discrete-event simulator: real ``AdapterStateMachine`` routers against simulated vLLM replicas.
 
-Virtual time only. Each router runs its own machine, fed ``TimeAdvanced`` with the virtual clock,
-``hit`` on the warm path and ``handle`` for everything else; the simulator plays the shell (it carries
+Virtual time only. Each router runs its own machine (the fleet's settings, with the policy's over
+them), fed ``TimeAdvanced`` with the virtual clock, ``hit`` on the warm path and ``handle`` for
+everything else. The policy picks each request's replica (lorafleet's asks the machine's ``place``);
+the limit, the eviction and the cap are the machine's alone. The simulator plays the shell (it carries
 out every command at once, as a shell would) and the engines:
 
 - a replica runs at most ``concurrency`` requests at once, first come first served beyond that; a
@@ -50,16 +52,11 @@ from lorafleet import (
 )
 
 from ._belady import belady_loads
-from ._state import Chooser, Policy, ReplicaState
+from ._state import MODEL, Chooser, Policy, RouterView
 from ._workload import Workload
 
-MODEL = "base"
 RELOAD_WINDOW = 10.0
 """A load of an adapter evicted from the same replica at most this many seconds before is a reload."""
-
-# AdapterMissing takes the ticket of the request that got the 404 from the core's next API on; the
-# simulator reports it when the machine it runs knows the field.
-_MISSING_TAKES_TICKET = "ticket" in attrs.fields_dict(AdapterMissing)
 
 _LOAD_DONE, _SERVICE_DONE, _TICK, _RESTART, _RETRY = range(5)
 
@@ -75,6 +72,8 @@ class Fleet:
         load_time: seconds a load takes.
         routers: how many routers, each with its own machine.
         listing_interval: seconds between two readings of a replica's listing.
+        headroom, overflow, half_life: the machine's settings of those names ([cap], [place],
+            [evict]); its ``concurrency`` is the replicas'.
     """
 
     replicas: int
@@ -83,6 +82,21 @@ class Fleet:
     load_time: float
     routers: int = 1
     listing_interval: float = lorafleet.DEFAULT_LISTING_INTERVAL
+    headroom: int | None = None
+    overflow: int = lorafleet.DEFAULT_OVERFLOW
+    half_life: int = lorafleet.DEFAULT_HALF_LIFE
+
+    def machine(self, policy: Policy) -> AdapterStateMachine:
+        """A router's machine: the fleet's settings, with those ``policy`` sets over them."""
+        settings: dict[str, Any] = {
+            "listing_interval": self.listing_interval,
+            "concurrency": self.concurrency,
+            "headroom": self.headroom,
+            "overflow": self.overflow,
+            "half_life": self.half_life,
+        }
+        settings.update(policy.settings)
+        return AdapterStateMachine(**settings)
 
 
 @attrs.frozen
@@ -162,21 +176,16 @@ class _Attempt:
     replica: int
     ticket: int
     tried: frozenset[int]
-    copy: int = -1
 
 
 @attrs.define(eq=False)
 class _Router:
     index: int
-    machine: AdapterStateMachine
+    view: RouterView
     chooser: Chooser
-    states: list[ReplicaState]
-    by_id: dict[str, ReplicaState]
     attempts: dict[int, _Attempt] = attrs.field(factory=dict)
     loads: dict[int, tuple[int, str]] = attrs.field(factory=dict)
     ticket: int = 0
-    clock: int = 0
-    """Requests this router has routed: the mirror's logical clock, which stamps when adapters go idle."""
 
 
 class Simulation:
@@ -185,9 +194,10 @@ class Simulation:
     Args:
         workload: the requests (and restarts).
         fleet: the replicas and routers.
-        policy: how each router chooses a replica.
+        policy: how each router chooses a replica, and the machine settings it changes.
         seed: seeds the policy's generators (baselines draw random numbers; lorafleet does not).
-        check: after every step, compare each router's mirror with its machine (for tests).
+        check: after every step, check each router's machine's invariants and its count of
+            requests in flight per replica against the router's (for tests).
     """
 
     def __init__(
@@ -199,18 +209,14 @@ class Simulation:
         self.check = check
         self.engines = [_Engine(f"replica-{i}", i) for i in range(fleet.replicas)]
         self.engine_by_id = {e.id: e for e in self.engines}
+        self.everyone = list(range(fleet.replicas))
+        ids = tuple(e.id for e in self.engines)
+        index = {e.id: e.index for e in self.engines}
         self.routers: list[_Router] = []
         for r in range(fleet.routers):
-            states = [ReplicaState(e.id, e.index, fleet.limit) for e in self.engines]
+            view = RouterView(fleet.machine(policy), ids, index, [0] * fleet.replicas)
             rng = random.Random(f"{seed}:{policy.name}:{r}")
-            machine = policy.machine(fleet.listing_interval)
-            by_id = {s.id: s for s in states}
-            chooser = policy.make(rng, fleet.concurrency)
-            attach = getattr(machine, "attach", None)
-            score = getattr(chooser, "score", None)
-            if attach is not None and score is not None:
-                attach(score)  # a research machine evicts by the counts the policy keeps
-            self.routers.append(_Router(r, machine, chooser, states, by_id))
+            self.routers.append(_Router(r, view, policy.make(view, rng, fleet.concurrency)))
         self.heap: list[tuple[float, int, int, Any]] = []
         self.seq = 0
         self.now = 0.0
@@ -225,6 +231,7 @@ class Simulation:
         self.failed = 0
         self.evictions = 0
         self.copies = 0
+        self.deferred = 0
 
     # -- the loop ------------------------------------------------------------------------------
 
@@ -235,7 +242,7 @@ class Simulation:
     def run(self) -> Figures:
         """Run the whole workload and return its figures."""
         for router in self.routers:
-            m = router.machine
+            m = router.view.machine
             self._commands(router, m.handle(TimeAdvanced(now=0.0)))
             for engine in self.engines:
                 self._commands(
@@ -272,52 +279,46 @@ class Simulation:
         return self._figures()
 
     def _schedule_tick(self, router: _Router) -> None:
-        due = router.machine.next_due()
+        due = router.view.machine.next_due()
         if due is not None:
             self._push(due, _TICK, router)
 
     def _tick(self, router: _Router) -> None:
-        self._commands(router, router.machine.handle(TimeAdvanced(now=self.now)))
+        self._commands(router, router.view.machine.handle(TimeAdvanced(now=self.now)))
         self._schedule_tick(router)
 
     # -- requests ------------------------------------------------------------------------------
 
     def _route(self, request: int, r: int, tried: frozenset[int]) -> None:
         router = self.routers[r]
-        states = router.states
-        candidates = [s for s in states if s.index not in tried] if tried else states
+        view = router.view
+        candidates = [i for i in self.everyone if i not in tried] if tried else self.everyone
         adapter = self.workload.adapters[request]
-        router.clock += 1
-        state = router.chooser.choose(adapter, candidates, self.now)
-        state.outstanding += 1
+        index = router.chooser.choose(adapter, candidates, tried)
+        if index is None:
+            # Every replica it may try is avoided after a failure: try again after a load's time.
+            self.deferred += 1
+            self._push(self.now + max(self.fleet.load_time, 0.001), _RETRY, (request, r, frozenset()))
+            return
+        view.outstanding[index] += 1
         router.ticket += 1
         ticket = router.ticket
-        attempt = _Attempt(request, r, state.index, ticket, tried)
+        attempt = _Attempt(request, r, index, ticket, tried)
         router.attempts[ticket] = attempt
-        engine = self.engines[state.index]
+        engine = self.engines[index]
         position = len(engine.sequence)
         engine.sequence.append(adapter)
         engine.capacities.append(0)
-        m = router.machine
-        if m.hit(ticket, replica=state.id, adapter=adapter):
+        m = view.machine
+        if m.hit(ticket, replica=engine.id, adapter=adapter):
             self.hits += 1
-            self._take(router, state, adapter, attempt)
             self._forward(attempt)
         else:
             self._commands(
-                router, m.handle(Requested(ticket=ticket, replica=state.id, adapter=adapter, path=adapter))
+                router, m.handle(Requested(ticket=ticket, replica=engine.id, adapter=adapter, path=adapter))
             )
         # What the replica held once this request was admitted: the capacity the policy had there.
         engine.capacities[position] = max(self.fleet.limit, len(engine.registered) + len(engine.loading))
-
-    def _take(self, router: _Router, state: ReplicaState, adapter: str, attempt: _Attempt) -> None:
-        """Mirror a grant: the adapter gains a lease."""
-        held = state.held
-        uses = held[adapter]
-        if not uses:
-            del state.idle[adapter]
-        held[adapter] = uses + 1
-        attempt.copy = state.copies[adapter]
 
     def _forward(self, attempt: _Attempt) -> None:
         """The granted request reaches its engine: 404, or its queue."""
@@ -350,47 +351,30 @@ class Simulation:
             self._start(engine, engine.queue.popleft())
 
     def _end(self, attempt: _Attempt) -> None:
-        """Release the request's lease, in the machine and in the mirror."""
+        """Release the request's lease."""
         router = self.routers[attempt.router]
         del router.attempts[attempt.ticket]
-        self._commands(router, router.machine.handle(Released(ticket=attempt.ticket)))
-        state = router.states[attempt.replica]
-        state.outstanding -= 1
-        self._mirror_release(router, state, attempt)
-
-    def _mirror_release(self, router: _Router, state: ReplicaState, attempt: _Attempt) -> None:
-        adapter = self.workload.adapters[attempt.request]
-        uses = state.held.get(adapter)
-        if uses is None or state.copies.get(adapter) != attempt.copy:
-            return  # the copy it leased was dropped: the machine ignores the release too
-        state.held[adapter] = uses - 1
-        if uses == 1:
-            state.idle[adapter] = router.clock
+        router.view.outstanding[attempt.replica] -= 1
+        self._commands(router, router.view.machine.handle(Released(ticket=attempt.ticket)))
 
     def _not_found(self, attempt: _Attempt, adapter: str) -> None:
         """The engine answered "no such model": report it, release, and route the request again."""
         self.missing += 1
         router = self.routers[attempt.router]
-        m = router.machine
-        state = router.states[attempt.replica]
+        m = router.view.machine
         del router.attempts[attempt.ticket]
-        if _MISSING_TAKES_TICKET:
-            fields: dict[str, Any] = {"replica": state.id, "adapter": adapter, "ticket": attempt.ticket}
-            self._commands(router, m.handle(AdapterMissing(**fields)))
-            self._commands(router, m.handle(Released(ticket=attempt.ticket)))
-        else:
-            self._commands(router, m.handle(Released(ticket=attempt.ticket)))
-            self._commands(router, m.handle(AdapterMissing(replica=state.id, adapter=adapter)))
-        state.outstanding -= 1
-        self._mirror_release(router, state, attempt)
-        self._resync(router, state)
+        router.view.outstanding[attempt.replica] -= 1
+        replica = self.engines[attempt.replica].id
+        self._commands(
+            router, m.handle(AdapterMissing(replica=replica, adapter=adapter, ticket=attempt.ticket))
+        )
+        self._commands(router, m.handle(Released(ticket=attempt.ticket)))
         self._retry(attempt)
 
     def _retry(self, attempt: _Attempt) -> None:
         """Route a request again, to a replica it has not tried yet if there is one.
 
-        When it has tried them all, it tries again after a load's time: until the core drops an
-        adapter in use on a 404, a replica keeps answering 404 until the requests running there end.
+        When it has tried them all, it tries again after a load's time.
         """
         tried = attempt.tried | {attempt.replica}
         if len(tried) < self.fleet.replicas:
@@ -408,12 +392,9 @@ class Simulation:
             kind = type(command)
             if kind is Grant:
                 assert isinstance(command, Grant)
-                attempt = router.attempts[command.ticket]
-                state = router.states[attempt.replica]
                 if command.how is How.HIT:
                     self.hits += 1
-                self._take(router, state, self.workload.adapters[attempt.request], attempt)
-                self._forward(attempt)
+                self._forward(router.attempts[command.ticket])
             elif kind is IssueLoad:
                 assert isinstance(command, IssueLoad)
                 self._issue_load(router, command)
@@ -425,22 +406,20 @@ class Simulation:
                 engine = self.engine_by_id[command.replica]
                 listed = tuple(sorted(engine.registered))
                 self._commands(
-                    router, router.machine.handle(ListingReceived(listing=command.listing, adapters=listed))
+                    router,
+                    router.view.machine.handle(ListingReceived(listing=command.listing, adapters=listed)),
                 )
-                self._resync(router, router.by_id[command.replica])
             elif kind is Fail:
                 assert isinstance(command, Fail)
                 attempt = router.attempts.pop(command.ticket)
-                router.states[attempt.replica].outstanding -= 1
+                router.view.outstanding[attempt.replica] -= 1
                 self.failed += 1
                 self._retry(attempt)
-            # Any other command (the next core's MarkMet) asks nothing of a shell that never waits.
+            # MarkMet asks nothing of a shell that never waits for a replica to be met.
 
     def _issue_load(self, router: _Router, command: IssueLoad) -> None:
         engine = self.engine_by_id[command.replica]
-        state = router.by_id[command.replica]
         adapter = command.adapter
-        state.loading.add(adapter)
         router.loads[command.load] = (engine.index, adapter)
         waiting = engine.loading.get(adapter)
         if waiting is not None:
@@ -471,21 +450,12 @@ class Simulation:
             self._load_answered(self.routers[r], load, LoadOutcome.LOADED)
 
     def _load_answered(self, router: _Router, load: int, outcome: LoadOutcome) -> None:
-        replica, adapter = router.loads.pop(load)
-        state = router.states[replica]
-        state.loading.discard(adapter)
-        if outcome.succeeded:
-            state.copies[adapter] = state.copies.get(adapter, 0) + 1
-            state.held[adapter] = 0
-            state.idle[adapter] = router.clock
-        self._commands(router, router.machine.handle(LoadFinished(load=load, outcome=outcome)))
+        del router.loads[load]
+        self._commands(router, router.view.machine.handle(LoadFinished(load=load, outcome=outcome)))
 
     def _issue_unload(self, router: _Router, command: IssueUnload) -> None:
         engine = self.engine_by_id[command.replica]
-        state = router.by_id[command.replica]
         adapter = command.adapter
-        state.held.pop(adapter, None)
-        state.idle.pop(adapter, None)
         if adapter in engine.registered:
             engine.account(self.now)
             engine.registered.discard(adapter)
@@ -494,7 +464,9 @@ class Simulation:
             outcome = UnloadOutcome.UNLOADED
         else:
             outcome = UnloadOutcome.NOT_FOUND
-        self._commands(router, router.machine.handle(UnloadFinished(unload=command.unload, outcome=outcome)))
+        self._commands(
+            router, router.view.machine.handle(UnloadFinished(unload=command.unload, outcome=outcome))
+        )
 
     def _restart(self, replica: int) -> None:
         engine = self.engines[replica]
@@ -507,51 +479,16 @@ class Simulation:
             for r, load in waiters:
                 self._load_answered(self.routers[r], load, LoadOutcome.REPLICA_FAULT)
 
-    # -- the mirror ----------------------------------------------------------------------------
-
-    def _resync(self, router: _Router, state: ReplicaState) -> None:
-        """Re-read one replica's mirror from the machine after a change made without a command."""
-        seen = router.machine.statistics().replicas[state.id]
-        held = seen.held
-        for adapter in [a for a in state.held if a not in held]:
-            del state.held[adapter]
-            state.idle.pop(adapter, None)
-        added: list[str] = []
-        for adapter, uses in held.items():
-            mine = state.held.get(adapter)
-            if mine is None:
-                added.append(adapter)
-            elif mine != uses:
-                # The copy the mirror knew was dropped and another came back: leases on the old
-                # one are dead.
-                state.copies[adapter] = state.copies.get(adapter, 0) + 1
-                state.held[adapter] = uses
-                if uses:
-                    state.idle.pop(adapter, None)
-                else:
-                    state.idle[adapter] = router.clock
-        if added:
-            # A listing adds what it names as least recently used of all, in name order.
-            front: dict[str, int] = {}
-            for adapter in added:
-                state.copies[adapter] = state.copies.get(adapter, 0) + 1
-                state.held[adapter] = held[adapter]
-                if not held[adapter]:
-                    front[adapter] = 0
-            front.update(state.idle)
-            state.idle = front
-        state.loading = set(seen.loading)
-
     def _check(self) -> None:
         for router in self.routers:
-            seen = router.machine.statistics().replicas
-            for state in router.states:
-                mine = seen[state.id]
-                assert dict(mine.held) == state.held, (state.id, dict(mine.held), state.held)
-                assert set(mine.loading) == state.loading, (state.id, mine.loading, state.loading)
-                assert set(state.idle) == {a for a, n in state.held.items() if not n}, (state.id, state.idle)
-                mine_out = sum(1 for a in router.attempts.values() if a.replica == state.index)
-                assert mine_out == state.outstanding, (state.id, mine_out, state.outstanding)
+            m = router.view.machine
+            m.check_invariants()
+            seen = m.statistics().replicas
+            for engine in self.engines:
+                in_flight = seen[engine.id].in_flight
+                mine = router.view.outstanding[engine.index]
+                assert in_flight == mine, (engine.id, in_flight, mine)
+                assert in_flight == sum(1 for a in router.attempts.values() if a.replica == engine.index)
 
     # -- figures -------------------------------------------------------------------------------
 

@@ -1,78 +1,60 @@
-"""What a policy sees and is: one router's view of each replica as its machine keeps it, and the policy type.
-
-The simulator keeps this beside each router's ``AdapterStateMachine`` from the commands the machine
-gives and the events it is fed, and re-reads it from ``statistics()`` after the events that change
-the machine's view without a command (a listing, an "adapter missing"). ``tests/test_sim.py`` checks it
-against the machine after every step of a run.
-"""
+"""What a policy is, and what it sees of one router: the router's machine and its own request counts."""
 
 from __future__ import annotations
 
 import random
-from collections.abc import Callable, Sequence
-from typing import Protocol
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Protocol
 
 import attrs
 
 from lorafleet import AdapterStateMachine
 
+MODEL = "base"
+"""The one base model every simulated replica serves."""
+
 
 @attrs.define(eq=False)
-class ReplicaState:
-    """One replica as one router's machine sees it, plus what the router counts there."""
+class RouterView:
+    """One router as a policy sees it: its machine, the replicas, and its requests on each.
 
-    id: str
-    index: int
-    limit: int
-    held: dict[str, int] = attrs.field(factory=dict)
-    """Adapter to the number of this router's requests holding a lease on it."""
-    idle: dict[str, int] = attrs.field(factory=dict)
-    """Held adapters with no lease, least recently used first, to when each became idle.
-
-    "When" is the router's request clock (how many requests it had routed); adapters a listing added
-    count as idle since 0, as they are least recently used of all.
+    ``outstanding`` is what a router written from the README keeps itself: its requests routed to
+    each replica and not yet ended. The machine counts the same (``in_flight``) for [place].
     """
-    loading: set[str] = attrs.field(factory=set)
-    outstanding: int = 0
-    """This router's requests routed here and not yet released (waiting, granted or running)."""
-    copies: dict[str, int] = attrs.field(factory=dict)
-    """Adapter to the number of its current copy here, so that a lease on an older copy is ignored."""
 
-    served: int = 0
-    """This router's requests routed here in all, kept by policies that balance on it."""
-
-    @property
-    def occupied(self) -> int:
-        """Adapters held or loading: what counts against the limit."""
-        return len(self.held) + len(self.loading)
-
-    def holds(self, adapter: str) -> bool:
-        """Whether the adapter is held or loading here."""
-        return adapter in self.held or adapter in self.loading
-
-    def oldest_idle(self) -> int | None:
-        """The logical time the least recently used idle adapter became idle, or None."""
-        for stamp in self.idle.values():
-            return stamp
-        return None
+    machine: AdapterStateMachine
+    ids: tuple[str, ...]
+    """Replica ids, by index."""
+    index: Mapping[str, int]
+    """Replica id to index."""
+    outstanding: list[int]
+    """This router's requests on each replica (by index) that have not ended."""
 
 
 class Chooser(Protocol):
     """One router's instance of a policy."""
 
-    def choose(self, adapter: str, candidates: Sequence[ReplicaState], now: float) -> ReplicaState:
-        """The replica to send a request for ``adapter`` to, among ``candidates`` (never empty)."""
+    def choose(self, adapter: str, candidates: Sequence[int], tried: frozenset[int]) -> int | None:
+        """The replica (an index) to send a request for ``adapter`` to, or None to try again later.
+
+        Args:
+            candidates: the indexes of the replicas this request has not tried (never empty).
+            tried: the indexes it has tried (after a 404 or a failed load).
+        """
         ...
 
 
 @attrs.frozen
 class Policy:
-    """A named routing policy, and the machine its routers run (the real one unless researching)."""
+    """A named routing policy, and the settings of the machine its routers run.
+
+    Every policy runs the real ``AdapterStateMachine``; ``settings`` are keyword arguments for it
+    that this policy sets, over the fleet's (``concurrency``, ``headroom``, ``overflow``,
+    ``half_life``).
+    """
 
     name: str
-    make: Callable[[random.Random, int], Chooser]
-    """Given the router's seeded generator and the replicas' concurrency, a chooser for one router."""
-    machine: Callable[[float], AdapterStateMachine] = attrs.field(
-        default=lambda interval: AdapterStateMachine(listing_interval=interval)
-    )
+    make: Callable[[RouterView, random.Random, int], Chooser]
+    """Given the router, its seeded generator and the replicas' concurrency, a chooser for it."""
+    settings: Mapping[str, Any] = attrs.field(factory=dict)
     description: str = ""
