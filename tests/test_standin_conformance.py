@@ -138,3 +138,73 @@ def test_the_stand_in_answers_as_vllm_does(
     steps = script(adapters)
     for (method, path, body, _), theirs, mine in zip(steps, real, ours, strict=True):
         assert mine == theirs, f"{method} {path} {body}:\n  vLLM      {theirs}\n  stand-in  {mine}"
+
+
+LORA_INFO = "vllm:lora_requests_info"
+
+
+def lora_info(client: httpx.Client) -> tuple[int, list[str], list[tuple[dict[str, str], float]]]:
+    """``/metrics``'s LoRA gauge: status, its comment lines, and each series' (labels, value).
+
+    Only the gauge is kept: the real engine has many other metrics.
+    """
+    answer = client.get("/metrics")
+    assert answer.headers.get("content-type", "").startswith("text/plain"), answer.headers
+    lines = answer.text.splitlines()
+    comments = [line for line in lines if line.startswith("#") and LORA_INFO in line]
+    found = []
+    for line in lines:
+        if line.startswith(LORA_INFO + "{"):
+            labels, _, value = line[len(LORA_INFO) + 1 :].rpartition("} ")
+            pairs = (pair.split("=", 1) for pair in labels.split('",'))
+            found.append(({name: quoted.strip('"') for name, quoted in pairs}, float(value)))
+    return answer.status_code, comments, found
+
+
+def shape(client: httpx.Client) -> tuple[Any, ...]:
+    """What both engines must agree on: status, comments, label names in order, and per series that
+    running and waiting carry the same names; then the newest series' max_lora and running set.
+
+    The values are times, and the real engine keeps the series of earlier tests: those differ.
+    """
+    status, comments, series = lora_info(client)
+    names = {tuple(labels) for labels, _ in series}
+    alike = all(labels["running_lora_adapters"] == labels["waiting_lora_adapters"] for labels, _ in series)
+    newest = max(series, key=lambda s: s[1])[0]
+    running = ",".join(sorted(filter(None, newest["running_lora_adapters"].split(","))))
+    return status, comments, names, alike, newest["max_lora"], running
+
+
+def lora_activity(url: str, adapters: str, hold: Callable[[], None], go_on: Callable[[], None]) -> list[Any]:
+    """Load c0, read the gauge while a stream on c0 runs and after it ends, and unload c0."""
+    out = []
+    with httpx.Client(base_url=url, timeout=60) as client, httpx.Client(base_url=url, timeout=60) as side:
+        client.post("/v1/load_lora_adapter", json={"lora_name": "c0", "lora_path": f"{adapters}/lora-0"})
+        hold()
+        body = {"model": "c0", "prompt": "hello", "max_tokens": 256, "temperature": 0, "stream": True}
+        with client.stream("POST", "/v1/completions", json=body) as stream:
+            lines = stream.iter_lines()
+            assert next(line for line in lines if line.startswith("data: "))
+            out.append(shape(side))  # the real stream runs on (about 2 s); ours is held
+            go_on()
+            assert [line for line in lines if line.startswith("data: ")][-1] == "data: [DONE]"
+        out.append(shape(side))
+        client.post("/v1/unload_lora_adapter", json={"lora_name": "c0"})
+    return out
+
+
+def test_the_stand_in_reports_lora_requests_as_vllm_does(
+    serve: Callable[..., StandInServer], request: pytest.FixtureRequest
+) -> None:
+    """``vllm:lora_requests_info`` during a stream and after it (REAL.md §4.8: one series per set
+    ever seen, valued at when it was last current, running and waiting alike)."""
+    server = request.getfixturevalue("vllm_servers")["open"]
+    engine = request.getfixturevalue("real_engine")
+    server.unload_everything()
+    adapters = str(engine.build / "adapters")
+    standin = serve(version="0.32", model_root=str(engine.build / "model"), max_loras=2)
+    real = lora_activity(server.url, adapters, lambda: None, lambda: None)
+    ours = lora_activity(standin.url, adapters, standin.app.hold_streams, standin.app.release)
+    assert [r[4:] for r in real] == [("2", "c0"), ("2", "")]
+    for theirs, mine in zip(real, ours, strict=True):
+        assert mine == theirs, f"\n  vLLM      {theirs}\n  stand-in  {mine}"

@@ -61,6 +61,73 @@ CASES: list[tuple[type[lf.UsageError], str, Callable[[AdapterStateMachine], obje
     ),
     (lf.ClockWentBackwardsError, "before 5.0", lambda m: m.advance(4.0)),
     (lf.InvalidValueError, "number", lambda m: m.advance(float("nan"))),
+    # Issue 13: each field's type, the error a wrong one gets (SPEC.md §2.1), and booleans, which
+    # are never integers or numbers, whatever Python's bool is.
+    (lf.TicketOrderError, "above 2", lambda m: m.request(2, replica="r", adapter="c", path="/c")),
+    (lf.TicketOrderError, "must be an int", lambda m: m.request(True, replica="r", adapter="c", path="/c")),
+    (lf.TicketOrderError, "must be an int", lambda m: m.request(9.0, replica="r", adapter="c", path="/c")),  # type: ignore[arg-type]
+    (lf.UnknownReplicaError, "replica 5", lambda m: m.request(9, replica=5, adapter="c", path="/c")),  # type: ignore[arg-type]
+    (lf.UnknownReplicaError, "replica ''", lambda m: m.request(9, replica="", adapter="c", path="/c")),
+    (lf.InvalidValueError, "adapter path", lambda m: m.request(9, replica="r", adapter="c", path=7)),  # type: ignore[arg-type]
+    (lf.UnknownTicketError, "no request ever had it", lambda m: m.release(True)),
+    (lf.UnknownTicketError, "no request ever had it", lambda m: m.release(1.0)),  # type: ignore[arg-type]
+    (lf.UnknownTicketError, "no request ever had it", lambda m: m.cancel("1")),  # type: ignore[arg-type]
+    (lf.UnknownTicketError, "no request ever had it", lambda m: m.release(0)),
+    (lf.UnknownTicketError, "no request ever had it", lambda m: m.cancel(3)),
+    (lf.UnknownOperationError, "load True", lambda m: m.load_finished(True, LoadOutcome.LOADED)),
+    (lf.UnknownOperationError, "load 3.0", lambda m: m.load_finished(3.0, LoadOutcome.LOADED)),  # type: ignore[arg-type]
+    (lf.UnknownOperationError, "unload '3'", lambda m: m.unload_finished("3", UnloadOutcome.UNLOADED)),  # type: ignore[arg-type]
+    (lf.UnknownOperationError, "listing True", lambda m: m.listing_failed(True)),
+    (lf.InvalidValueError, "message", lambda m: m.load_finished(3, LoadOutcome.LOADED, 5)),  # type: ignore[arg-type]
+    (lf.InvalidValueError, "message", lambda m: m.load_finished(3, LoadOutcome.LOADED, None)),  # type: ignore[arg-type]
+    (lf.InvalidValueError, "replicas must be a list", lambda m: m.handle(lf.ReplicasRemoved(replicas="r"))),  # type: ignore[arg-type]
+    (lf.InvalidValueError, "replica ids", lambda m: m.remove_replicas(["r", 5])),  # type: ignore[list-item]
+    (lf.InvalidValueError, "replica ids", lambda m: m.remove_replicas(["r", ""])),
+    (lf.InvalidValueError, "limit", lambda m: m.add_replica("q", model="base", limit=True)),
+    (lf.InvalidValueError, "limit", lambda m: m.add_replica("q", model="base", limit=2.0)),  # type: ignore[arg-type]
+    (lf.InvalidValueError, "model", lambda m: m.add_replica("q", model=5, limit=2)),  # type: ignore[arg-type]
+    (lf.InvalidValueError, "limit", lambda m: m.set_limit("base", True)),
+    (lf.InvalidValueError, "limit", lambda m: m.set_limit("base", 2.0)),  # type: ignore[arg-type]
+    (lf.InvalidValueError, "model", lambda m: m.set_limit("", 2)),
+    (lf.InvalidValueError, "finite number", lambda m: m.advance(True)),
+    (lf.InvalidValueError, "finite number", lambda m: m.advance("6")),  # type: ignore[arg-type]
+    (lf.InvalidValueError, "finite number", lambda m: m.advance(None)),  # type: ignore[arg-type]
+    (
+        lf.InvalidValueError,
+        "ticket must be",
+        lambda m: m.adapter_missing(replica="r", adapter="a", ticket=True),
+    ),
+    (
+        lf.InvalidValueError,
+        "ticket must be",
+        lambda m: m.adapter_missing(replica="r", adapter="a", ticket=1.0),  # type: ignore[arg-type]
+    ),
+    (lf.UnknownTicketError, "ticket 3", lambda m: m.adapter_missing(replica="r", adapter="a", ticket=3)),
+    (lf.UnknownTicketError, "ticket 0", lambda m: m.adapter_missing(replica="r", adapter="a", ticket=0)),
+    (lf.InvalidValueError, "replica id", lambda m: m.adapter_missing(replica=5, adapter="a")),  # type: ignore[arg-type]
+    # Several faults in one event: the first check in SPEC.md §4's order names the error.
+    (lf.TicketOrderError, "above 2", lambda m: m.request(1, replica="nowhere", adapter="", path="")),
+    (lf.UnknownReplicaError, "'nowhere'", lambda m: m.request(9, replica="nowhere", adapter="", path="")),
+    (lf.InvalidValueError, "adapter name", lambda m: m.request(9, replica="r", adapter=5, path=None)),  # type: ignore[arg-type]
+    (lf.UnknownTicketError, "still waiting", lambda m: m.release(2)),
+    (lf.UnknownOperationError, "load 42", lambda m: m.load_finished(42, LoadOutcome.LOADED, None)),  # type: ignore[arg-type]
+    (lf.UnknownOperationError, "unload 2", lambda m: m.unload_finished(2, UnloadOutcome.UNLOADED, None)),  # type: ignore[arg-type]
+    (lf.UnknownOperationError, "listing 42", lambda m: m.listing_received(42, "ab")),
+    (lf.UnknownOperationError, "listing 1", lambda m: m.listing_received(1, ("",))),
+    (lf.UnknownOperationError, "listing 42", lambda m: m.listing_failed(42, None)),  # type: ignore[arg-type]
+    (lf.InvalidValueError, "replica id", lambda m: m.adapter_missing(replica="", adapter="a", ticket=99)),
+    (lf.InvalidValueError, "adapter name", lambda m: m.adapter_missing(replica="r", adapter="", ticket=99)),
+    (
+        lf.InvalidValueError,
+        "ticket must be",
+        lambda m: m.adapter_missing(replica="nowhere", adapter="a", ticket="1"),  # type: ignore[arg-type]
+    ),
+    (lf.InvalidValueError, "limit", lambda m: m.add_replica("r", model="other", limit=0)),
+    (lf.InvalidValueError, "model", lambda m: m.add_replica("r", model="", limit=True)),
+    (lf.InvalidValueError, "replica id", lambda m: m.add_replica("", model=5, limit=0)),  # type: ignore[arg-type]
+    (lf.InvalidValueError, "finite number", lambda m: m.advance(False)),
+    (lf.InvalidValueError, "LoadOutcome", lambda m: m.handle(lf.LoadFinished(load=3, outcome="exploded"))),  # type: ignore[arg-type]
+    (lf.InvalidValueError, "LoadOutcome", lambda m: m.load_finished(3, UnloadOutcome.UNLOADED)),  # type: ignore[arg-type]
 ]
 
 

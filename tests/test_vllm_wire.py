@@ -28,6 +28,11 @@ def nested(message: str, type_: str, code: int | str, param: str | None = None) 
     return json.dumps({"error": {"message": message, "type": type_, "param": param, "code": code}}).encode()
 
 
+LOAD = IssueLoad(load=7, replica="r", adapter="a0", path="/adapters/a0")
+UNLOAD = IssueUnload(unload=3, replica="r", adapter="a0")
+LISTING = ReadListing(listing=5, replica="r")
+
+
 RANK = "LoRA rank 64 is greater than max_lora_rank 16."
 WORKER_RANK = (
     f"Call to add_lora method failed: Worker failed with error '{RANK}', please check the stack trace above "
@@ -165,7 +170,7 @@ LOADS = [
 
 @pytest.mark.parametrize(("what", "status", "body", "outcome"), LOADS, ids=[c[0] for c in LOADS])
 def test_load_answers(what: str, status: int, body: bytes, outcome: LoadOutcome) -> None:
-    event = vllm.load_answer(7, status, body)
+    event = vllm.answer_event(LOAD, status, body)
     assert (event.load, event.outcome) == (7, outcome)
     if outcome is not LoadOutcome.LOADED:
         assert event.message
@@ -205,7 +210,7 @@ UNLOADS = [
 
 @pytest.mark.parametrize(("what", "status", "body", "outcome"), UNLOADS, ids=[c[0] for c in UNLOADS])
 def test_unload_answers(what: str, status: int, body: bytes, outcome: UnloadOutcome) -> None:
-    assert vllm.unload_answer(3, status, body).outcome is outcome
+    assert vllm.answer_event(UNLOAD, status, body).outcome is outcome
 
 
 REAL_LISTING = (
@@ -217,7 +222,7 @@ REAL_LISTING = (
 
 
 def test_listing_keeps_the_cards_with_a_parent() -> None:
-    assert vllm.listing_answer(5, 200, REAL_LISTING) == ListingReceived(listing=5, adapters=("a0", "a2"))
+    assert vllm.answer_event(LISTING, 200, REAL_LISTING) == ListingReceived(listing=5, adapters=("a0", "a2"))
 
 
 @pytest.mark.parametrize(
@@ -234,53 +239,149 @@ def test_listing_keeps_the_cards_with_a_parent() -> None:
 def test_a_bad_listing_is_a_failed_listing_never_a_partial_one(
     body: bytes, truncated: bool, words: str
 ) -> None:
-    event = vllm.listing_answer(5, 200, body, truncated=truncated)
+    event = vllm.answer_event(LISTING, 200, body, truncated=truncated)
     assert isinstance(event, ListingFailed)
     assert words in event.message
 
 
 def test_misconfigurations_name_their_fix() -> None:
-    auth = vllm.listing_answer(1, 401, b'{"error":"Unauthorized"}')
+    auth = vllm.answer_event(LISTING, 401, b'{"error":"Unauthorized"}')
     assert isinstance(auth, ListingFailed)
     assert "--api-key" in auth.message
-    routes = vllm.load_answer(1, 404, b'{"detail":"Not Found"}')
+    routes = vllm.answer_event(LOAD, 404, b'{"detail":"Not Found"}')
     assert "VLLM_ALLOW_RUNTIME_LORA_UPDATING" in routes.message
-    disabled = vllm.load_answer(1, 400, flat("LoRA is not enabled.", "BadRequestError", 400))
+    disabled = vllm.answer_event(LOAD, 400, flat("LoRA is not enabled.", "BadRequestError", 400))
     assert "--enable-lora" in disabled.message
 
 
+def test_a_listing_404_means_a_wrong_url_not_the_runtime_routes() -> None:
+    # /v1/models is never behind VLLM_ALLOW_RUNTIME_LORA_UPDATING: a 404 there is a URL with /v1 (the
+    # form OpenAI clients take) or another path that is not the server's root.
+    wrong = vllm.answer_event(LISTING, 404, b'{"detail":"Not Found"}')
+    assert isinstance(wrong, ListingFailed)
+    assert "give the server's root URL, without /v1" in wrong.message
+    assert "VLLM_ALLOW_RUNTIME_LORA_UPDATING" not in wrong.message
+
+
 def test_requests_follow_the_routes_and_hide_the_key() -> None:
-    load = vllm.http_request(
-        IssueLoad(load=1, replica="r", adapter="a0", path="/adapters/a0"), api_key="s3cret"
-    )
+    load = vllm.http_request(LOAD, api_key="s3cret")
     assert (load.method, load.path) == ("POST", "/v1/load_lora_adapter")
     assert json.loads(load.body or b"") == {"lora_name": "a0", "lora_path": "/adapters/a0"}
     assert ("Authorization", "Bearer s3cret") in load.headers
     assert ("Content-Type", "application/json") in load.headers
     assert "s3cret" not in repr(load)
-    unload = vllm.http_request(IssueUnload(unload=2, replica="r", adapter="a0"))
+    unload = vllm.http_request(UNLOAD)
     assert json.loads(unload.body or b"") == {"lora_name": "a0"}
     assert all(k != "Authorization" for k, _ in unload.headers)
-    listing = vllm.http_request(ReadListing(listing=3, replica="r"))
+    listing = vllm.http_request(LISTING)
     assert (listing.method, listing.path, listing.body) == ("GET", "/v1/models", None)
     assert listing.max_answer_bytes == vllm.MAX_LISTING_BYTES
 
 
 def test_no_answer_is_the_replicas_fault() -> None:
-    assert (
-        vllm.failure_event(IssueLoad(load=1, replica="r", adapter="a", path="/a"), "timed out").outcome
-        is LoadOutcome.REPLICA_FAULT
-    )
-    assert (
-        vllm.failure_event(IssueUnload(unload=2, replica="r", adapter="a"), "refused").outcome
-        is UnloadOutcome.FAILED
-    )
-    assert isinstance(vllm.failure_event(ReadListing(listing=3, replica="r"), "reset"), ListingFailed)
+    load = vllm.failure_event(LOAD, "no answer within 5 s")
+    assert (load.outcome, load.message) == (LoadOutcome.REPLICA_FAULT, "no answer within 5 s")
+    assert vllm.failure_event(UNLOAD, "refused").outcome is UnloadOutcome.FAILED
+    assert isinstance(vllm.failure_event(LISTING, "reset"), ListingFailed)
 
 
-def test_error_messages_come_out_of_every_shape() -> None:
-    assert vllm.error_message(404, nested("gone", "NotFoundError", 404)) == "gone"
-    assert vllm.error_message(404, flat("gone", "NotFoundError", 404)) == "gone"
-    assert vllm.error_message(401, b'{"error":"Unauthorized"}') == "Unauthorized"
-    assert vllm.error_message(415, b'{"detail":"Unsupported Media Type"}') == "Unsupported Media Type"
-    assert vllm.error_message(502, b"") == "HTTP 502 with an empty body"
+@pytest.mark.parametrize(
+    ("status", "body", "message"),
+    [
+        (500, nested("gone", "InternalServerError", 500), "HTTP 500: gone"),
+        (500, flat("gone", "InternalServerError", 500), "HTTP 500: gone"),
+        (403, b'{"error":"Forbidden"}', "HTTP 403: Forbidden"),
+        (415, b'{"detail":"Unsupported Media Type"}', "HTTP 415: Unsupported Media Type"),
+        (422, b'{"detail":[{"loc":["body"]}]}', 'HTTP 422: [{"loc": ["body"]}]'),
+        (502, b"<html>bad gateway</html>", "HTTP 502: <html>bad gateway</html>"),
+        (502, b"", "HTTP 502 with an empty body"),
+    ],
+)
+def test_error_messages_come_out_of_every_shape(status: int, body: bytes, message: str) -> None:
+    assert vllm.answer_event(UNLOAD, status, body).message == message
+
+
+# -- a forwarded request's "does not exist" (vllm.adapter_missing) ----------------------------------
+
+MISSING = [
+    # (what, status, body, adapter, missing)
+    ("0.6.3-0.10.0 flat", 404, flat("The model `a5` does not exist.", "NotFoundError", 404), "a5", True),
+    ("0.10.1-0.13 nested", 404, nested("The model `a5` does not exist.", "NotFoundError", 404), "a5", True),
+    (
+        "0.14-0.30 nested, param model",
+        404,
+        nested("The model `a5` does not exist.", "NotFoundError", 404, "model"),
+        "a5",
+        True,
+    ),
+    (
+        "real vLLM 0.32 (completions, chat and streaming chat alike)",
+        404,
+        b'{"error":{"message":"The model `a5` does not exist. Valid aliases: tiny.","type":"NotFoundError",'
+        b'"param":"model","code":404}}',
+        "a5",
+        True,
+    ),
+    (
+        "Rust frontend",
+        404,
+        nested("The model `a5` does not exist.", "invalid_request_error", "model_not_found", "model"),
+        "a5",
+        True,
+    ),
+    (
+        "cut short after the name",
+        404,
+        b'{"error":{"message":"The model `a5` does not exist. Valid aliases: ' + b"x, " * 3000,
+        "a5",
+        True,
+    ),
+    (
+        "another model's name",
+        404,
+        nested("The model `a6` does not exist.", "NotFoundError", 404),
+        "a5",
+        False,
+    ),
+    (
+        "a name that only starts alike",
+        404,
+        nested("The model `a55` does not exist.", "NotFoundError", 404),
+        "a5",
+        False,
+    ),
+    ("the route is absent", 404, b'{"detail":"Not Found"}', "a5", False),
+    ("401", 401, b'{"error":"Unauthorized"}', "a5", False),
+    (
+        "a 400 that quotes the words",
+        400,
+        nested("The model `a5` does not exist.", "BadRequestError", 400),
+        "a5",
+        False,
+    ),
+    ("a 500", 500, nested("EngineCore encountered an issue.", "InternalServerError", 500), "a5", False),
+    ("a success", 200, b'{"id":"cmpl-1","choices":[{"text":"The model `a5` does not exist."}]}', "a5", False),
+    ("an empty 404", 404, b"", "a5", False),
+]
+
+
+@pytest.mark.parametrize(
+    ("what", "status", "body", "adapter", "missing"), MISSING, ids=[c[0] for c in MISSING]
+)
+def test_adapter_missing(what: str, status: int, body: bytes, adapter: str, missing: bool) -> None:
+    assert vllm.adapter_missing(status, body, adapter) is missing
+
+
+@pytest.mark.parametrize(
+    "version", ["0.6", "0.7.0", "0.10.0", "0.10.1", "0.15", "0.18", "0.30", "0.32", "0.34"]
+)
+def test_adapter_missing_knows_every_standin_family(version: str) -> None:
+    from lorafleet_standin._family import Family
+
+    family = Family.of(version)
+    param = "model" if family.names_the_model_param else None
+    body = json.dumps(
+        family.error(404, family.unknown_model("sql-v2", "tiny"), "NotFoundError", param)
+    ).encode()
+    assert vllm.adapter_missing(404, body, "sql-v2")
+    assert not vllm.adapter_missing(404, body, "sql")

@@ -15,7 +15,7 @@ const EVENTS = {
   cancelled: ["ticket"], load_finished: ["load", "outcome", "message"], unload_finished: ["unload", "outcome", "message"],
   listing_received: ["listing", "adapters"], listing_failed: ["listing", "message"], adapter_missing: ["replica", "adapter", "ticket"],
   replica_failed: ["replica", "message"], adapter_pinned: ["adapter", "path", "copies", "model"],
-  adapter_unpinned: ["adapter"],
+  adapter_unpinned: ["adapter"], running_reported: ["replica", "adapters"],
 };
 const COMMANDS = {
   issue_load: ["load", "replica", "adapter", "path"], issue_unload: ["unload", "replica", "adapter"],

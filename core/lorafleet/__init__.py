@@ -29,11 +29,14 @@ from ._events import ReplicaAdded as ReplicaAdded
 from ._events import ReplicaFailed as ReplicaFailed
 from ._events import ReplicasRemoved as ReplicasRemoved
 from ._events import Requested as Requested
+from ._events import RunningReported as RunningReported
 from ._events import TimeAdvanced as TimeAdvanced
 from ._events import UnloadFinished as UnloadFinished
 from ._machine import DEFAULT_BACKOFF as DEFAULT_BACKOFF
+from ._machine import DEFAULT_HALF_LIFE as DEFAULT_HALF_LIFE
 from ._machine import DEFAULT_LISTING_INTERVAL as DEFAULT_LISTING_INTERVAL
 from ._machine import DEFAULT_MAX_BACKOFF as DEFAULT_MAX_BACKOFF
+from ._machine import DEFAULT_OVERFLOW as DEFAULT_OVERFLOW
 from ._machine import DEFAULT_REFUSAL as DEFAULT_REFUSAL
 from ._machine import REPLICA_REMOVED as REPLICA_REMOVED
 from ._machine import AdapterStateMachine as AdapterStateMachine

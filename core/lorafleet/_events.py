@@ -148,6 +148,18 @@ class AdapterUnpinned:
     adapter: str
 
 
+@attrs.frozen(kw_only=True)
+class RunningReported:
+    """The engine says these adapters have requests running or waiting on ``replica``, from any router.
+
+    It is the whole set as of now (vLLM's ``vllm:lora_requests_info``), replacing the last report
+    for the replica; an empty one says nothing runs, or that the engine cannot tell.
+    """
+
+    replica: str
+    adapters: tuple[str, ...]
+
+
 Event = (
     ReplicaAdded
     | ReplicasRemoved
@@ -164,5 +176,6 @@ Event = (
     | ReplicaFailed
     | AdapterPinned
     | AdapterUnpinned
+    | RunningReported
 )
 """Every event the machine takes."""

@@ -64,7 +64,10 @@ def decode(data: dict[str, Any]) -> Any:
         raw = data[field.name]
         hint = hints[field.name]
         if isinstance(hint, type) and issubclass(hint, enum.Enum):
-            kwargs[field.name] = hint(raw)
+            try:
+                kwargs[field.name] = hint(raw)
+            except ValueError:
+                kwargs[field.name] = raw  # not of the kind: the machine refuses it with InvalidValueError
         elif isinstance(raw, list):
             kwargs[field.name] = tuple(raw)
         else:
@@ -88,6 +91,7 @@ def encode_statistics(stats: Statistics) -> dict[str, Any]:
                 "loading": list(r.loading),
                 "unloading": list(r.unloading),
                 "queued": r.queued,
+                "in_flight": r.in_flight,
                 "failing_until": r.failing_until,
             }
             for rid, r in stats.replicas.items()

@@ -26,7 +26,8 @@ loading         cancelled, the last waiter of a load        absent (the load is 
 held, idle      requested (or ``hit``)                      held, in use                         hit
 held, in use    released or cancelled, the last lease       held, idle (end of ``idle``)         release
 held, idle      requested for another adapter, over the     unloading                            evict
-                limit, it is the least recently used
+                limit, it is in least demand (then least
+                recently used)
 held, any       listing_received does not name it, and      absent (dropped: no unload; leases   listing
                 it was held before the listing started      on it go dead)
 held, any       adapter_missing                             absent (dropped)                     forget
@@ -34,7 +35,20 @@ unloading       unload_finished, any outcome                absent; its waiters 
                                                             afresh                               outcome
 any             replicas_removed                            absent, except held in use: kept,    replicas
                                                             unseen, until its leases end
+absent          adapter_pinned, placement finds room        loading, with no waiter              pin
+held, idle      adapter_pinned                              held, pinned (never in ``idle``)     pin
+held, pinned    adapter_unpinned, no request on it          held, idle (end of ``idle``)         pin
+held, idle      running_reported names it                   held, in use elsewhere (not idle)    elsewhere
+held, in use    running_reported no longer names it, no     held, idle (end of ``idle``)         elsewhere
+ elsewhere      request of this router on it
 ==============  ==========================================  ===================================  ========
+
+Beside that table, four rules decide without moving an adapter: [place] answers where a request
+should go (a query: the least busy holder, else a cold load where it costs least, ties by a
+rendezvous hash every router computes alike); [health] avoids a replica after a failure, for a time
+that doubles with each failure in a row; [refuse] fails at once a request for an adapter the engine
+refused as its own fault, for a while; [cap] makes a cold request wait in the replica's queue, rather
+than take it past ``limit + headroom``, until an adapter goes idle or room comes otherwise.
 
 A request that finds its adapter loading joins the load ([join]); one that finds it unloading waits
 for the unload and is then handled afresh ([wait-unload]), so a load and an unload of one adapter on
@@ -66,6 +80,7 @@ a removal and a re-add.
 
 from __future__ import annotations
 
+import functools
 import heapq
 import math
 from collections import OrderedDict
@@ -99,6 +114,7 @@ from ._events import (
     ReplicaFailed,
     ReplicasRemoved,
     Requested,
+    RunningReported,
     TimeAdvanced,
     UnloadFinished,
 )
@@ -111,6 +127,10 @@ DEFAULT_BACKOFF = 5.0
 """Seconds placement avoids a replica after its first failure; each failure in a row doubles it."""
 DEFAULT_MAX_BACKOFF = 300.0
 """The longest a failing replica is avoided at a time (AIBrix's 5 s·2ⁿ up to 300 s)."""
+DEFAULT_OVERFLOW = 2
+"""How far past its limit placement prefers to take a replica whose adapters are all in use."""
+DEFAULT_HALF_LIFE = 4000
+"""Requests between two halvings of the demand counts; the simulator measured 1,000 to 8,000."""
 DEFAULT_REFUSAL = 900.0
 """Seconds an adapter the engine refused as the adapter's fault is refused without a call (ModelMesh
 keeps load failures 15 minutes)."""
@@ -119,6 +139,7 @@ REPLICA_REMOVED = "the replica was removed while the request waited"
 """The message of the ``Fail`` a removal gives every request waiting on the replica."""
 
 _HIT = How.HIT  # looked up once: the hit path is every warm request's
+_NOWHERE: dict[str, _Replica] = {}
 
 
 def load_failed_message(adapter: str, replica: str) -> str:
@@ -207,11 +228,15 @@ class _Replica:
     """Issued operations not yet answered; a removed replica is kept until they are."""
     in_flight: int = 0
     """This router's requests on the replica that have not ended (waiting or granted)."""
+    served: int = 0
+    """Requests this router has sent to the replica, ever: placement's first tie-break."""
     queue: _Queue | None = None
     failures: int = 0
     """Failures in a row ([health]); a success sets it back to 0."""
     avoid_until: float = 0.0
     """Placement avoids the replica while the clock is below this."""
+    elsewhere: frozenset[str] = frozenset()
+    """Adapters the engine last said have requests on it, any router's ([elsewhere]): never idle."""
 
 
 class AdapterStateMachine:
@@ -224,6 +249,12 @@ class AdapterStateMachine:
         listing_interval: seconds between two readings of a replica's listing.
         headroom: how many adapters past its limit a replica may go when every adapter it holds is
             in use ([cap]); at that cap a cold request waits for room. None: no cap.
+        concurrency: the requests one replica runs at once (vLLM's ``--max-num-seqs``), which
+            [place] spills past: a holder with more in flight than this is busy, and a replica with
+            three quarters of it in flight takes no cold load while another can. None: never busy.
+        overflow: how far past its limit a cold load may take a replica whose adapters are all in
+            use, in preference to evicting elsewhere ([place]).
+        half_life: requests between two halvings of every adapter's demand count ([evict]).
         backoff, max_backoff: seconds placement avoids a replica after a failure, doubling with
             each failure in a row up to ``max_backoff`` ([health]).
         refusal: seconds an adapter the engine refused as the adapter's fault is refused at once,
@@ -235,6 +266,9 @@ class AdapterStateMachine:
         *,
         listing_interval: float = DEFAULT_LISTING_INTERVAL,
         headroom: int | None = None,
+        concurrency: int | None = None,
+        overflow: int = DEFAULT_OVERFLOW,
+        half_life: int = DEFAULT_HALF_LIFE,
         backoff: float = DEFAULT_BACKOFF,
         max_backoff: float = DEFAULT_MAX_BACKOFF,
         refusal: float = DEFAULT_REFUSAL,
@@ -249,14 +283,27 @@ class AdapterStateMachine:
                 raise _invalid(name, seconds, f"{name} must be a positive number of seconds")
         if headroom is not None and (type(headroom) is not int or headroom < 0):
             raise _invalid("headroom", headroom, "headroom must be an int of at least 0, or None")
+        if concurrency is not None and (type(concurrency) is not int or concurrency < 1):
+            raise _invalid("concurrency", concurrency, "concurrency must be an int of at least 1, or None")
+        if type(overflow) is not int or overflow < 0:
+            raise _invalid("overflow", overflow, "overflow must be an int of at least 0")
+        if type(half_life) is not int or half_life < 1:
+            raise _invalid("half_life", half_life, "half_life must be an int of at least 1")
+        self._busy = None if concurrency is None else concurrency + 1
+        self._spread = None if concurrency is None else max(1, 3 * concurrency // 4)
+        self._overflow = overflow
+        self._half_life = half_life
+        self._demand: dict[str, int] = {}
+        """Adapter name to its decayed request count: +1 a request, all halved every half_life."""
+        self._requests = 0
         self._interval = float(listing_interval)
         self._headroom = headroom
         self._backoff = float(backoff)
         self._max_backoff = float(max_backoff)
         self._refusal = float(refusal)
         self._refused: dict[str, tuple[float, str]] = {}
-        self._pins: dict[str, AdapterPinned] = {}
         """Adapters the engine refused as their own fault: until when, and the engine's words."""
+        self._pins: dict[str, AdapterPinned] = {}
         self._clock = 0.0
         self._logical = 0
         self._next_op = 1
@@ -306,6 +353,8 @@ class AdapterStateMachine:
                 return self._adapter_pinned(event)
             case AdapterUnpinned():
                 return self._adapter_unpinned(event)
+            case RunningReported():
+                return self._running_reported(event)
             case ReplicaAdded():
                 return self._replica_added(event)
             case ReplicasRemoved():
@@ -364,6 +413,11 @@ class AdapterStateMachine:
         """``handle(AdapterUnpinned(...))``: ``adapter`` may be evicted again."""
         return self.handle(AdapterUnpinned(adapter=adapter))
 
+    def running_reported(self, replica: str, adapters: Iterable[str]) -> list[Command]:
+        """``handle(RunningReported(...))``: the engine says ``adapters`` have requests on ``replica``."""
+        names = adapters if isinstance(adapters, str) else tuple(adapters)
+        return self.handle(RunningReported(replica=replica, adapters=names))  # type: ignore[arg-type]
+
     def add_replica(self, replica: str, *, model: str, limit: int) -> list[Command]:
         """``handle(ReplicaAdded(...))``: the router will use ``replica``."""
         return self.handle(ReplicaAdded(replica=replica, model=model, limit=limit))
@@ -405,9 +459,35 @@ class AdapterStateMachine:
         if held is None:
             return False
         self._last_ticket = ticket
-        rep.in_flight += 1
+        self._count(rep, adapter)
         self._take(ticket, rep, held)
         return True
+
+    def place_hit(self, ticket: int, *, adapter: str, model: str | None = None) -> str | None:
+        """[place] then [hit] in one call, for a shell's fast path: the replica granted, or None.
+
+        When placement (nothing excluded, no load reported) would send a request for ``adapter`` to a
+        replica that holds it, the request is granted there, exactly as ``hit(ticket, replica=...,
+        adapter=adapter)`` with ``place(adapter, model=model)``'s replica would, and that replica's
+        id is returned. Otherwise nothing changes and it returns None: then ``place`` and send
+        ``Requested``.
+
+        Raises:
+            UsageError: as ``hit`` would for the ticket, and ``place`` for the adapter name.
+        """
+        if type(adapter) is not str or not adapter:
+            raise _invalid("adapter", adapter, "adapter name must be a non-empty str")
+        self._check_ticket(ticket)
+        rep = self._holder(adapter, model, (), None)
+        if rep is None or (self._busy is not None and rep.in_flight >= self._busy):
+            return None  # no holder, or a busy one: placement may spill elsewhere
+        held = rep.held.get(adapter)
+        if held is None:
+            return None  # placement chose a replica loading it: the request joins, through Requested
+        self._last_ticket = ticket
+        self._count(rep, adapter)
+        self._take(ticket, rep, held)
+        return rep.id
 
     def _requested(self, event: Requested) -> list[Command]:
         """[hit], [join], [wait-unload] or [cold]: ``Grant(HIT)`` at once, or the request waits."""
@@ -418,9 +498,9 @@ class AdapterStateMachine:
         if type(path) is not str or not path:
             raise _invalid("path", path, "adapter path must be a non-empty str")
         self._last_ticket = ticket
-        rep.in_flight += 1
+        self._count(rep, adapter)
         refused = self._refused.get(adapter)
-        if refused is not None:
+        if refused is not None and adapter not in rep.held:  # held: the engine took it there
             if refused[0] > self._clock:  # [refuse]: no call, the engine's words again
                 return [self._fail(ticket, rep, Fault.ADAPTER, refused[1])]
             del self._refused[adapter]
@@ -428,16 +508,33 @@ class AdapterStateMachine:
 
     def _replica_for(self, ticket: int, replica: str) -> _Replica:
         """The replica a new request names, once its ticket and replica are known to be good."""
+        self._check_ticket(ticket)
+        rep = self._replicas.get(replica) if type(replica) is str else None
+        if rep is None or rep.removed:
+            raise UnknownReplicaError(f"replica {replica!r} was never added, or was removed", replica=replica)
+        return rep
+
+    def _check_ticket(self, ticket: int) -> None:
         if type(ticket) is not int or ticket <= self._last_ticket:
             raise TicketOrderError(
                 f"ticket {ticket!r} must be an int above {self._last_ticket}, the highest seen so far",
                 ticket=ticket,
                 highest=self._last_ticket,
             )
-        rep = self._replicas.get(replica) if type(replica) is str else None
-        if rep is None or rep.removed:
-            raise UnknownReplicaError(f"replica {replica!r} was never added, or was removed", replica=replica)
-        return rep
+
+    def _count(self, rep: _Replica, adapter: str) -> None:
+        """A new request on ``rep``: in flight there, one more served, one more for the demand."""
+        rep.in_flight += 1
+        rep.served += 1
+        demand = self._demand
+        demand[adapter] = demand.get(adapter, 0) + 1
+        self._requests += 1
+        if not self._requests % self._half_life:
+            for name, count in list(demand.items()):
+                if count > 1:
+                    demand[name] = count >> 1
+                else:
+                    del demand[name]
 
     def _take(self, ticket: int, rep: _Replica, held: _Held) -> None:
         """[hit]: the request uses a held adapter, which is then in use and no eviction candidate."""
@@ -479,11 +576,12 @@ class AdapterStateMachine:
         commands: list[Command] = []
         victims: list[_Unload] = []
         excess = count + 1 - rep.limit
-        # [evict] The least recently used adapters no request runs on, until the load fits. When
+        # [evict] The adapters no request runs on that are in least demand, least recently used
+        # first among equals (``_victim``), until the load fits. When
         # every held adapter is in use the replica goes over its limit for now: refusing the
         # request would serve no one, and a later load brings the replica back.
         while excess > 0 and rep.idle:
-            victim = next(iter(rep.idle))
+            victim = self._victim(rep)
             self._drop(rep, victim)
             unload = _Unload(rep, victim, self._new_op())
             rep.unloading[victim] = unload
@@ -529,8 +627,8 @@ class AdapterStateMachine:
             self._drop(rep, held.adapter)
             self._forget_if_done(rep)
             return []
-        if held.adapter in self._pins:
-            return []  # [pin]: never a victim, so never idle
+        if held.adapter in self._pins or held.adapter in rep.elsewhere:
+            return []  # [pin], [elsewhere]: never a victim, so never idle
         # Least recently used order is the order in which adapters became idle: any use of an
         # idle adapter takes it out of the idle list, so its last use is its release.
         rep.idle[held.adapter] = self._tick()
@@ -620,7 +718,7 @@ class AdapterStateMachine:
             held = _Held(rep, op.adapter, len(op.waiters), self._tick())
             rep.held[op.adapter] = held
             self._where.setdefault(op.adapter, {})[rep.id] = rep
-            if not held.in_use and op.adapter not in self._pins:
+            if not held.in_use and op.adapter not in self._pins and op.adapter not in rep.elsewhere:
                 rep.idle[op.adapter] = held.since
             for ticket in op.waiters:
                 del self._waiting[ticket]
@@ -699,7 +797,7 @@ class AdapterStateMachine:
 
     def _time_advanced(self, now: float) -> list[Command]:
         """[time]: the shell's clock reads ``now``; start the listings that are due."""
-        if not _is_number(now) or not math.isfinite(now):
+        if not _is_number(now) or not _is_finite(now):
             raise _invalid("now", now, "now must be a finite number")
         if now < self._clock:
             raise ClockWentBackwardsError(
@@ -798,7 +896,7 @@ class AdapterStateMachine:
         for name in sorted(listed - known, reverse=True):
             rep.held[name] = _Held(rep, name, 0, since)
             self._where.setdefault(name, {})[rep.id] = rep
-            if name not in self._pins:
+            if name not in self._pins and name not in rep.elsewhere:
                 rep.idle[name] = 0
                 rep.idle.move_to_end(name, last=False)
         commands.extend(self._admit_queued(rep))
@@ -910,8 +1008,9 @@ class AdapterStateMachine:
             if rep is None or rep.removed:
                 continue
             rep.removed = True
-            for name in list(rep.idle):
-                self._drop(rep, name)
+            rep.elsewhere = frozenset()  # about the old engine; a re-added one is reported afresh
+            for name in [n for n, held in rep.held.items() if not held.in_use]:
+                self._drop(rep, name)  # idle ones, and pinned ones no request runs on
             for name in list(rep.held) + list(rep.loading):
                 self._unwhere(rep, name)  # unseen: placement never chooses a removed replica
             for load in list(rep.loading.values()):
@@ -979,11 +1078,12 @@ class AdapterStateMachine:
     ) -> Placement:
         """Where to send a request for ``adapter`` ([place]): pure, and the same for the same state.
 
-        Candidates are the replicas in use (of ``model`` when given), less ``exclude`` (replicas
-        this request already tried). A holder that is not busy comes first; a cold load goes where it
-        costs least: a free slot, else the replica whose least recently used idle adapter is oldest.
-        Ties go to the highest rendezvous hash of adapter and replica, so that routers with the same
-        view choose alike and spread different adapters over different replicas.
+        Candidates are the replicas in use (of ``model`` when given), not avoided, less ``exclude``
+        (replicas this request already tried). The least busy holder takes it unless it is busy (past
+        ``concurrency``); else a cold load goes where it costs least: a free slot, a replica whose
+        adapters are all in use (a little over its limit evicts nothing), else the replica whose
+        victim is in least demand and idle longest. Ties go to the replica that has served fewest,
+        then to the highest rendezvous hash, so that routers with the same view choose alike.
 
         Args:
             load: a figure per replica id the router may report (e.g. the engine's queue length),
@@ -993,49 +1093,112 @@ class AdapterStateMachine:
             raise _invalid("adapter", adapter, "adapter name must be a non-empty str")
         skip = exclude if isinstance(exclude, set | frozenset | dict) else set(exclude)
         extra = load or {}
+        holder = self._holder(adapter, model, skip, extra)
+        if holder is not None and (self._busy is None or self._busy_of(holder, extra) < self._busy):
+            return self._at(holder, adapter)
+        cold = self._place_cold(adapter, model, skip, extra, self._spread)
+        if cold.replica is not None:
+            return cold
+        if holder is not None:
+            return self._at(holder, adapter)
+        return self._place_cold(adapter, model, skip, extra, None, least=True)
+
+    @staticmethod
+    def _at(rep: _Replica, adapter: str) -> Placement:
+        return Placement(replica=rep.id, placed=Placed.HELD if adapter in rep.held else Placed.LOADING)
+
+    @staticmethod
+    def _busy_of(rep: _Replica, extra: Mapping[str, float] | None) -> float:
+        return rep.in_flight + extra.get(rep.id, 0) if extra else rep.in_flight
+
+    def _holder(
+        self, adapter: str, model: str | None, skip: Container[str], extra: Mapping[str, float] | None
+    ) -> _Replica | None:
+        """[place]'s first choice: the holder (held or loading) with the least (busy, served, -weight).
+
+        The rendezvous weights are computed only for a tie: a warm request's placement is its hot path.
+        """
         best: _Replica | None = None
-        best_key: tuple[float, int] = (0.0, 0)
+        best_key = (0.0, 0)
+        best_weight = -1
         clock = self._clock
-        for rep in self._where.get(adapter, {}).values():
-            if rep.id in skip or rep.avoid_until > clock or (model is not None and rep.model != model):
+        for rep in self._where.get(adapter, _NOWHERE).values():
+            if rep.avoid_until > clock or rep.id in skip or (model is not None and rep.model != model):
                 continue
-            key = (rep.in_flight + extra.get(rep.id, 0), -_rendezvous(adapter, rep.id))
+            key = (rep.in_flight + extra.get(rep.id, 0) if extra else rep.in_flight, rep.served)
             if best is None or key < best_key:
-                best, best_key = rep, key
-        if best is not None:
-            return Placement(replica=best.id, placed=Placed.HELD if adapter in best.held else Placed.LOADING)
-        return self._place_cold(adapter, model, skip, extra)
+                best, best_key, best_weight = rep, key, -1
+            elif key == best_key:
+                if best_weight < 0:
+                    best_weight = _rendezvous(adapter, best.id)
+                weight = _rendezvous(adapter, rep.id)
+                if weight > best_weight:
+                    best, best_weight = rep, weight
+        return best
 
     def _place_cold(
-        self, adapter: str, model: str | None, skip: Container[str], extra: Mapping[str, float]
+        self,
+        adapter: str,
+        model: str | None,
+        skip: Container[str],
+        extra: Mapping[str, float],
+        spread: int | None,
+        *,
+        least: bool = False,
     ) -> Placement:
+        """[place], a cold load: the candidate not holding ``adapter`` where the load costs least.
+
+        Only replicas with fewer than ``spread`` requests in flight, when it is given; ``least``
+        picks the least busy instead, whatever the load would cost there.
+        """
         chosen: _Replica | None = None
         chosen_key: tuple[Any, ...] = ()
+        chosen_kind = 0
         clock = self._clock
         headroom = self._headroom
         for rep in self._replicas.values():
             if rep.removed or rep.id in skip or rep.avoid_until > clock:
                 continue
-            if model is not None and rep.model != model:
+            if (model is not None and rep.model != model) or adapter in rep.held or adapter in rep.loading:
+                continue
+            busy = rep.in_flight + extra.get(rep.id, 0)
+            if spread is not None and busy >= spread:
                 continue
             count = len(rep.held) + len(rep.loading)
-            free = rep.limit - count
-            busy = rep.in_flight + extra.get(rep.id, 0)
             if headroom is not None and count - len(rep.idle) >= rep.limit + headroom:
-                key: tuple[Any, ...] = (3, busy, len(rep.queue.waiters) if rep.queue is not None else 0)
-            elif free > 0:
-                key = (0, busy, -free)
-            elif rep.idle:
-                key = (1, next(iter(rep.idle.values())), busy)
+                kind, cost = 4, (0, 0)  # at its cap: the request would wait for room
+            elif count < rep.limit:
+                kind, cost = 0, (0, 0)
+            elif not rep.idle:
+                kind, cost = (1 if count < rep.limit + self._overflow else 3), (0, 0)
             else:
-                key = (2, busy, count - rep.limit)
-            key = (*key, -_rendezvous(adapter, rep.id))
+                victim = self._victim(rep)
+                kind, cost = 2, (self._weight(victim), rep.idle[victim])
+            last = (busy, rep.served, -_rendezvous(adapter, rep.id))
+            key = last if least else (kind, *cost, *last)
             if chosen is None or key < chosen_key:
-                chosen, chosen_key = rep, key
+                chosen, chosen_key, chosen_kind = rep, key, kind
         if chosen is None:
             return Placement(replica=None, placed=None)
-        placed = (Placed.FREE, Placed.EVICT, Placed.OVER, Placed.WAIT)[chosen_key[0]]
+        placed = (Placed.FREE, Placed.OVER, Placed.EVICT, Placed.OVER, Placed.WAIT)[chosen_kind]
         return Placement(replica=chosen.id, placed=placed)
+
+    def _weight(self, adapter: str) -> int:
+        """[evict] An adapter's demand class: the bit length of its decayed request count."""
+        return self._demand.get(adapter, 0).bit_length()
+
+    def _victim(self, rep: _Replica) -> str:
+        """[evict] The idle adapter in least demand, the least recently used of those (``idle`` not empty)."""
+        demand = self._demand
+        victim = ""
+        lowest = -1
+        for name in rep.idle:
+            weight = demand.get(name, 0).bit_length()
+            if lowest < 0 or weight < lowest:
+                victim, lowest = name, weight
+                if not weight:
+                    break  # nothing is in less demand than none
+        return victim
 
     def is_met(self, replica: str) -> bool:
         """Whether ``replica`` is in use and its first listing since it was added was answered.
@@ -1048,16 +1211,7 @@ class AdapterStateMachine:
     def statistics(self) -> Statistics:
         """A frozen snapshot of the counts and of what every replica in use holds ([statistics])."""
         replicas = {
-            rep.id: ReplicaStatistics(
-                model=rep.model,
-                limit=rep.limit,
-                met=rep.met,
-                held={name: rep.held[name].in_use for name in sorted(rep.held)},
-                loading=tuple(sorted(rep.loading)),
-                unloading=tuple(sorted(rep.unloading)),
-                queued=len(rep.queue.waiters) if rep.queue is not None else 0,
-                failing_until=rep.avoid_until if rep.avoid_until > self._clock else None,
-            )
+            rep.id: self._replica_statistics(rep)
             for rep in sorted(self._replicas.values(), key=lambda r: r.id)
             if not rep.removed
         }
@@ -1074,6 +1228,24 @@ class AdapterStateMachine:
             waiting=len(self._waiting),
             leases=len(self._leases),
             pins={name: self._pins[name].copies for name in sorted(self._pins)},
+        )
+
+    def replica_statistics(self, replica: str) -> ReplicaStatistics | None:
+        """One replica's part of ``statistics()``, without building the rest; None if not in use."""
+        rep = self._replicas.get(replica)
+        return None if rep is None or rep.removed else self._replica_statistics(rep)
+
+    def _replica_statistics(self, rep: _Replica) -> ReplicaStatistics:
+        return ReplicaStatistics(
+            model=rep.model,
+            limit=rep.limit,
+            met=rep.met,
+            held={name: rep.held[name].in_use for name in sorted(rep.held)},
+            loading=tuple(sorted(rep.loading)),
+            unloading=tuple(sorted(rep.unloading)),
+            queued=len(rep.queue.waiters) if rep.queue is not None else 0,
+            in_flight=rep.in_flight,
+            failing_until=rep.avoid_until if rep.avoid_until > self._clock else None,
         )
 
     def check_invariants(self) -> None:
@@ -1125,7 +1297,11 @@ class AdapterStateMachine:
             assert rep.outstanding == outstanding.get(rid, 0), (rid, rep.outstanding)
             names = rep.held.keys() | rep.loading.keys() | rep.unloading.keys()
             assert len(names) == len(rep.held) + len(rep.loading) + len(rep.unloading), rid
-            idle = {n for n, h in rep.held.items() if not h.in_use and n not in self._pins}
+            idle = {
+                n
+                for n, h in rep.held.items()
+                if not h.in_use and n not in self._pins and n not in rep.elsewhere
+            }
             assert set(rep.idle) == (set() if rep.removed else idle), rid
             for name, held in rep.held.items():
                 assert held.current, (rid, name)
@@ -1206,7 +1382,7 @@ class AdapterStateMachine:
         commands: list[Command] = []
         for rep in sorted(self._replicas.values(), key=lambda r: r.id):
             held = rep.held.get(adapter)
-            if held is not None and not held.in_use and not rep.removed:
+            if held is not None and not held.in_use and not rep.removed and adapter not in rep.elsewhere:
                 rep.idle[adapter] = self._tick()
                 commands.extend(self._admit_queued(rep))
             load = rep.loading.get(adapter)
@@ -1234,7 +1410,7 @@ class AdapterStateMachine:
             }
             skip = set(self._where.get(adapter, {}))
             for _ in range(pin.copies - len(have)):
-                placement = self._place_cold(adapter, pin.model, skip, {})
+                placement = self._place_cold(adapter, pin.model, skip, {}, None)
                 if placement.placed not in (Placed.FREE, Placed.EVICT) or placement.replica is None:
                     break
                 rep = self._replicas[placement.replica]
@@ -1262,6 +1438,36 @@ class AdapterStateMachine:
             rep.queue = None
         return commands
 
+    def _running_reported(self, event: RunningReported) -> list[Command]:
+        """[elsewhere]: the adapters the engine says have requests on the replica, from any router.
+
+        Until the next report for the replica, each is no victim and not idle, as if in use: another
+        router may be running requests on it. A held adapter the new report no longer names, with no
+        request of this router on it, becomes idle again, most recently used (in name order): the
+        engine ran it last. A replica not in use: nothing.
+        """
+        replica, names = event.replica, event.adapters
+        if type(replica) is not str or not replica:
+            raise _invalid("replica", replica, "replica id must be a non-empty str")
+        if not isinstance(names, tuple | list):
+            raise _invalid("adapters", names, "adapters must be a list of adapter names")
+        for name in names:
+            if type(name) is not str or not name:
+                raise _invalid("adapters", name, "reported adapter names must be non-empty strs")
+        rep = self._replicas.get(replica)
+        if rep is None or rep.removed:
+            return []
+        before, rep.elsewhere = rep.elsewhere, frozenset(names)
+        for name in rep.elsewhere - before:
+            rep.idle.pop(name, None)
+        freed = False
+        for name in sorted(before - rep.elsewhere):
+            held = rep.held.get(name)
+            if held is not None and not held.in_use and name not in self._pins:
+                rep.idle[name] = self._tick()
+                freed = True
+        return self._admit_queued(rep) if freed else []
+
     def _replica_ok(self, rep: _Replica) -> None:
         rep.failures = 0
         rep.avoid_until = 0.0
@@ -1288,6 +1494,7 @@ class AdapterStateMachine:
             del self._where[adapter]
 
 
+@functools.lru_cache(maxsize=4096)  # pure, and a tie among a hot adapter's holders is every request's
 def _rendezvous(adapter: str, replica: str) -> int:
     """FNV-1a (64 bits) of the UTF-8 bytes of ``adapter``, a zero byte, and ``replica``.
 
@@ -1300,8 +1507,17 @@ def _rendezvous(adapter: str, replica: str) -> int:
     return h
 
 
+def _is_finite(value: float) -> bool:
+    try:
+        return math.isfinite(value)
+    except OverflowError:  # an int too large for a float
+        return False
+
+
 def _is_number(value: Any) -> bool:
-    return type(value) is not bool and isinstance(value, int | float) and not math.isnan(value)
+    if type(value) is bool or not isinstance(value, int | float):
+        return False
+    return isinstance(value, int) or not math.isnan(value)
 
 
 def _invalid(field: str, value: Any, what: str) -> InvalidValueError:

@@ -46,6 +46,8 @@ class ReplicaStatistics:
     unloading: tuple[str, ...]
     queued: int = 0
     """Requests waiting for room at the replica's cap ([cap])."""
+    in_flight: int = 0
+    """This router's requests on the replica that have not ended (waiting or granted)."""
     failing_until: float | None = None
     """While the machine's clock is below this, placement avoids the replica ([health])."""
 

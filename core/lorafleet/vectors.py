@@ -51,11 +51,18 @@ def replay(vector: dict[str, Any], machine: AdapterStateMachine | None = None) -
                 break
             continue
         event = decode(step["event"])
+        before = _observed(machine) if "error" in step else None
         try:
             commands = [encode(c) for c in machine.handle(event)]
         except _errors.UsageError as exc:
             if step.get("error") != type(exc).__name__:
                 problems.append(f"{where}: {_dump(step['event'])} raised {type(exc).__name__}: {exc}")
+            elif _observed(machine) != before:
+                problems.append(
+                    f"{where}: {_dump(step['event'])} raised {type(exc).__name__} but changed the machine"
+                )
+            if problems:
+                break
             continue
         if "error" in step:
             problems.append(
@@ -85,6 +92,11 @@ def _replay_hit(machine: AdapterStateMachine, step: dict[str, Any], where: str) 
     if got != step["result"]:
         return [f"{where}: hit {_dump(args)} expected {step['result']}, got {got}"]
     return []
+
+
+def _observed(machine: AdapterStateMachine) -> tuple[Any, Any]:
+    """What SPEC.md 4.2 compares before and after a refused step."""
+    return encode_statistics(machine.statistics()), machine.next_due()
 
 
 def _query(machine: AdapterStateMachine, step: dict[str, Any]) -> Any:

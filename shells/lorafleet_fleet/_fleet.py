@@ -1,44 +1,81 @@
 """The shell: runs the machine's commands over HTTP and turns the answers back into events.
 
-Every decision is the machine's. This module only makes calls, waits, keeps time and counts. It is
-written on anyio, which runs natively on trio and on asyncio, so both runtimes' shells are this one
-class; lorafleet_trio and lorafleet_asyncio only add their runtime's rules for a hit.
+Every decision is the machine's. This module only makes calls, waits, keeps time and logs. Every input
+reaches the machine through ``Fleet._send``, which also carries out what the machine answers; the one
+shortcut is ``AdapterStateMachine.hit``, a warm request's path, which has no command to carry out.
+``Fleet.route`` asks the machine where to go (``place``) and tries the next placement when a replica
+fails; which replica, and whether one is healthy, is the machine's answer, never the shell's.
+
+It is written on anyio, which runs natively on trio and on asyncio: one ``Fleet`` serves both, and
+keeps trio's rule for a hit (a checkpoint) when it finds itself under trio.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
-from collections.abc import Awaitable, Callable, Iterable, Sequence
-from contextlib import AsyncExitStack
-from types import TracebackType
-from typing import Any
+import sys
+from collections.abc import Awaitable, Callable, Coroutine, Generator, Iterable, Mapping
+from types import MappingProxyType, TracebackType
+from typing import Any, Self
 
 import anyio
+import anyio.abc
 import httpx
 
 from lorafleet import (
+    DEFAULT_BACKOFF,
+    DEFAULT_MAX_BACKOFF,
+    DEFAULT_REFUSAL,
+    AdapterMissing,
+    AdapterPinned,
     AdapterStateMachine,
-    Command,
+    AdapterUnpinned,
+    Cancelled,
+    Event,
     Fail,
     Fault,
     Grant,
     How,
     IssueLoad,
     IssueUnload,
+    LimitSet,
     ListingFailed,
+    ListingReceived,
     LoadFinished,
     MarkMet,
+    Placed,
     ReadListing,
+    Released,
+    ReplicaAdded,
+    ReplicaFailed,
+    ReplicasRemoved,
+    ReplicaStatistics,
+    Requested,
+    RunningReported,
     Statistics,
+    TimeAdvanced,
     UnloadFinished,
+    UsageError,
     View,
     vllm,
 )
 
-from ._http import fetch
+from ._http import CutShortError, fetch
 from ._metrics import FleetMetrics
-from ._types import AdapterError, FleetClosedError, Replica, ReplicaError
+from ._resolve import AdapterSource, Resolver, resolver
+from ._types import (
+    AdapterError,
+    EnteredTwiceError,
+    FleetClosedError,
+    FleetError,
+    LoadError,
+    OutsideBlockError,
+    Replica,
+    ReplicaError,
+    _invalid,
+)
 
 log = logging.getLogger("lorafleet")
 
@@ -46,35 +83,81 @@ LOAD_TIMEOUT = 120.0
 """An adapter is tens to hundreds of MB read from local disk: one taking minutes is a replica in trouble."""
 LISTING_TIMEOUT = 5.0
 LISTING_INTERVAL = 30.0
+HEADROOM = 2
+"""How far over its limit a replica may go when all its adapters are in use ([cap]).
 
-_Call = IssueLoad | IssueUnload | ReadListing
+The smallest that cost nothing measurable in the simulator where a replica's limit covers what it runs
+at once, while it halves the issue's runaway burst; README.md, "In a router", gives the figures
+(``bench/headroom.py``)."""
+ATTEMPTS = 3
+"""Replicas ``Fleet.route`` tries for one request (ModelMesh: at most 3 failures per request)."""
+
+_HIT = How.HIT
+_HELD = Placed.HELD
+_NO_PINS: Mapping[str, int] = MappingProxyType({})
 
 
 class _Waiter:
-    """One waiting request: the event it waits on, and what it gets."""
+    """One request that was not a hit: the event it waits on, and what it gets."""
 
-    __slots__ = ("closed", "event", "failed", "how")
+    __slots__ = ("closed", "event", "failed", "how", "timeout")
 
     def __init__(self) -> None:
         self.event = anyio.Event()
         self.how: How | None = None
         self.failed: Fail | None = None
-        self.closed: FleetClosedError | None = None
+        self.timeout: float | None = None
+        self.closed = False
+
+
+class _Call:
+    """One call out to a replica's server, until its answer is fed to the machine."""
+
+    __slots__ = ("abandoned", "command", "replica", "scope")
+
+    def __init__(self, command: IssueLoad | IssueUnload | ReadListing, replica: Replica) -> None:
+        self.command = command
+        self.replica = replica
+        self.scope = anyio.CancelScope()
+        self.abandoned = False
+        """Its answer was given up on (the replica moved to another server) and reported already."""
 
 
 class Fleet:
     """Which vLLM replica holds which LoRA adapter, over HTTP: a router's one object for it.
 
-    Use it as ``async with Fleet(...) as fleet``: the block owns the background work (calls to
-    replicas, loads that outlive the request that started them, the listing schedule), and leaving it
-    ends that work and fails the requests still waiting with ``FleetClosedError``.
+    Use it as ``async with Fleet(...) as fleet``, under trio or asyncio: the block owns the background
+    work (calls to replicas, loads that outlive the request that started them, the listing schedule),
+    and leaving it ends that work and fails the requests still waiting with ``FleetClosedError``. An
+    exception from the block comes out as itself.
 
     Args:
         client: the httpx client for calls to replicas; the fleet makes and closes its own when None.
         load_timeout: seconds one load (or unload) may take.
         listing_timeout: seconds one read of a replica's listing may take.
         listing_interval: seconds between two readings of a replica's listing.
-        metrics: receives counts of grants, loads and evictions (see ``PrometheusMetrics``).
+        metrics: exports the fleet's counts and load latency (see ``PrometheusMetrics``).
+        replicas: replicas to use from the start: entering the fleet reads their listings.
+        adapters: where ``route`` finds an adapter's path by its name (see ``AdapterSource``): a
+            mapping of names to paths, a folder with one folder per adapter, or a callable.
+        pins: adapter name to the number of replicas to keep it loaded on, from the start (``pin``).
+        headroom: how many adapters past its limit a replica may go when every adapter it holds is
+            in use; at that cap a cold request waits for room, or goes elsewhere. None: no cap.
+        concurrency: the requests one replica runs at once (vLLM's ``--max-num-seqs``): ``route``
+            sends a request for a held adapter elsewhere once its holder has more than this in flight,
+            so a hot adapter gets a second copy instead of a queue. None: never (set it).
+        attempts: how many replicas ``route`` tries for one request.
+        backoff, max_backoff: seconds placement avoids a replica after a failure, doubling with each
+            failure in a row up to ``max_backoff``.
+        refusal: seconds an adapter the engine refused as the adapter's fault is refused at once,
+            without a call.
+        read_running: after each listing, also read which adapters the engine says have requests
+            (vLLM's ``vllm:lora_requests_info``, from any router), so that none of them is evicted;
+            False for one router alone, whose own requests the fleet knows.
+
+    Raises:
+        InvalidValueError: a timeout or the interval is not a positive number of seconds, or another
+            argument is not what it must be (a pin that ``adapters`` does not resolve...).
     """
 
     def __init__(
@@ -85,95 +168,286 @@ class Fleet:
         listing_timeout: float = LISTING_TIMEOUT,
         listing_interval: float = LISTING_INTERVAL,
         metrics: FleetMetrics | None = None,
+        replicas: Iterable[Replica] = (),
+        adapters: AdapterSource | None = None,
+        pins: Mapping[str, int] = _NO_PINS,
+        headroom: int | None = HEADROOM,
+        concurrency: int | None = None,
+        attempts: int = ATTEMPTS,
+        backoff: float = DEFAULT_BACKOFF,
+        max_backoff: float = DEFAULT_MAX_BACKOFF,
+        refusal: float = DEFAULT_REFUSAL,
+        read_running: bool = True,
     ) -> None:
         for name, value in (
             ("load_timeout", load_timeout),
             ("listing_timeout", listing_timeout),
             ("listing_interval", listing_interval),
         ):
-            if not value > 0:
-                raise ValueError(f"{name} must be a positive number of seconds, not {value!r}")
-        self._machine = AdapterStateMachine(listing_interval=listing_interval)
+            if type(value) not in (int, float) or not 0 < value < math.inf:
+                raise _invalid(name, value, f"{name} must be a positive number of seconds")
+        if type(attempts) is not int or attempts < 1:
+            raise _invalid("attempts", attempts, "attempts must be an int of at least 1")
+        self._machine = AdapterStateMachine(
+            listing_interval=listing_interval,
+            headroom=headroom,
+            concurrency=concurrency,
+            backoff=backoff,
+            max_backoff=max_backoff,
+            refusal=refusal,
+        )
+        self._first = tuple(replicas)
+        for replica in self._first:
+            if not isinstance(replica, Replica):
+                raise _invalid("replicas", replica, "replicas must be Replica values")
+        self._known: Mapping[str, str] | None = None
+        """Adapter names to paths, looked in first; None when the fleet has no adapters."""
+        self._resolve: Resolver | None = None
+        """For names not in ``_known``: the folder or the router's callable."""
+        self._unknown = ""
+        """Why a name the adapters do not have fails."""
+        if adapters is not None:
+            self._known, self._resolve, self._unknown = resolver(adapters)
+        self._first_pins = self._resolve_pins(pins)
+        self._attempts = attempts
+        self._placed = dict.fromkeys(Placed, 0)
+        """Placements ``route`` acted on, by what the request found there."""
+        self._leased: set[int] = set()
+        """Tickets of routed leases granted and not released: the fleet releases them when it closes."""
+        self._orphans: list[int] = []
+        """Tickets of routed leases garbage collected unreleased, for the timer task to release."""
+        self._poke: Callable[[], None] | None = None
         self._client = client
+        self._own_client = client is None
         self._load_timeout = load_timeout
         self._listing_timeout = listing_timeout
         self._metrics = metrics
+        self._read_running = read_running
+        self._reported: dict[str, bool] = {}
+        """Replica id to whether its last report of running adapters named any."""
         self._replicas: dict[str, Replica] = {}
         self._waiters: dict[int, _Waiter] = {}
         self._unmet: dict[str, anyio.Event] = {}
-        self._stack: AsyncExitStack | None = None
+        self._calls: dict[str, set[_Call]] = {}
+        """Calls out, by replica id, whether the replica is still in use or not."""
         self._tasks: anyio.abc.TaskGroup | None = None
-        self._wake = anyio.Event()
+        self._wake: anyio.Event | None = None
+        self._entered = False
         self._open = False
+        self._checkpoint: Callable[[], Awaitable[None]] | None = None
+        """What every acquire awaits first, even a hit: trio's checkpoint under trio, else nothing."""
+        if metrics is not None:
+            metrics.watch(self)
+
+    def _resolve_pins(self, pins: Mapping[str, int]) -> dict[str, tuple[str, int]]:
+        if not isinstance(pins, Mapping):
+            raise _invalid("pins", pins, "pins must be a mapping of adapter names to copies")
+        resolved = {}
+        for name, copies in pins.items():
+            if type(copies) is not int or copies < 1:
+                raise _invalid("pins", {name: copies}, "a pin's copies must be an int of at least 1")
+            if type(name) is not str or not name:
+                raise _invalid("pins", name, "a pinned adapter's name must be a non-empty str")
+            try:
+                path = self._path_of(name)
+            except (UsageError, AdapterError):
+                raise _invalid("pins", name, "a pinned adapter must be among the fleet's adapters") from None
+            resolved[name] = (path, copies)
+        return resolved
 
     # -- lifetime ------------------------------------------------------------------------------
 
-    async def __aenter__(self) -> Any:
-        if self._stack is not None:
-            raise RuntimeError("a Fleet can be entered once")
-        stack = AsyncExitStack()
+    async def __aenter__(self) -> Self:
+        if self._entered:
+            raise EnteredTwiceError("a Fleet is entered once: make a new Fleet for another 'async with'")
+        self._entered = True
+        self._checkpoint = _trio_checkpoint()
+        if self._client is None:
+            self._client = httpx.AsyncClient()
         try:
-            if self._client is None:
-                self._client = await stack.enter_async_context(httpx.AsyncClient())
-            self._tasks = await stack.enter_async_context(anyio.create_task_group())
-            self._tasks.start_soon(self._keep_time)
+            tasks = anyio.create_task_group()
+            await tasks.__aenter__()
         except BaseException:
-            await stack.aclose()
+            await self._close_client()
             raise
-        self._stack = stack
+        self._tasks = tasks
+        self._wake = anyio.Event()
         self._open = True
+        self._poke = _poker(self._wake_up)
+        tasks.start_soon(self._keep_time)
+        try:
+            if self._first:
+                await self.sync_unknown(self._first)
+            for name, (path, copies) in self._first_pins.items():
+                self._send(AdapterPinned(adapter=name, path=path, copies=copies))
+        except BaseException as exc:
+            await self.__aexit__(type(exc), exc, exc.__traceback__)
+            raise
         return self
 
     async def __aexit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         self._close()
-        assert self._stack is not None
-        assert self._tasks is not None
-        self._tasks.cancel_scope.cancel()
-        await self._stack.__aexit__(exc_type, exc, tb)
+        tasks = self._tasks
+        assert tasks is not None
+        tasks.cancel_scope.cancel()
+        try:
+            # The block's exception is not handed to the task group, which would wrap it in an
+            # ExceptionGroup: the group is the fleet's own business (trio's advice for a library's
+            # nursery). Its tasks end by the cancellation alone; if one failed, that is a bug here,
+            # and the group says so.
+            await tasks.__aexit__(None, None, None)
+        finally:
+            await self._close_client()
+
+    async def _close_client(self) -> None:
+        if self._own_client and self._client is not None:
+            with anyio.CancelScope(shield=True):
+                await self._client.aclose()
 
     def _close(self) -> None:
         self._open = False
-        closed = FleetClosedError("the fleet was closed while the request waited for its adapter")
         waiters, self._waiters = self._waiters, {}
         for waiter in waiters.values():
-            waiter.closed = closed
+            waiter.closed = True
             waiter.event.set()
         unmet, self._unmet = self._unmet, {}
         for event in unmet.values():
             event.set()
+        # Routed leases still held end with the fleet; their holders' release() then does nothing.
+        leased, self._leased = self._leased, set()
+        for ticket in sorted(leased):
+            self._send(Released(ticket=ticket))
+        self._orphans.clear()
+        self._poke = None
+
+    def _check_open(self) -> None:
+        if not self._open:
+            raise self._not_open()
+
+    def _not_open(self) -> Exception:
+        if self._entered:
+            return FleetClosedError("the fleet is closed: it takes no more requests")
+        return OutsideBlockError("the fleet is not open yet: use it inside 'async with Fleet() as fleet'")
 
     # -- what a router calls -------------------------------------------------------------------
 
     def acquire(self, replica: Replica, adapter: str, path: str) -> Lease:
         """Hold ``adapter`` (stored at ``path``) on ``replica`` for an ``async with`` block.
 
-        The block gets a ``Lease`` once the adapter is there, loading it first if need be; the
+        The block gets the ``Lease`` once the adapter is there, loading it first if need be; the
         adapter is never unloaded while the block runs. Cancelling the request while it waits gets it
         no lease, and the load goes on for the others.
 
-        Raises:
+        Raises (when the block is entered):
             AdapterError: the adapter is wrong; do not retry it on another replica.
             ReplicaError: this replica failed; another may serve the request.
-            FleetClosedError: the fleet closed while the request waited.
+            FleetClosedError: the fleet is closed, or closed while the request waited.
+            ReplicaConflictError: ``replica``'s id is known here with another model and the same URL.
+            InvalidValueError: ``adapter`` or ``path`` is not a non-empty str.
+            OutsideBlockError: the fleet was never entered.
+            EnteredTwiceError: the lease was entered before.
         """
         return Lease(self, replica, adapter, path)
+
+    def route(self, adapter: str, *, model: str | None = None) -> Route:
+        """A lease on ``adapter`` wherever placement puts it: the replica, loaded if need be.
+
+        Await it (``lease = await fleet.route("sql")``) and call ``lease.release()`` when the request
+        is done, or hold it for an ``async with`` block. The path comes from the fleet's ``adapters``.
+        Placement chooses among the replicas in use (of ``model``, when given); when a replica fails
+        before the lease is granted, the next placement is tried, at most ``attempts`` replicas and
+        never one twice. An adapter's fault ends the request at once.
+
+        Raises (when awaited or entered):
+            AdapterError: the adapter is wrong (or not among the fleet's adapters: then no replica
+                was asked, and ``replica`` is None); no replica would take it.
+            ReplicaError: no healthy replica was left to try; ``tried`` holds each one's error.
+            FleetClosedError: the fleet is closed, or closed while the request waited.
+            InvalidValueError: ``adapter`` or ``model`` is not a non-empty str.
+            UsageError: the fleet has no ``adapters`` to find the path in.
+            OutsideBlockError: the fleet was never entered.
+            EnteredTwiceError: the route was awaited or entered before.
+        """
+        return Route(self, adapter, model)
+
+    async def prewarm(self, adapters: Iterable[str], *, model: str | None = None) -> dict[str, LoadError]:
+        """Load each of ``adapters`` where placement puts it, all at once, before taking traffic.
+
+        Returns once each is loaded or has failed: the adapters that failed, with their errors.
+
+        Raises:
+            FleetClosedError: the fleet is closed, or closed meanwhile.
+            InvalidValueError: a name is not a non-empty str.
+            UsageError: the fleet has no ``adapters``.
+            OutsideBlockError: the fleet was never entered.
+        """
+        failed: dict[str, LoadError] = {}
+        closed: list[FleetError] = []
+
+        async def load(name: str) -> None:
+            try:
+                async with self.route(name, model=model):
+                    pass
+            except LoadError as exc:
+                failed[name] = exc
+            except FleetError as exc:
+                closed.append(exc)
+
+        self._check_open()
+        if self._known is None:
+            raise UsageError("prewarming by name needs the fleet's adapters: Fleet(adapters=...)")
+        names = list(dict.fromkeys(adapters))
+        for name in names:  # misuse is raised here, not from inside the task group
+            if type(name) is not str or not name:
+                raise _invalid("adapters", name, "adapter names must be non-empty strs")
+        async with anyio.create_task_group() as tasks:
+            for name in names:
+                tasks.start_soon(load, name)
+        if closed:
+            raise FleetClosedError("the fleet was closed while adapters were being prewarmed")
+        return failed
+
+    def pin(self, adapter: str, copies: int = 1, model: str | None = None) -> None:
+        """Keep ``adapter`` loaded on ``copies`` replicas (of ``model``, if given), never evicted.
+
+        Placement chooses the replicas, and loads it on them as room allows; a replica lost or
+        failing is replaced. Pinning it again changes the copies or the model.
+
+        Raises:
+            AdapterError: ``adapter`` is not among the fleet's adapters.
+            InvalidValueError: ``copies`` is not an int of at least 1, or ``model`` not a non-empty str.
+            FleetClosedError, OutsideBlockError: the fleet is not open.
+        """
+        self._check_open()
+        path = self._path_of(adapter)
+        self._send(AdapterPinned(adapter=adapter, path=path, copies=copies, model=model))
+
+    def unpin(self, adapter: str) -> None:
+        """``adapter`` may be evicted again, once no request runs on it. Unknown names change nothing."""
+        self._check_open()
+        self._send(AdapterUnpinned(adapter=adapter))
 
     async def sync_unknown(self, replicas: Iterable[Replica]) -> None:
         """Read the listings of the replicas not met yet, all at once, and wait for them.
 
         A listing that fails still counts: its replica is taken to hold what this fleet loaded there.
+
+        Raises:
+            FleetClosedError: the fleet is closed, or closed while this waited.
+            ReplicaConflictError: a replica's id is known here with another model and the same URL.
+            OutsideBlockError: the fleet was never entered.
         """
         self._check_open()
-        waits = []
+        ids = []
         for replica in replicas:
             self._declare(replica)
-            event = self._unmet.get(replica.id)
-            if event is not None:
-                waits.append(event)
-        for event in waits:
-            await event.wait()
+            ids.append(replica.id)
+        for rid in ids:
+            # Again after each wait: a replica declared anew meanwhile (another URL) has a new listing.
+            while (met := self._unmet.get(rid)) is not None:
+                await met.wait()
         self._check_open()
 
     def view(self, replicas: Iterable[Replica], adapter: str) -> View:
@@ -181,20 +455,22 @@ class Fleet:
         return self._machine.view([r.id for r in replicas], adapter)
 
     def forget(self, replica: Replica, adapter: str) -> None:
-        """The replica answered a request for ``adapter`` with "no such model" (call it after the block)."""
-        self._machine.adapter_missing(replica=replica.id, adapter=adapter)
+        """The replica said it does not have ``adapter``: stop holding it there, in use or not.
+
+        From inside an ``acquire`` block, ``lease.adapter_missing()`` is better: it tells the copy the
+        request ran on from one loaded since, which this cannot.
+        """
+        self._send(AdapterMissing(replica=replica.id, adapter=adapter))
 
     def remove(self, replicas: Iterable[Replica | str]) -> None:
-        """Stop using these replicas: requests waiting on them fail with ``ReplicaError``."""
-        ids = [r if isinstance(r, str) else r.id for r in replicas]
+        """Stop using these replicas: requests waiting on them fail with ``ReplicaError``.
+
+        Using one again adds it again, and its listing is read afresh.
+        """
+        ids = tuple(r if isinstance(r, str) else r.id for r in replicas)
         for rid in ids:
-            # Forgotten here too, so that using the replica again adds it again. Calls still out hold
-            # their own Replica; their answers go to the machine, which ignores them.
-            self._replicas.pop(rid, None)
-            met = self._unmet.pop(rid, None)
-            if met is not None:
-                met.set()
-        self._run(self._machine.remove_replicas(ids))
+            self._drop_replica(rid)
+        self._send(ReplicasRemoved(replicas=ids))
 
     def keep(self, replicas: Iterable[Replica]) -> None:
         """Stop using every replica not among ``replicas``."""
@@ -202,85 +478,344 @@ class Fleet:
         self.remove(sorted(rid for rid in self._replicas if rid not in wanted))
 
     def set_limit(self, model: str, limit: int) -> None:
-        """Every replica of ``model`` may hold ``limit`` adapters (a lower one applies at the next load)."""
-        self._machine.set_limit(model, limit)
+        """Every replica of ``model`` may hold ``limit`` adapters (a lower one applies at the next load).
+
+        Raises:
+            InvalidValueError: ``limit`` is not an int of at least 1.
+        """
+        self._send(LimitSet(model=model, limit=limit))
 
     def statistics(self) -> Statistics:
         """The machine's frozen snapshot: counts, and what every replica holds with its in-use counts."""
         return self._machine.statistics()
 
+    def replica_statistics(self, replica: str) -> ReplicaStatistics | None:
+        """One replica's part of ``statistics()`` (held, in use, in flight, failing), None if not in use."""
+        return self._machine.replica_statistics(replica)
+
+    def placements(self) -> dict[str, int]:
+        """How many placements ``route`` acted on, by what the request found (held, free, evict...)."""
+        return {placed.value: count for placed, count in self._placed.items()}
+
+    # -- acquiring, for Lease ------------------------------------------------------------------
+
+    def _hit(self, lease: Lease) -> bool:
+        """Start ``lease``'s request: True when it is a hit, granted at once (every warm request's path)."""
+        if not self._open:
+            raise self._not_open()
+        if lease.ticket:
+            raise EnteredTwiceError("a lease is entered once: call fleet.acquire() for each request")
+        replica = lease.replica
+        known = self._replicas.get(replica.id)
+        if known is not replica and known != replica:
+            self._declare(replica)
+        machine = self._machine
+        ticket = lease.ticket = machine.next_ticket
+        if machine.hit(ticket, replica=replica.id, adapter=lease.adapter):
+            lease._how = _HIT
+            return True
+        return False
+
+    async def _wait(self, lease: Lease) -> None:
+        """The rest of a request that was not a hit: wait for the load, or the unload in its way."""
+        ticket = lease.ticket
+        replica = lease.replica
+        waiter = self._waiters[ticket] = _Waiter()
+        try:
+            self._send(Requested(ticket=ticket, replica=replica.id, adapter=lease.adapter, path=lease._path))
+        except BaseException:
+            del self._waiters[ticket]  # refused: the machine never took the ticket
+            raise
+        try:
+            await waiter.event.wait()
+        except BaseException:
+            # Cancelled while waiting: the load goes on for the others, and a grant that arrived
+            # meanwhile is released by the cancel.
+            self._waiters.pop(ticket, None)
+            self._send(Cancelled(ticket=ticket))
+            raise
+        if waiter.closed:
+            raise FleetClosedError("the fleet was closed while the request waited for its adapter")
+        failed = waiter.failed
+        if failed is not None:
+            kind = AdapterError if failed.fault is Fault.ADAPTER else ReplicaError
+            raise kind(replica, lease.adapter, failed.message, timeout=waiter.timeout)
+        lease._how = waiter.how
+
+    # -- routing, for Route --------------------------------------------------------------------
+
+    def _path_of(self, adapter: str) -> str:
+        """``adapter``'s path from the fleet's adapters.
+
+        Raises:
+            AdapterError: the adapters do not have it (no replica is asked).
+            InvalidValueError: ``adapter`` is not a non-empty str.
+            UsageError: the fleet has no adapters.
+        """
+        known = self._known
+        if known is None:
+            raise UsageError("routing by name needs the fleet's adapters: Fleet(adapters=...)")
+        if type(adapter) is not str or not adapter:
+            raise _invalid("adapter", adapter, "adapter name must be a non-empty str")
+        path = known.get(adapter)
+        if path is None and self._resolve is not None:
+            path = self._resolve(adapter)
+        if path is None:
+            raise AdapterError(None, adapter, self._unknown)
+        return path
+
+    async def _route(self, lease: Route) -> Route:
+        """Grant ``lease`` where placement puts it; a hit on a holder placement chose is the fast path."""
+        checkpoint = self._checkpoint
+        if checkpoint is not None:
+            await checkpoint()
+        if not self._open:
+            raise self._not_open()
+        if lease._entered:
+            raise EnteredTwiceError("a route is awaited or entered once: call fleet.route() for each request")
+        lease._entered = True
+        adapter = lease.adapter
+        known = self._known
+        path = known.get(adapter) if known is not None and type(adapter) is str else None
+        if path is None:
+            path = self._path_of(adapter)
+        model = lease._model
+        if model is not None and (type(model) is not str or not model):
+            raise _invalid("model", model, "model must be a non-empty str or None")
+        machine = self._machine
+        ticket = machine.next_ticket
+        rid = machine.place_hit(ticket, adapter=adapter, model=model)
+        if rid is not None:
+            lease.replica = self._replicas[rid]
+            lease.ticket = ticket
+            lease.placed = _HELD
+            lease._how = _HIT
+            self._placed[_HELD] += 1
+            self._leased.add(ticket)
+            return lease
+        lease._path = path
+        return await self._route_cold(lease)
+
+    async def _route_cold(self, lease: Route) -> Route:
+        """The rest of ``_route``: wait for a load, or an unload, or room; on a replica's fault, go on."""
+        machine = self._machine
+        adapter, model = lease.adapter, lease._model
+        tried: list[ReplicaError] = []
+        exclude: set[str] = set()
+        while len(tried) < self._attempts:
+            # Placement reads the machine's clock: a failed replica's backoff may be over by now.
+            self._send(TimeAdvanced(now=anyio.current_time()))
+            placement = machine.place(adapter, model=model, exclude=exclude)
+            rid, placed = placement.replica, placement.placed
+            if rid is None or placed is None:
+                break
+            lease.replica = self._replicas[rid]
+            lease.placed = placed
+            self._placed[placed] += 1
+            ticket = lease.ticket = machine.next_ticket
+            if placed is _HELD and machine.hit(ticket, replica=rid, adapter=adapter):
+                lease._how = _HIT
+            else:
+                try:
+                    await self._wait(lease)
+                except ReplicaError as exc:
+                    tried.append(exc)
+                    exclude.add(rid)
+                    continue
+            self._leased.add(ticket)
+            return lease
+        raise self._no_replica(adapter, model, tried)
+
+    def _no_replica(self, adapter: str, model: str | None, tried: list[ReplicaError]) -> ReplicaError:
+        of = f" of model {model!r}" if model is not None else ""
+        if not tried:
+            message = f"no healthy replica{of} to serve it: each is failing, or none is in use"
+        else:
+            names = ", ".join(repr(error.replica.id) for error in tried if error.replica is not None)
+            left = "tried" if len(tried) >= self._attempts else "tried, and none left to try"
+            message = f"no healthy replica{of} served it ({names} {left}); the last said: {tried[-1].message}"
+        return ReplicaError(None, adapter, message, tried=tuple(tried))
+
+    def _release_routed(self, ticket: int) -> None:
+        try:
+            self._leased.remove(ticket)
+        except KeyError:
+            return  # the fleet closed, and released it then
+        self._send(Released(ticket=ticket))
+
+    def _orphan(self, ticket: int) -> None:
+        """A routed lease was garbage collected unreleased: release it soon, from the timer task.
+
+        Called from ``__del__``, which may run in the middle of anything: it only notes the ticket
+        and wakes the loop the way signal handlers may.
+        """
+        poke = self._poke
+        if poke is None:
+            return
+        self._orphans.append(ticket)
+        with contextlib.suppress(Exception):  # the loop is ending: closing releases everything
+            poke()
+
+    def _wake_up(self) -> None:
+        if self._wake is not None:
+            self._wake.set()
+
+    def _release_orphans(self) -> None:
+        orphans = self._orphans
+        while orphans:
+            ticket = orphans.pop()
+            if ticket in self._leased:
+                log.debug("released the lease of request %d, garbage collected without release()", ticket)
+                self._release_routed(ticket)
+
     # -- the loop: event in, commands out ------------------------------------------------------
 
-    def _check_open(self) -> None:
-        if not self._open:
-            raise FleetClosedError("the fleet is not open: use it inside 'async with'")
+    def _send(self, event: Event, *, timed_out: float | None = None) -> None:
+        """Feed ``event`` to the machine and carry out the commands it gives: every input's one way in.
 
-    def _declare(self, replica: Replica) -> None:
-        """Tell the machine of a replica it has not met, or whose limit changed."""
-        current = self._replicas.get(replica.id)
-        if current is replica or current == replica:
-            return
-        self._run(self._machine.advance(anyio.current_time()))
-        commands = self._machine.add_replica(replica.id, model=replica.model, limit=replica.limit)
-        self._replicas[replica.id] = replica
-        if commands:
-            self._unmet[replica.id] = anyio.Event()
-            self._wake.set()  # a new replica's next listing may be due before the timer's
-        self._run(commands)
-
-    def _run(self, commands: Sequence[Command]) -> None:
-        """Carry out the machine's commands: wake requests, start calls in the background."""
-        for command in commands:
+        Args:
+            timed_out: the event answers a call that took longer than this many seconds.
+        """
+        for command in self._machine.handle(event):
             if isinstance(command, Grant | Fail):
                 waiter = self._waiters.pop(command.ticket, None)
                 if waiter is None:
-                    continue  # closed meanwhile
+                    continue  # the fleet closed, and failed the request already
                 if isinstance(command, Grant):
                     waiter.how = command.how
-                    if self._metrics is not None:
-                        self._metrics.grant(command.how)
                 else:
                     waiter.failed = command
+                    waiter.timeout = timed_out
                 waiter.event.set()
             elif isinstance(command, MarkMet):
                 met = self._unmet.pop(command.replica, None)
                 if met is not None:
                     met.set()
-            elif self._tasks is not None and self._open:
-                self._tasks.start_soon(self._call, command, self._replicas[command.replica])
+            elif self._open:
+                assert self._tasks is not None
+                call = _Call(command, self._replicas[command.replica])
+                self._calls.setdefault(command.replica, set()).add(call)
+                self._tasks.start_soon(self._make, call)
 
-    async def _call(self, command: _Call, replica: Replica) -> None:
+    def _declare(self, replica: Replica) -> None:
+        """Tell the machine of ``replica``: new, or known with another URL, limit or key."""
+        rid = replica.id
+        known = self._replicas.get(rid)
+        if known is not None and known.url == replica.url:
+            if (known.model, known.limit) != (replica.model, replica.limit):
+                self._send(ReplicaAdded(replica=rid, model=replica.model, limit=replica.limit))
+                log.info("replica %s may now hold %d adapters", rid, replica.limit)
+            self._replicas[rid] = replica
+            return
+        if known is not None:
+            log.info(
+                "replica %s moved from %s to %s: its adapters are read afresh", rid, known.url, replica.url
+            )
+            self._drop_replica(rid)
+            self._send(ReplicasRemoved(replicas=(rid,)))
+        self._abandon_calls(rid, replica.url)
+        self._replicas[rid] = replica
+        self._unmet[rid] = anyio.Event()
+        try:
+            self._send(TimeAdvanced(now=anyio.current_time()))
+            self._send(ReplicaAdded(replica=rid, model=replica.model, limit=replica.limit))
+        except BaseException:
+            self._drop_replica(rid)
+            raise
+        assert self._wake is not None
+        self._wake.set()  # its next listing may be due before the timer's
+
+    def _abandon_calls(self, rid: str, url: str) -> None:
+        """Give up on calls still out to a server that ``rid`` no longer names.
+
+        The machine would wait for their answers before it forgets the old replica, so that a load
+        never crosses an unload; but those answers are another server's, and a dead server's may take
+        a whole timeout. They are answered now, as failed, and the replica is met afresh.
+        """
+        for call in list(self._calls.get(rid, ())):
+            if call.replica.url != url:
+                call.abandoned = True
+                call.scope.cancel()
+                self._calls[rid].discard(call)
+                self._send(vllm.failure_event(call.command, f"abandoned: replica {rid} moved to {url}"))
+
+    def _drop_replica(self, rid: str) -> None:
+        # Calls still out hold their own Replica; their answers go to the machine, which ignores them.
+        self._replicas.pop(rid, None)
+        met = self._unmet.pop(rid, None)
+        if met is not None:
+            met.set()
+
+    async def _make(self, call: _Call) -> None:
         """Make one call to a replica and feed its answer to the machine."""
+        command, replica = call.command, call.replica
         timeout = self._listing_timeout if isinstance(command, ReadListing) else self._load_timeout
         request = vllm.http_request(command, replica.api_key)
         if isinstance(command, IssueLoad):
             log.debug("loading adapter %r on %s from %s", command.adapter, replica.id, command.path)
         assert self._client is not None
         started = anyio.current_time()
-        try:
-            with anyio.fail_after(timeout):
-                status, body, truncated = await fetch(self._client, replica.url, request, timeout)
-            event = vllm.answer_event(command, status, body, truncated=truncated)
-        except TimeoutError:
-            event = vllm.failure_event(command, f"no answer within {timeout:g} s")
-        except httpx.HTTPError as exc:
-            event = vllm.failure_event(command, f"{type(exc).__name__}: {exc}")
-        if not self._open:
+        timed_out = None
+        with call.scope:
+            try:
+                with anyio.fail_after(timeout):
+                    status, body, truncated = await fetch(self._client, replica.url, request, timeout)
+                event = vllm.answer_event(command, status, body, truncated=truncated)
+            except (TimeoutError, httpx.TimeoutException):
+                timed_out = timeout
+                event = vllm.failure_event(command, f"no answer from the replica within {timeout:g} s")
+            except CutShortError as exc:
+                event = vllm.failure_event(command, f"the replica closed the connection mid-answer ({exc})")
+            except httpx.HTTPError as exc:
+                event = vllm.failure_event(
+                    command, f"no answer from the replica: {type(exc).__name__}: {exc}"
+                )
+        if call.abandoned or not self._open:
             return
+        calls = self._calls[replica.id]
+        calls.discard(call)
+        if not calls:
+            del self._calls[replica.id]
         self._report(replica, command, event, anyio.current_time() - started)
-        self._run(self._machine.handle(event))
+        self._send(event, timed_out=timed_out)
+        if isinstance(event, ListingReceived) and self._read_running and self._tasks is not None:
+            self._tasks.start_soon(self._running_on, replica)
 
-    def _report(self, replica: Replica, command: _Call, event: Any, seconds: float) -> None:
-        """Log and count one answer; the machine's own view is not touched here."""
-        metrics = self._metrics
+    async def _running_on(self, replica: Replica) -> None:
+        """Read which adapters the engine says have requests, from any router, and report them.
+
+        Bounded like a listing. An engine without the gauge (older vLLM, the Rust frontend), or one
+        that does not answer, reports nothing: the machine keeps to its own view, after an empty
+        report if the last one named adapters (they may have run their course).
+        """
+        assert self._client is not None
+        timeout = self._listing_timeout
+        running = None
+        with contextlib.suppress(TimeoutError, CutShortError, httpx.HTTPError):
+            with anyio.fail_after(timeout):
+                request = vllm.metrics_request(replica.api_key)
+                status, body, cut = await fetch(self._client, replica.url, request, timeout)
+            if status == 200 and not cut:
+                running = vllm.running_adapters(body)
+        if not self._open or self._replicas.get(replica.id) is not replica:
+            return
+        if running is None and not self._reported.get(replica.id):
+            return
+        self._reported[replica.id] = bool(running)
+        self._send(RunningReported(replica=replica.id, adapters=tuple(sorted(running or ()))))
+
+    def _report(
+        self, replica: Replica, command: IssueLoad | IssueUnload | ReadListing, event: Event, seconds: float
+    ) -> None:
+        """Log one answer, and time a load; the machine counts the rest itself."""
         if isinstance(event, LoadFinished):
             assert isinstance(command, IssueLoad)
             if event.outcome.succeeded:
                 log.info("loaded adapter %r on %s in %.0f ms", command.adapter, replica.id, seconds * 1000)
             else:
                 log.warning("could not load adapter %r on %s: %s", command.adapter, replica.id, event.message)
-            if metrics is not None:
-                metrics.load(replica.model, event.outcome.value, seconds)
+            if self._metrics is not None:
+                self._metrics.load_took(replica.model, seconds)
         elif isinstance(event, UnloadFinished):
             assert isinstance(command, IssueUnload)
             if event.outcome.value == "failed":
@@ -293,92 +828,218 @@ class Fleet:
                 )
             else:
                 log.info("evicted adapter %r from %s", command.adapter, replica.id)
-            if metrics is not None:
-                metrics.eviction(replica.model, event.outcome.value)
         elif isinstance(event, ListingFailed):
             log.warning("could not read the adapters of %s: %s", replica.id, event.message)
+        else:
+            assert isinstance(event, ListingReceived)
 
     async def _keep_time(self) -> None:
-        """Call the machine's ``advance`` when it said it wants to hear the time."""
+        """Tell the machine the time when it said it wants to hear it."""
         while True:
-            self._run(self._machine.advance(anyio.current_time()))
+            self._release_orphans()
+            self._send(TimeAdvanced(now=anyio.current_time()))
             due = self._machine.next_due()
             wait = math.inf if due is None else max(0.0, due - anyio.current_time())
+            assert self._wake is not None
             with anyio.move_on_after(wait):
                 await self._wake.wait()
             self._wake = anyio.Event()
 
-    _checkpoint: Callable[[], Awaitable[None]] | None = None
-    """What every acquire awaits first, even a hit: nothing here; trio's shell keeps one checkpoint."""
+
+def _poker(wake: Callable[[], None]) -> Callable[[], None]:
+    """A function that has ``wake`` called soon in the running loop, safe to call from ``__del__``.
+
+    Both loops take such calls from signal handlers and other threads: trio's token, asyncio's
+    ``call_soon_threadsafe``.
+    """
+    trio = sys.modules.get("trio")
+    if trio is not None:
+        try:
+            token = trio.lowlevel.current_trio_token()
+        except RuntimeError:
+            pass
+        else:
+            return lambda: token.run_sync_soon(wake)
+    import asyncio
+
+    loop = asyncio.get_running_loop()
+
+    def poke() -> None:
+        loop.call_soon_threadsafe(wake)
+
+    return poke
+
+
+def _trio_checkpoint() -> Callable[[], Awaitable[None]] | None:
+    """trio's checkpoint when running under trio, None otherwise.
+
+    trio's rule: every async function that can block checkpoints, even when it does not block, so a
+    hit can still be cancelled and lets other tasks run. asyncio has no such rule, and a hit there
+    returns without yielding. Looked up without importing trio where it is not already in use.
+    """
+    trio = sys.modules.get("trio")
+    if trio is None:
+        return None
+    try:
+        trio.lowlevel.current_task()
+    except RuntimeError:
+        return None
+    checkpoint: Callable[[], Awaitable[None]] = trio.lowlevel.checkpoint
+    return checkpoint
 
 
 class Lease:
-    """An adapter held on a replica for one request, for the ``async with`` block of ``Fleet.acquire``.
+    """An adapter held on a replica for one request: the handle ``Fleet.acquire`` gives.
 
-    The object ``acquire`` returns is the lease itself (one object a request, not two: this is the
-    path every request takes); ``how`` and ``ticket`` are set once the block is entered.
+    Enter it with ``async with``; the fleet does the acquiring. ``how`` and ``ticket`` are set once
+    the block is entered; the adapter is held until it is left. It is one object per request, the
+    only one a warm request makes.
     """
 
-    __slots__ = ("_fleet", "_path", "adapter", "how", "replica", "ticket")
+    __slots__ = ("_fleet", "_how", "_left", "_path", "adapter", "replica", "ticket")
 
     def __init__(self, fleet: Fleet, replica: Replica, adapter: str, path: str) -> None:
         self._fleet = fleet
         self.replica = replica
         self.adapter = adapter
         self._path = path
-        self.how: How | None = None
-        """"hit" (it was there), "joined" (another request's load), "loaded" (this request's load)."""
+        self._how: How | None = None
+        self._left = False
         self.ticket = 0
+        """The machine's name for the request (0 until entered)."""
+
+    @property
+    def how(self) -> How:
+        """ "hit" (it was there), "joined" (another request's load), "loaded" (this request's load).
+
+        Raises:
+            OutsideBlockError: the lease has not been granted (its block was not entered, or failed).
+        """
+        if self._how is None:
+            raise OutsideBlockError("a lease says how it was granted once its 'async with' block is entered")
+        return self._how
+
+    def adapter_missing(self) -> None:
+        """The replica answered this request "The model ... does not exist.": report it while held.
+
+        The fleet stops holding the adapter on the replica, so the next request loads it again, unless
+        the copy held now is not this lease's (the adapter was forgotten and loaded again meanwhile):
+        then nothing changes. Requests still running on the old copy keep their leases.
+
+        Raises:
+            OutsideBlockError: the lease is not held (not granted yet, or released; ``Fleet.forget``
+                is for then).
+        """
+        if self._how is None or self._left:
+            raise OutsideBlockError(
+                "adapter_missing() reports while the lease is held: call it inside its 'async with' block"
+            )
+        self._fleet._send(AdapterMissing(replica=self.replica.id, adapter=self.adapter, ticket=self.ticket))
+
+    def check_answer(self, status: int, body_head: bytes) -> bool:
+        """Read the replica's answer to the forwarded request: True when it said the adapter is gone.
+
+        Then it was reported as ``adapter_missing()`` does (see ``lorafleet.vllm.adapter_missing``
+        for the answers that say so); answer the client, and route the request again if you like.
+
+        Args:
+            status: the answer's HTTP status.
+            body_head: the start of its body (vLLM's answer fits in its first 4 KiB).
+
+        Raises:
+            OutsideBlockError: the lease is not held.
+        """
+        if status != 404 or not vllm.adapter_missing(status, body_head, self.adapter):
+            return False
+        self.adapter_missing()
+        return True
+
+    def replica_failed(self, message: str = "") -> None:
+        """The replica gave the forwarded request no answer (refused, reset, timed out).
+
+        Placement avoids the replica for a while, as after a failed load, until a listing or a load
+        there succeeds.
+
+        Raises:
+            OutsideBlockError: the lease was never granted.
+        """
+        if self._how is None:
+            raise OutsideBlockError("replica_failed() reports on a granted lease")
+        log.warning("replica %s gave a forwarded request no answer: %s", self.replica.id, message)
+        self._fleet._send(ReplicaFailed(replica=self.replica.id, message=message))
+
+    def release(self) -> None:
+        """End the request: the adapter is no longer held for it. Releasing again does nothing."""
+        if self._how is None or self._left:
+            return
+        self._left = True
+        self._fleet._send(Released(ticket=self.ticket))
 
     def __repr__(self) -> str:
-        how = self.how.value if self.how is not None else None
-        return f"Lease(replica={self.replica.id!r}, adapter={self.adapter!r}, how={how!r})"
+        how = self._how.value if self._how is not None else None
+        replica = getattr(self, "replica", None)
+        rid = replica.id if replica is not None else None
+        return f"{type(self).__name__}(replica={rid!r}, adapter={self.adapter!r}, how={how!r})"
 
     async def __aenter__(self) -> Lease:
-        if self.how is not None:
-            raise RuntimeError("a lease is entered once: call fleet.acquire() for each request")
         fleet = self._fleet
         checkpoint = fleet._checkpoint
         if checkpoint is not None:
             await checkpoint()
-        if not fleet._open:
-            raise FleetClosedError("the fleet is not open: use it inside 'async with'")
-        replica = self.replica
-        current = fleet._replicas.get(replica.id)
-        if current is not replica and current != replica:
-            fleet._declare(replica)
-        machine = fleet._machine
-        ticket = machine.next_ticket
-        self.ticket = ticket
-        if machine.hit(ticket, replica=replica.id, adapter=self.adapter):  # granted at once: no waiting
-            if fleet._metrics is not None:
-                fleet._metrics.grant(How.HIT)
-            self.how = How.HIT
-            return self
-        commands = machine.request(ticket, replica=replica.id, adapter=self.adapter, path=self._path)
-        waiter = _Waiter()
-        fleet._waiters[ticket] = waiter
-        fleet._run(commands)
-        try:
-            await waiter.event.wait()
-        except BaseException:
-            # Cancelled while waiting: the load goes on for the others, and a grant that arrived
-            # meanwhile is released by the cancel.
-            fleet._waiters.pop(ticket, None)
-            if fleet._open:
-                fleet._run(machine.cancel(ticket))
-            raise
-        if waiter.closed is not None:
-            raise waiter.closed
-        if waiter.failed is not None:
-            kind = AdapterError if waiter.failed.fault is Fault.ADAPTER else ReplicaError
-            raise kind(replica, self.adapter, waiter.failed.message)
-        self.how = waiter.how
+        if not fleet._hit(self):
+            await fleet._wait(self)
         return self
 
     async def __aexit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
-        fleet = self._fleet
-        if fleet._open:
-            fleet._machine.release(self.ticket)
+        if not self._left:
+            self._left = True
+            self._fleet._send(Released(ticket=self.ticket))
+
+
+class Route(Lease):
+    """A request for an adapter wherever placement puts it: what ``Fleet.route`` gives.
+
+    Await it for the lease (itself, granted), held until ``release()``, until the fleet closes, or
+    until it is garbage collected; or enter it with ``async with``, which releases it at the end.
+    ``replica``, ``how``, ``placed`` and ``ticket`` are set once granted.
+    """
+
+    __slots__ = ("_entered", "_model", "placed")
+
+    def __init__(self, fleet: Fleet, adapter: str, model: str | None) -> None:
+        self._fleet = fleet
+        self.adapter = adapter
+        self._model = model
+        self._path = ""
+        self._how = None
+        self._left = False
+        self._entered = False
+        self.ticket = 0
+        self.placed: Placed | None = None
+        """What placement found on the replica: held, loading, free, evict, over or wait."""
+
+    def __await__(self) -> Generator[Any, None, Route]:
+        return self._fleet._route(self).__await__()
+
+    def release(self) -> None:
+        """End the request: the adapter is no longer held for it. Releasing again does nothing."""
+        if self._how is None or self._left:
+            return
+        self._left = True
+        self._fleet._release_routed(self.ticket)
+
+    def __del__(self) -> None:
+        if self._how is not None and not self._left:
+            self._fleet._orphan(self.ticket)
+
+    def __aenter__(self) -> Coroutine[Any, Any, Route]:
+        return self._fleet._route(self)  # the coroutine itself: one frame less on every request
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        if not self._left:
+            self._left = True
+            self._fleet._release_routed(self.ticket)

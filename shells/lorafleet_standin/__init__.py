@@ -10,8 +10,8 @@ with StandInServer(VllmStandIn(version="0.32", api_key="k")) as server:
 """
 
 from ._app import Call as Call
-from ._app import Family as Family
-from ._app import Fault as Fault
 from ._app import VllmStandIn as VllmStandIn
-from ._app import generated as generated
+from ._completions import generated as generated
+from ._family import Family as Family
+from ._misbehaviour import Misbehaviour as Misbehaviour
 from ._server import StandInServer as StandInServer

@@ -20,6 +20,7 @@ def main() -> None:
     parser.add_argument(
         "--no-runtime-lora", action="store_true", help="as if VLLM_ALLOW_RUNTIME_LORA_UPDATING were off"
     )
+    parser.add_argument("--max-loras", type=int, default=1, help="like vLLM's --max-loras")
     parser.add_argument("--no-lora", action="store_true", help="as if started without --enable-lora")
     args = parser.parse_args()
     app = VllmStandIn(
@@ -29,6 +30,7 @@ def main() -> None:
         runtime_lora=not args.no_runtime_lora,
         enable_lora=not args.no_lora,
         max_lora_rank=args.max_lora_rank,
+        max_loras=args.max_loras,
     )
     with StandInServer(app, port=args.port) as server:
         print(

@@ -21,6 +21,7 @@ import tempfile
 import time
 from collections import Counter
 from collections.abc import Callable, Coroutine
+from importlib import import_module
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -158,13 +159,9 @@ def main(argv: list[str]) -> int:
 
 
 def _fleet_type(runtime: str) -> type[Fleet]:
-    if runtime == "trio":
-        import lorafleet_trio
-
-        return lorafleet_trio.Fleet
-    import lorafleet_asyncio
-
-    return lorafleet_asyncio.Fleet
+    """The one Fleet, once the runtime it will run under is known to be installed."""
+    import_module(runtime)  # ModuleNotFoundError names what to install
+    return Fleet
 
 
 def _runner(runtime: str) -> Callable[[Callable[[], Coroutine[Any, Any, None]]], None]:

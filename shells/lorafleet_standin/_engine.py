@@ -1,0 +1,122 @@
+"""The stand-in's engine: the served base model and the adapters registered at run time."""
+
+from __future__ import annotations
+
+import itertools
+import math
+import threading
+import time
+
+from ._family import Family
+
+
+class Engine:
+    """What a vLLM server serves, as its routes see it.
+
+    Guarded by a lock: the server thread answers while tests read and change it from theirs.
+    """
+
+    def __init__(
+        self,
+        *,
+        model: str,
+        model_root: str,
+        family: Family,
+        enable_lora: bool,
+        max_lora_rank: int,
+        max_loras: int = 1,
+    ) -> None:
+        self.model = model
+        self.model_root = model_root
+        self.family = family
+        self.enable_lora = enable_lora
+        self.max_lora_rank = max_lora_rank
+        self.max_loras = max_loras
+        self.created = int(time.time())
+        self._lock = threading.Lock()
+        self._adapters: dict[str, str] = {}
+        self._ids = itertools.count(1)
+        self._running: dict[str | None, int] = {}
+        """Completions in flight by adapter (None: the base model), in the order first seen."""
+        self._series: dict[tuple[str, ...], float] = {}
+        """``vllm:lora_requests_info``: every set of adapters ever current, to when it last was."""
+        self._stamp = 0.0
+
+    @property
+    def adapters(self) -> dict[str, str]:
+        """Registered adapters, name to path, in registration order."""
+        with self._lock:
+            return dict(self._adapters)
+
+    def serves(self, name: str) -> bool:
+        """Whether ``name`` is the base model or a registered adapter."""
+        with self._lock:
+            return name == self.model or name in self._adapters
+
+    def has(self, name: str) -> bool:
+        with self._lock:
+            return name in self._adapters
+
+    def register(self, name: str, path: str) -> bool:
+        """Register ``name``; False, changing nothing, when it is registered already."""
+        with self._lock:
+            if name in self._adapters:
+                return False
+            self._adapters[name] = path
+            return True
+
+    def put(self, name: str, path: str) -> None:
+        """Register ``name`` whether or not it was (as another router's load would)."""
+        with self._lock:
+            self._adapters[name] = path
+
+    def unregister(self, name: str) -> bool:
+        """Forget ``name``; False when it was not registered."""
+        with self._lock:
+            return self._adapters.pop(name, None) is not None
+
+    def restart(self) -> None:
+        """Forget every runtime-loaded adapter and the metric's series, as a restarted vLLM does."""
+        with self._lock:
+            self._adapters.clear()
+            self._series.clear()
+
+    def next_id(self) -> int:
+        """A fresh number for ids the answers carry (permissions, completions)."""
+        with self._lock:
+            return next(self._ids)
+
+    def started(self, adapter: str | None) -> None:
+        """A completion for ``adapter`` (None: the base model) is running, from now until ``ended``."""
+        with self._lock:
+            self._running[adapter] = self._running.get(adapter, 0) + 1
+            self._step()
+
+    def ended(self, adapter: str | None) -> None:
+        """The completion ``started`` with ``adapter`` has ended (answered, failed or dropped)."""
+        with self._lock:
+            left = self._running[adapter] - 1
+            if left:
+                self._running[adapter] = left
+            else:
+                del self._running[adapter]
+            self._step()
+
+    def running_series(self) -> list[tuple[tuple[str, ...], float]]:
+        """``vllm:lora_requests_info``'s series: (adapters, when last current), in the order first seen.
+
+        While requests run the engine steps, and every step stamps the current set again; an idle
+        engine takes no step, so its last set keeps the time of the step that emptied it.
+        """
+        with self._lock:
+            if self._running:
+                self._step()
+            return list(self._series.items())
+
+    def _step(self) -> None:
+        # One map fills both labels in vLLM (running and waiting carry the same set), keyed by
+        # adapter name in the order requests arrived; the base model is no adapter.
+        # Steps are milliseconds apart in vLLM: never stamp two alike, or the newest would be a tie.
+        current = tuple(name for name in self._running if name is not None)
+        self._stamp = max(time.time(), math.nextafter(self._stamp, math.inf))
+        self._series[current] = self._stamp

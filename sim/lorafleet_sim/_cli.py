@@ -1,0 +1,413 @@
+"""``lorafleet simulate``: compare routing policies on a simulated fleet that runs the real machine.
+
+Every policy sees the same requests (a seeded synthetic stream, or a trace file); the table gives what
+each cost, beside the bounds of the same run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import math
+import os
+import platform
+import shlex
+import sys
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import lorafleet
+
+from ._policies import POLICIES, VARIANTS
+from ._sim import Figures, Fleet, simulate
+from ._workload import Synthetic, Workload, WorkloadError, read_trace
+
+PROG = "lorafleet simulate"
+PLOT_LIMITS = (1, 2, 3, 4, 6, 8, 12, 16)
+KNOWN = {**POLICIES, **VARIANTS}
+
+
+def _number(
+    kind: Callable[[str], Any], what: str, low: float, *, above: bool = False
+) -> Callable[[str], Any]:
+    """An argparse type: a finite number of ``kind`` at least (or above) ``low``."""
+
+    def parse(text: str) -> Any:
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not {what}") from None
+        if isinstance(value, float) and not math.isfinite(value):
+            raise argparse.ArgumentTypeError(f"{text!r} is not a finite number")
+        if value < low or (above and value == low):
+            raise argparse.ArgumentTypeError(f"{text!r} must be {'above' if above else 'at least'} {low:g}")
+        return value
+
+    return parse
+
+
+def _share(text: str) -> float:
+    value: float = _number(float, "a number", 0.0, above=True)(text)
+    if value > 1:
+        raise argparse.ArgumentTypeError(f"{text!r} must be at most 1 (a share of the requests)")
+    return value
+
+
+def _headroom(text: str) -> int | None:
+    if text.lower() == "none":
+        return None
+    value: int = _number(int, "an integer or 'none'", 0)(text)
+    return value
+
+
+def _policies(text: str) -> list[str]:
+    names = [name.strip() for name in text.split(",") if name.strip()]
+    if not names:
+        raise argparse.ArgumentTypeError("no policy named")
+    for name in names:
+        if name not in KNOWN:
+            raise argparse.ArgumentTypeError(f"unknown policy {name!r} (choose from {', '.join(KNOWN)})")
+    return names
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog=PROG, description=(__doc__ or "").splitlines()[0].replace("``", ""))
+    positive_int = _number(int, "an integer", 1)
+    positive = _number(float, "a number", 0.0, above=True)
+    p.add_argument("--replicas", type=positive_int, default=8, help="vLLM replicas (default 8)")
+    p.add_argument("--limit", type=positive_int, default=4, help="adapters a replica may hold (default 4)")
+    p.add_argument("--adapters", type=positive_int, default=200, help="distinct adapters (default 200)")
+    p.add_argument(
+        "--skew", type=_number(float, "a number", 0.0), default=1.0, help="Zipf exponent (default 1.0)"
+    )
+    p.add_argument("--rate", type=positive, default=76.8, help="requests per second, Poisson (default 76.8)")
+    p.add_argument(
+        "--concurrency", type=positive_int, default=8, help="requests a replica runs at once (default 8)"
+    )
+    p.add_argument(
+        "--service", type=positive, default=0.5, help="mean service seconds, exponential (default 0.5)"
+    )
+    p.add_argument(
+        "--load", type=_number(float, "a number", 0.0), default=0.2, help="seconds a load takes (default 0.2)"
+    )
+    p.add_argument("--requests", type=positive_int, default=50_000, help="requests per run (default 50000)")
+    p.add_argument("--seed", type=_number(int, "an integer", 0), default=1, help="first seed (default 1)")
+    p.add_argument("--seeds", type=positive_int, default=1, help="seeds to average over (default 1)")
+    p.add_argument(
+        "--policy",
+        type=_policies,
+        action="append",
+        help=(
+            f"policies to compare, repeatable or comma-separated (default: {', '.join(POLICIES)}; "
+            f"variants with one machine setting changed: {', '.join(VARIANTS)})"
+        ),
+    )
+    p.add_argument(
+        "--routers", type=positive_int, default=1, help="routers, each with its own machine (default 1)"
+    )
+    p.add_argument(
+        "--listing-interval", type=positive, default=30.0, help="seconds between listings (default 30)"
+    )
+    p.add_argument(
+        "--headroom",
+        type=_headroom,
+        default=None,
+        help="the machine's cap: adapters a replica may hold past its limit, or 'none' (default none)",
+    )
+    p.add_argument(
+        "--overflow",
+        type=_number(int, "an integer", 0),
+        default=lorafleet.DEFAULT_OVERFLOW,
+        help=f"the machine's overflow for [place] (default {lorafleet.DEFAULT_OVERFLOW})",
+    )
+    p.add_argument(
+        "--half-life",
+        type=positive_int,
+        default=lorafleet.DEFAULT_HALF_LIFE,
+        help=(
+            f"requests between halvings of the demand counts [evict] (default {lorafleet.DEFAULT_HALF_LIFE})"
+        ),
+    )
+    p.add_argument(
+        "--trace", type=Path, help="requests from FILE instead: lines 'timestamp adapter duration'"
+    )
+    p.add_argument("--shift", action="store_true", help="popularity shifts to a new order half-way")
+    p.add_argument(
+        "--flash",
+        type=_share,
+        nargs="?",
+        const=0.3,
+        help="a cold adapter takes this share of requests from 40%% to 50%% of the run (default 0.3)",
+    )
+    p.add_argument(
+        "--restarts", type=_number(int, "an integer", 0), default=0, help="replica restarts (default 0)"
+    )
+    p.add_argument("--out", type=Path, help="write the results, as markdown, to this file")
+    p.add_argument(
+        "--plot",
+        type=Path,
+        help="also sweep the limit and plot loads and load latency per policy (matplotlib)",
+    )
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run ``lorafleet simulate`` with ``argv`` (without the program name); returns the exit status."""
+    args_list = list(sys.argv[1:] if argv is None else argv)
+    p = parser()
+    args = p.parse_args(args_list)
+    if args.trace is not None and (args.shift or args.flash is not None):
+        p.error("--shift and --flash shape the synthetic stream; they do not apply to --trace")
+    pyplot = None
+    if args.plot is not None:
+        try:
+            importlib.import_module("matplotlib")
+        except ImportError:
+            p.error("--plot needs matplotlib, an optional extra: pip install 'lorafleet[plot]'")
+        pyplot = _pyplot()
+    names = list(dict.fromkeys(name for group in (args.policy or [list(POLICIES)]) for name in group))
+    seeds = list(range(args.seed, args.seed + args.seeds))
+    started = time.perf_counter()
+    try:
+        workloads = [_workload(args, seed) for seed in seeds]
+    except WorkloadError as exc:
+        p.exit(2, f"{PROG}: error: {exc}\n")
+    fleet = _fleet(args, args.limit)
+    runs = {
+        name: [simulate(w, fleet, KNOWN[name], seed=s) for s, w in zip(seeds, workloads, strict=True)]
+        for name in names
+    }
+    elapsed = time.perf_counter() - started
+    text = report(args_list, args, runs, elapsed)
+    sys.stdout.write(text)
+    if args.plot is not None:
+        plot_started = time.perf_counter()
+        sweep = _sweep(args, names, seeds, workloads)
+        _draw(pyplot, sweep, args)
+        table = sweep_table(sweep, args.plot, time.perf_counter() - plot_started)
+        sys.stdout.write(table)
+        text += table
+    if args.out is not None:
+        args.out.write_text(text, encoding="utf-8")
+    return 0
+
+
+def _workload(args: argparse.Namespace, seed: int) -> Workload:
+    if args.trace is not None:
+        return read_trace(
+            args.trace, routers=args.routers, replicas=args.replicas, restarts=args.restarts, seed=seed
+        )
+    return Synthetic(
+        adapters=args.adapters,
+        skew=args.skew,
+        rate=args.rate,
+        service=args.service,
+        requests=args.requests,
+        routers=args.routers,
+        replicas=args.replicas,
+        shift=args.shift,
+        flash=args.flash,
+        restarts=args.restarts,
+    ).generate(seed)
+
+
+def _fleet(args: argparse.Namespace, limit: int) -> Fleet:
+    return Fleet(
+        replicas=args.replicas,
+        limit=limit,
+        concurrency=args.concurrency,
+        load_time=args.load,
+        routers=args.routers,
+        listing_interval=args.listing_interval,
+        headroom=args.headroom,
+        overflow=args.overflow,
+        half_life=args.half_life,
+    )
+
+
+def _mean(values: Sequence[float]) -> float:
+    return sum(values) / len(values)
+
+
+COLUMNS = (
+    ("policy", "{}"),
+    ("loads/1k", "{:.1f}"),
+    ("vs least-loaded", "{}"),
+    ("hit %", "{:.1f}"),
+    ("wait mean ms", "{:.1f}"),
+    ("wait p99 ms", "{:.1f}"),
+    ("imbalance", "{:.3f}"),
+    ("reloads<10s /1k", "{:.1f}"),
+    ("held mean", "{:.2f}"),
+    ("held max", "{}"),
+    ("Belady /1k", "{:.1f}"),
+    ("x Belady", "{:.3f}"),
+    ("copies /1k", "{:.1f}"),
+    ("404s /1k", "{:.1f}"),
+)
+
+
+def rows(runs: dict[str, list[Figures]]) -> list[list[str]]:
+    """One row per policy: each figure is the mean over the seeds (the max for ``held max``)."""
+    least = runs.get("least-loaded")
+    baseline = _mean([f.per_1k(f.loads) for f in least]) if least else None
+    out: list[list[str]] = []
+    for name, figures in runs.items():
+        loads = _mean([f.per_1k(f.loads) for f in figures])
+        versus = f"{100 * (loads / baseline - 1):+.1f}%" if baseline else "-"
+        values: list[Any] = [
+            name,
+            loads,
+            versus,
+            100 * _mean([f.hit_rate for f in figures]),
+            1000 * _mean([f.wait_mean for f in figures]),
+            1000 * _mean([f.wait_p99 for f in figures]),
+            _mean([f.imbalance for f in figures]),
+            _mean([f.per_1k(f.reloads) for f in figures]),
+            _mean([f.held_mean for f in figures]),
+            max(f.held_max for f in figures),
+            _mean([f.per_1k(f.belady) for f in figures]),
+            _mean([f.belady_ratio for f in figures]),
+            _mean([f.per_1k(f.copies) for f in figures]),
+            _mean([f.per_1k(f.missing) for f in figures]),
+        ]
+        out.append([fmt.format(v) for (_, fmt), v in zip(COLUMNS, values, strict=True)])
+    return out
+
+
+def report(
+    argv: Sequence[str], args: argparse.Namespace, runs: dict[str, list[Figures]], elapsed: float
+) -> str:
+    """The results as markdown: the command, the machine, the workload, the table and what it means."""
+    first = next(iter(runs.values()))
+    n = first[0].requests
+    compulsory = _mean([f.per_1k(f.compulsory) for f in first])
+    if args.trace is not None:
+        workload = f"trace {args.trace} ({n} requests)"
+    else:
+        workload = (
+            f"{n} requests, Poisson at {args.rate:g}/s, Zipf({args.skew:g}) over {args.adapters} adapters, "
+            f"service exponential mean {args.service:g} s"
+            + (", popularity shift half-way" if args.shift else "")
+            + (f", flash crowd {args.flash:g} of requests from 40% to 50%" if args.flash is not None else "")
+        )
+    lines = [
+        f"## {PROG}: {args.replicas} replicas of limit {args.limit}, {args.routers} router(s)",
+        "",
+        f"Command: `{' '.join([PROG, *(shlex.quote(a) for a in argv)])}`",
+        "",
+        f"Machine: {_machine()}. Run time: {elapsed:.1f} s for {len(runs)} policies x {len(first)} seed(s).",
+        "",
+        f"Workload: {workload}; {args.replicas} replicas running {args.concurrency} requests at once, "
+        f"loads of {args.load:g} s"
+        + (f", {args.restarts} replica restarts" if args.restarts else "")
+        + (f", {args.routers} routers listing every {args.listing_interval:g} s" if args.routers > 1 else "")
+        + _settings(args)
+        + f"; seeds {args.seed}..{args.seed + args.seeds - 1}, figures are means over the seeds.",
+        "",
+        "| " + " | ".join(name for name, _ in COLUMNS) + " |",
+        "|" + "|".join("---" for _ in COLUMNS) + "|",
+    ]
+    lines += ["| " + " | ".join(row) + " |" for row in rows(runs)]
+    lines += [
+        "",
+        f"Compulsory loads (distinct adapters asked for): {compulsory:.1f} /1k. Belady: MIN on each "
+        "replica's own request sequence with the capacity the policy had there at each request, "
+        "a lower bound for that routing; x Belady is the policy's loads over it. Copies: loads of an "
+        "adapter another replica held. Wait: arrival to start of service.",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def _settings(args: argparse.Namespace) -> str:
+    """The machine's settings, as a clause of the workload line."""
+    headroom = "none" if args.headroom is None else str(args.headroom)
+    return (
+        f"; the machine's concurrency {args.concurrency}, headroom {headroom}, overflow {args.overflow}, "
+        f"half-life {args.half_life}"
+    )
+
+
+def _machine() -> str:
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return f"{os.cpu_count()} CPUs ({cpu}), Python {platform.python_version()} on {platform.system()}"
+
+
+def _sweep(
+    args: argparse.Namespace, names: list[str], seeds: list[int], workloads: list[Workload]
+) -> dict[int, dict[str, tuple[float, float]]]:
+    """Loads per 1,000 requests and mean load latency (ms) per policy, for each limit of the sweep."""
+    limits = sorted({k for k in PLOT_LIMITS if k <= args.adapters} | {args.limit})
+    sweep: dict[int, dict[str, tuple[float, float]]] = {}
+    for limit in limits:
+        fleet = _fleet(args, limit)
+        sweep[limit] = {}
+        for name in names:
+            figures = [simulate(w, fleet, KNOWN[name], seed=s) for s, w in zip(seeds, workloads, strict=True)]
+            sweep[limit][name] = (
+                _mean([f.per_1k(f.loads) for f in figures]),
+                1000 * _mean([f.load_wait_mean for f in figures]),
+            )
+        sys.stderr.write(f"plot: limit {limit} done\n")
+    return sweep
+
+
+def sweep_table(sweep: dict[int, dict[str, tuple[float, float]]], path: Path, elapsed: float) -> str:
+    """The plotted figures as markdown: loads/1k and the latency loads add (ms), per limit and policy."""
+    names = list(next(iter(sweep.values())))
+    lines = [
+        "",
+        f"Plot {path} ({elapsed:.1f} s): loads per 1,000 requests / mean ms that loads added to a request, "
+        "by limit.",
+        "",
+        "| limit | " + " | ".join(names) + " |",
+        "|" + "|".join("---" for _ in range(len(names) + 1)) + "|",
+    ]
+    for limit, figures in sweep.items():
+        cells = [f"{figures[name][0]:.1f} / {figures[name][1]:.1f}" for name in names]
+        lines.append(f"| {limit} | " + " | ".join(cells) + " |")
+    return "\n".join([*lines, ""])
+
+
+def _pyplot() -> Any:
+    matplotlib = importlib.import_module("matplotlib")
+    matplotlib.use("Agg")
+    return importlib.import_module("matplotlib.pyplot")
+
+
+def _draw(pyplot: Any, sweep: dict[int, dict[str, tuple[float, float]]], args: argparse.Namespace) -> None:
+    limits = list(sweep)
+    names = list(next(iter(sweep.values())))
+    figure, (loads, latency) = pyplot.subplots(1, 2, figsize=(11, 4.2))
+    for name in names:
+        loads.plot(limits, [sweep[k][name][0] for k in limits], marker="o", label=name)
+        latency.plot(limits, [sweep[k][name][1] for k in limits], marker="o", label=name)
+    loads.set(xlabel="limit (adapters per replica)", ylabel="loads per 1,000 requests", title="Loads")
+    latency.set(
+        xlabel="limit (adapters per replica)",
+        ylabel="ms per request",
+        title="Latency loads add (arrival to grant, mean)",
+    )
+    for axes in (loads, latency):
+        axes.grid(alpha=0.3)
+        axes.set_xticks(limits)
+    loads.legend()
+    figure.suptitle(
+        f"{args.replicas} replicas, C={args.concurrency}, Zipf({args.skew:g}) over {args.adapters} adapters, "
+        f"{args.rate:g} req/s, load {args.load:g} s, {args.routers} router(s), seeds {args.seed}.."
+        f"{args.seed + args.seeds - 1}",
+        fontsize=9,
+    )
+    figure.tight_layout()
+    figure.savefig(args.plot, dpi=110)
+    pyplot.close(figure)

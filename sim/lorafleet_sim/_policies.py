@@ -1,0 +1,166 @@
+"""Routing policies: lorafleet's own placement, and the published baselines it is compared with.
+
+Every policy runs over the same real ``AdapterStateMachine`` (its limit, eviction and cap); they
+differ only in which replica a request is sent to. lorafleet asks the machine (``place``); the
+baselines rank replicas by their own rule, from the router's request counts and the machine's
+``view``, and may draw random numbers (from a generator seeded by the run).
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+
+import attrs
+
+from ._state import MODEL, Policy, RouterView
+
+
+def _least(candidates: Sequence[int], outstanding: list[int], rng: random.Random) -> int:
+    """The candidate with the fewest outstanding requests, ties broken at random."""
+    best = candidates[0]
+    fewest = outstanding[best]
+    ties = 1
+    for rep in candidates[1:]:
+        n = outstanding[rep]
+        if n < fewest:
+            best, fewest, ties = rep, n, 1
+        elif n == fewest:
+            # Reservoir sampling over the ties: each is kept with equal chance, in one pass.
+            ties += 1
+            if rng.random() * ties < 1:
+                best = rep
+    return best
+
+
+@attrs.define
+class _Random:
+    rng: random.Random
+
+    def choose(self, adapter: str, candidates: Sequence[int], tried: frozenset[int]) -> int:
+        return candidates[int(self.rng.random() * len(candidates))]
+
+
+@attrs.define
+class _LeastLoaded:
+    router: RouterView
+    rng: random.Random
+
+    def choose(self, adapter: str, candidates: Sequence[int], tried: frozenset[int]) -> int:
+        return _least(candidates, self.router.outstanding, self.rng)
+
+
+@attrs.define
+class _RoundRobin:
+    turn: int = 0
+
+    def choose(self, adapter: str, candidates: Sequence[int], tried: frozenset[int]) -> int:
+        self.turn += 1
+        return candidates[self.turn % len(candidates)]
+
+
+@attrs.define
+class _HoldersFirst:
+    """Issue 10's holders-first with the busiest-holder spill rule, over the machine's ``view``."""
+
+    router: RouterView
+    rng: random.Random
+    concurrency: int
+
+    def choose(self, adapter: str, candidates: Sequence[int], tried: frozenset[int]) -> int:
+        router = self.router
+        ids = router.ids
+        outstanding = router.outstanding
+        view = router.machine.view(ids, adapter)
+        holders = [i for i in candidates if ids[i] in view.holders]
+        if holders:
+            best = _least(holders, outstanding, self.rng)
+            if outstanding[best] <= self.concurrency:
+                return best
+        with_room = [i for i in candidates if ids[i] in view.with_room]
+        return _least(with_room or candidates, outstanding, self.rng)
+
+
+@attrs.define
+class _Lorafleet:
+    """The machine's own [place]: the router asks, and sends the request where it answers."""
+
+    router: RouterView
+
+    def choose(self, adapter: str, candidates: Sequence[int], tried: frozenset[int]) -> int | None:
+        router = self.router
+        exclude = {router.ids[i] for i in tried}
+        placement = router.machine.place(adapter, model=MODEL, exclude=exclude)
+        # None: every replica not tried is avoided after a failure ([health]); try again later.
+        return None if placement.replica is None else router.index[placement.replica]
+
+
+BASELINES: dict[str, Policy] = {
+    p.name: p
+    for p in (
+        Policy("random", lambda router, rng, c: _Random(rng), description="a replica drawn uniformly"),
+        Policy(
+            "least-loaded",
+            lambda router, rng, c: _LeastLoaded(router, rng),
+            description="the replica with the fewest outstanding requests",
+        ),
+        Policy("round-robin", lambda router, rng, c: _RoundRobin(), description="each replica in turn"),
+        Policy(
+            "holders-first",
+            _HoldersFirst,
+            description=(
+                "the least loaded holder unless it has more than C outstanding, else the least "
+                "loaded replica with room, else the least loaded"
+            ),
+        ),
+    )
+}
+
+
+def _lorafleet(router: RouterView, rng: random.Random, concurrency: int) -> _Lorafleet:
+    return _Lorafleet(router)
+
+
+POLICIES: dict[str, Policy] = {
+    **BASELINES,
+    "lorafleet": Policy(
+        "lorafleet",
+        _lorafleet,
+        description="the machine's [place] and [evict] (AdapterStateMachine.place)",
+    ),
+}
+"""Every policy the simulator compares by default, by name, in the order it prints them."""
+
+LRU = {"half_life": 1}
+"""Machine settings under which [evict] is least recently used: every demand count halves to 0 at once."""
+
+VARIANTS: dict[str, Policy] = {
+    p.name: p
+    for p in (
+        Policy(
+            "holders-first-lru",
+            _HoldersFirst,
+            settings=LRU,
+            description="holders-first over a machine that evicts the least recently used (half_life=1)",
+        ),
+        Policy(
+            "lorafleet-lru",
+            _lorafleet,
+            settings=LRU,
+            description="lorafleet with victims valued by idle age alone (half_life=1)",
+        ),
+        Policy(
+            "lorafleet-no-overflow",
+            _lorafleet,
+            settings={"overflow": 0},
+            description="lorafleet that never prefers a replica whose adapters are all in use (overflow=0)",
+        ),
+        Policy(
+            "lorafleet-no-spill",
+            _lorafleet,
+            settings={"concurrency": None},
+            description="lorafleet that never spills past a busy holder (concurrency=None)",
+        ),
+    )
+}
+"""The machine's settings varied one at a time: accepted by --policy, not run by default."""

@@ -1,0 +1,538 @@
+"""The discrete-event simulator: real ``AdapterStateMachine`` routers against simulated vLLM replicas.
+
+Virtual time only. Each router runs its own machine (the fleet's settings, with the policy's over
+them), fed ``TimeAdvanced`` with the virtual clock, ``hit`` on the warm path and ``handle`` for
+everything else. The policy picks each request's replica (lorafleet's asks the machine's ``place``);
+the limit, the eviction and the cap are the machine's alone. The simulator plays the shell (it carries
+out every command at once, as a shell would) and the engines:
+
+- a replica runs at most ``concurrency`` requests at once, first come first served beyond that; a
+  request reaches it once its lease is granted, and keeps its lease until its service ends;
+- a load takes ``load_time``; loads of different adapters overlap and take no request slot; a load of
+  an adapter the engine is loading already waits for that one, and one of an adapter it holds is
+  answered "already loaded" at once; unloads are immediate;
+- a listing is answered at once with what the engine really holds; a request for an adapter the
+  engine does not hold is answered "no such model" (404), which the router reports as
+  ``AdapterMissing`` before it releases the request and routes it again, elsewhere if it can;
+- a restart empties the engine; loads in flight there fail (a replica fault: the waiters are routed
+  again).
+
+Several routers see each other's work only through listings and those answers.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import random
+from collections import deque
+from typing import Any
+
+import attrs
+
+import lorafleet
+from lorafleet import (
+    AdapterMissing,
+    AdapterStateMachine,
+    Fail,
+    Grant,
+    How,
+    IssueLoad,
+    IssueUnload,
+    ListingReceived,
+    LoadFinished,
+    LoadOutcome,
+    ReadListing,
+    Released,
+    ReplicaAdded,
+    Requested,
+    TimeAdvanced,
+    UnloadFinished,
+    UnloadOutcome,
+)
+
+from ._belady import belady_loads
+from ._state import MODEL, Chooser, Policy, RouterView
+from ._workload import Workload
+
+RELOAD_WINDOW = 10.0
+"""A load of an adapter evicted from the same replica at most this many seconds before is a reload."""
+
+_LOAD_DONE, _SERVICE_DONE, _TICK, _RESTART, _RETRY = range(5)
+
+
+@attrs.frozen
+class Fleet:
+    """The simulated fleet.
+
+    Args:
+        replicas: how many vLLM replicas.
+        limit: the most adapters each may hold (the machine's limit).
+        concurrency: the most requests each runs at once.
+        load_time: seconds a load takes.
+        routers: how many routers, each with its own machine.
+        listing_interval: seconds between two readings of a replica's listing.
+        headroom, overflow, half_life: the machine's settings of those names ([cap], [place],
+            [evict]); its ``concurrency`` is the replicas'.
+    """
+
+    replicas: int
+    limit: int
+    concurrency: int
+    load_time: float
+    routers: int = 1
+    listing_interval: float = lorafleet.DEFAULT_LISTING_INTERVAL
+    headroom: int | None = None
+    overflow: int = lorafleet.DEFAULT_OVERFLOW
+    half_life: int = lorafleet.DEFAULT_HALF_LIFE
+
+    def machine(self, policy: Policy) -> AdapterStateMachine:
+        """A router's machine: the fleet's settings, with those ``policy`` sets over them."""
+        settings: dict[str, Any] = {
+            "listing_interval": self.listing_interval,
+            "concurrency": self.concurrency,
+            "headroom": self.headroom,
+            "overflow": self.overflow,
+            "half_life": self.half_life,
+        }
+        settings.update(policy.settings)
+        return AdapterStateMachine(**settings)
+
+
+@attrs.frozen
+class Figures:
+    """What one policy cost on one workload."""
+
+    policy: str
+    requests: int
+    loads: int
+    """Loads the engines really did (an "already loaded" answer is not one)."""
+    hits: int
+    """Grants the routers' machines gave as hits."""
+    wait_mean: float
+    """Seconds from a request's arrival to the start of its service, mean and 99th percentile."""
+    wait_p99: float
+    load_wait_mean: float
+    """Seconds from arrival to the grant, per request: the latency loads (and 404s) added."""
+    imbalance: float
+    """The busiest replica's service time over the mean replica's."""
+    reloads: int
+    """Loads of an adapter evicted from the same replica within ``RELOAD_WINDOW`` seconds."""
+    held_mean: float
+    """Adapters an engine holds, time-mean over the run and the replicas, and the most at any time."""
+    held_max: int
+    belady: int
+    """Belady's MIN on each replica's request sequence with the capacity the policy had there."""
+    compulsory: int
+    """Distinct adapters in the workload."""
+    missing: int
+    """Requests answered "no such model" by an engine."""
+    failed: int
+    """Requests failed by a failed load (and routed again)."""
+    evictions: int
+    copies: int = 0
+    """Loads of an adapter another replica held or was loading: extra copies, made to spread load."""
+
+    def per_1k(self, count: int) -> float:
+        return 1000.0 * count / self.requests if self.requests else 0.0
+
+    @property
+    def hit_rate(self) -> float:
+        return self.hits / self.requests if self.requests else 0.0
+
+    @property
+    def belady_ratio(self) -> float:
+        return self.loads / self.belady if self.belady else math.inf
+
+
+@attrs.define(eq=False)
+class _Engine:
+    id: str
+    index: int
+    registered: set[str] = attrs.field(factory=set)
+    loading: dict[str, list[tuple[int, int]]] = attrs.field(factory=dict)
+    """Adapter being loaded to the (router, load op) pairs waiting for its answer."""
+    queue: deque[_Attempt] = attrs.field(factory=deque)
+    running: int = 0
+    busy: float = 0.0
+    epoch: int = 0
+    evicted: dict[str, float] = attrs.field(factory=dict)
+    held_area: float = 0.0
+    held_at: float = 0.0
+    held_max: int = 0
+    sequence: list[str] = attrs.field(factory=list)
+    capacities: list[int] = attrs.field(factory=list)
+
+    def account(self, now: float) -> None:
+        """Integrate the number of adapters held up to ``now``; call before it changes."""
+        self.held_area += (now - self.held_at) * len(self.registered)
+        self.held_at = now
+
+
+@attrs.define(eq=False)
+class _Attempt:
+    request: int
+    router: int
+    replica: int
+    ticket: int
+    tried: frozenset[int]
+
+
+@attrs.define(eq=False)
+class _Router:
+    index: int
+    view: RouterView
+    chooser: Chooser
+    attempts: dict[int, _Attempt] = attrs.field(factory=dict)
+    loads: dict[int, tuple[int, str]] = attrs.field(factory=dict)
+    ticket: int = 0
+
+
+class Simulation:
+    """One policy on one workload over one simulated fleet; ``run()`` gives its figures.
+
+    Args:
+        workload: the requests (and restarts).
+        fleet: the replicas and routers.
+        policy: how each router chooses a replica, and the machine settings it changes.
+        seed: seeds the policy's generators (baselines draw random numbers; lorafleet does not).
+        check: after every step, check each router's machine's invariants and its count of
+            requests in flight per replica against the router's (for tests).
+    """
+
+    def __init__(
+        self, workload: Workload, fleet: Fleet, policy: Policy, *, seed: int = 1, check: bool = False
+    ) -> None:
+        self.workload = workload
+        self.fleet = fleet
+        self.policy = policy
+        self.check = check
+        self.engines = [_Engine(f"replica-{i}", i) for i in range(fleet.replicas)]
+        self.engine_by_id = {e.id: e for e in self.engines}
+        self.everyone = list(range(fleet.replicas))
+        ids = tuple(e.id for e in self.engines)
+        index = {e.id: e.index for e in self.engines}
+        self.routers: list[_Router] = []
+        for r in range(fleet.routers):
+            view = RouterView(fleet.machine(policy), ids, index, [0] * fleet.replicas)
+            rng = random.Random(f"{seed}:{policy.name}:{r}")
+            self.routers.append(_Router(r, view, policy.make(view, rng, fleet.concurrency)))
+        self.heap: list[tuple[float, int, int, Any]] = []
+        self.seq = 0
+        self.now = 0.0
+        n = len(workload)
+        self.started = [math.nan] * n
+        self.granted = [math.nan] * n
+        self.pending = 0
+        self.loads = 0
+        self.hits = 0
+        self.reloads = 0
+        self.missing = 0
+        self.failed = 0
+        self.evictions = 0
+        self.copies = 0
+        self.deferred = 0
+
+    # -- the loop ------------------------------------------------------------------------------
+
+    def _push(self, at: float, kind: int, payload: Any) -> None:
+        self.seq += 1
+        heapq.heappush(self.heap, (at, self.seq, kind, payload))
+
+    def run(self) -> Figures:
+        """Run the whole workload and return its figures."""
+        for router in self.routers:
+            m = router.view.machine
+            self._commands(router, m.handle(TimeAdvanced(now=0.0)))
+            for engine in self.engines:
+                self._commands(
+                    router, m.handle(ReplicaAdded(replica=engine.id, model=MODEL, limit=self.fleet.limit))
+                )
+            self._schedule_tick(router)
+        for at, replica in self.workload.restarts:
+            self._push(at, _RESTART, replica)
+        times = self.workload.times
+        n = len(times)
+        heap = self.heap
+        i = 0
+        while i < n or self.pending:
+            if heap and (i >= n or heap[0][0] <= times[i]):
+                at, _, kind, payload = heapq.heappop(heap)
+                self.now = at
+                if kind == _SERVICE_DONE:
+                    self._service_done(payload)
+                elif kind == _LOAD_DONE:
+                    self._load_done(*payload)
+                elif kind == _TICK:
+                    self._tick(payload)
+                elif kind == _RETRY:
+                    self._route(*payload)
+                else:
+                    self._restart(payload)
+            else:
+                self.now = times[i]
+                self.pending += 1
+                self._route(i, self.workload.routers[i], frozenset())
+                i += 1
+            if self.check:
+                self._check()
+        return self._figures()
+
+    def _schedule_tick(self, router: _Router) -> None:
+        due = router.view.machine.next_due()
+        if due is not None:
+            self._push(due, _TICK, router)
+
+    def _tick(self, router: _Router) -> None:
+        self._commands(router, router.view.machine.handle(TimeAdvanced(now=self.now)))
+        self._schedule_tick(router)
+
+    # -- requests ------------------------------------------------------------------------------
+
+    def _route(self, request: int, r: int, tried: frozenset[int]) -> None:
+        router = self.routers[r]
+        view = router.view
+        candidates = [i for i in self.everyone if i not in tried] if tried else self.everyone
+        adapter = self.workload.adapters[request]
+        index = router.chooser.choose(adapter, candidates, tried)
+        if index is None:
+            # Every replica it may try is avoided after a failure: try again after a load's time.
+            self.deferred += 1
+            self._push(self.now + max(self.fleet.load_time, 0.001), _RETRY, (request, r, frozenset()))
+            return
+        view.outstanding[index] += 1
+        router.ticket += 1
+        ticket = router.ticket
+        attempt = _Attempt(request, r, index, ticket, tried)
+        router.attempts[ticket] = attempt
+        engine = self.engines[index]
+        position = len(engine.sequence)
+        engine.sequence.append(adapter)
+        engine.capacities.append(0)
+        m = view.machine
+        if m.hit(ticket, replica=engine.id, adapter=adapter):
+            self.hits += 1
+            self._forward(attempt)
+        else:
+            self._commands(
+                router, m.handle(Requested(ticket=ticket, replica=engine.id, adapter=adapter, path=adapter))
+            )
+        # What the replica held once this request was admitted: the capacity the policy had there.
+        engine.capacities[position] = max(self.fleet.limit, len(engine.registered) + len(engine.loading))
+
+    def _forward(self, attempt: _Attempt) -> None:
+        """The granted request reaches its engine: 404, or its queue."""
+        request = attempt.request
+        engine = self.engines[attempt.replica]
+        adapter = self.workload.adapters[request]
+        if adapter not in engine.registered:
+            self._not_found(attempt, adapter)
+            return
+        self.granted[request] = self.now
+        if engine.running < self.fleet.concurrency:
+            self._start(engine, attempt)
+        else:
+            engine.queue.append(attempt)
+
+    def _start(self, engine: _Engine, attempt: _Attempt) -> None:
+        engine.running += 1
+        request = attempt.request
+        self.started[request] = self.now
+        duration = self.workload.durations[request]
+        engine.busy += duration
+        self._push(self.now + duration, _SERVICE_DONE, attempt)
+
+    def _service_done(self, attempt: _Attempt) -> None:
+        engine = self.engines[attempt.replica]
+        engine.running -= 1
+        self.pending -= 1
+        self._end(attempt)
+        if engine.queue:
+            self._start(engine, engine.queue.popleft())
+
+    def _end(self, attempt: _Attempt) -> None:
+        """Release the request's lease."""
+        router = self.routers[attempt.router]
+        del router.attempts[attempt.ticket]
+        router.view.outstanding[attempt.replica] -= 1
+        self._commands(router, router.view.machine.handle(Released(ticket=attempt.ticket)))
+
+    def _not_found(self, attempt: _Attempt, adapter: str) -> None:
+        """The engine answered "no such model": report it, release, and route the request again."""
+        self.missing += 1
+        router = self.routers[attempt.router]
+        m = router.view.machine
+        del router.attempts[attempt.ticket]
+        router.view.outstanding[attempt.replica] -= 1
+        replica = self.engines[attempt.replica].id
+        self._commands(
+            router, m.handle(AdapterMissing(replica=replica, adapter=adapter, ticket=attempt.ticket))
+        )
+        self._commands(router, m.handle(Released(ticket=attempt.ticket)))
+        self._retry(attempt)
+
+    def _retry(self, attempt: _Attempt) -> None:
+        """Route a request again, to a replica it has not tried yet if there is one.
+
+        When it has tried them all, it tries again after a load's time.
+        """
+        tried = attempt.tried | {attempt.replica}
+        if len(tried) < self.fleet.replicas:
+            self._push(self.now, _RETRY, (attempt.request, attempt.router, tried))
+        else:
+            self._push(
+                self.now + self.fleet.load_time, _RETRY, (attempt.request, attempt.router, frozenset())
+            )
+
+    # -- commands ------------------------------------------------------------------------------
+
+    def _commands(self, router: _Router, commands: list[lorafleet.Command]) -> None:
+        """Carry out the machine's commands, as a shell would, feeding back each answer."""
+        for command in commands:
+            kind = type(command)
+            if kind is Grant:
+                assert isinstance(command, Grant)
+                if command.how is How.HIT:
+                    self.hits += 1
+                self._forward(router.attempts[command.ticket])
+            elif kind is IssueLoad:
+                assert isinstance(command, IssueLoad)
+                self._issue_load(router, command)
+            elif kind is IssueUnload:
+                assert isinstance(command, IssueUnload)
+                self._issue_unload(router, command)
+            elif kind is ReadListing:
+                assert isinstance(command, ReadListing)
+                engine = self.engine_by_id[command.replica]
+                listed = tuple(sorted(engine.registered))
+                self._commands(
+                    router,
+                    router.view.machine.handle(ListingReceived(listing=command.listing, adapters=listed)),
+                )
+            elif kind is Fail:
+                assert isinstance(command, Fail)
+                attempt = router.attempts.pop(command.ticket)
+                router.view.outstanding[attempt.replica] -= 1
+                self.failed += 1
+                self._retry(attempt)
+            # MarkMet asks nothing of a shell that never waits for a replica to be met.
+
+    def _issue_load(self, router: _Router, command: IssueLoad) -> None:
+        engine = self.engine_by_id[command.replica]
+        adapter = command.adapter
+        router.loads[command.load] = (engine.index, adapter)
+        waiting = engine.loading.get(adapter)
+        if waiting is not None:
+            waiting.append((router.index, command.load))
+            return
+        if adapter in engine.registered:
+            self._load_answered(router, command.load, LoadOutcome.ALREADY_LOADED)
+            return
+        engine.loading[adapter] = [(router.index, command.load)]
+        self.loads += 1
+        for other in self.engines:
+            if other is not engine and (adapter in other.registered or adapter in other.loading):
+                self.copies += 1
+                break
+        evicted = engine.evicted.get(adapter)
+        if evicted is not None and self.now - evicted <= RELOAD_WINDOW:
+            self.reloads += 1
+        self._push(self.now + self.fleet.load_time, _LOAD_DONE, (engine, adapter, engine.epoch))
+
+    def _load_done(self, engine: _Engine, adapter: str, epoch: int) -> None:
+        if epoch != engine.epoch:
+            return  # the engine restarted meanwhile; its waiters were answered then
+        waiters = engine.loading.pop(adapter)
+        engine.account(self.now)
+        engine.registered.add(adapter)
+        engine.held_max = max(engine.held_max, len(engine.registered))
+        for r, load in waiters:
+            self._load_answered(self.routers[r], load, LoadOutcome.LOADED)
+
+    def _load_answered(self, router: _Router, load: int, outcome: LoadOutcome) -> None:
+        del router.loads[load]
+        self._commands(router, router.view.machine.handle(LoadFinished(load=load, outcome=outcome)))
+
+    def _issue_unload(self, router: _Router, command: IssueUnload) -> None:
+        engine = self.engine_by_id[command.replica]
+        adapter = command.adapter
+        if adapter in engine.registered:
+            engine.account(self.now)
+            engine.registered.discard(adapter)
+            engine.evicted[adapter] = self.now
+            self.evictions += 1
+            outcome = UnloadOutcome.UNLOADED
+        else:
+            outcome = UnloadOutcome.NOT_FOUND
+        self._commands(
+            router, router.view.machine.handle(UnloadFinished(unload=command.unload, outcome=outcome))
+        )
+
+    def _restart(self, replica: int) -> None:
+        engine = self.engines[replica]
+        engine.epoch += 1
+        engine.account(self.now)
+        engine.registered.clear()
+        loading = engine.loading
+        engine.loading = {}
+        for waiters in loading.values():
+            for r, load in waiters:
+                self._load_answered(self.routers[r], load, LoadOutcome.REPLICA_FAULT)
+
+    def _check(self) -> None:
+        for router in self.routers:
+            m = router.view.machine
+            m.check_invariants()
+            seen = m.statistics().replicas
+            for engine in self.engines:
+                in_flight = seen[engine.id].in_flight
+                mine = router.view.outstanding[engine.index]
+                assert in_flight == mine, (engine.id, in_flight, mine)
+                assert in_flight == sum(1 for a in router.attempts.values() if a.replica == engine.index)
+
+    # -- figures -------------------------------------------------------------------------------
+
+    def _figures(self) -> Figures:
+        n = len(self.workload)
+        waits = sorted(s - t for s, t in zip(self.started, self.workload.times, strict=True))
+        grant_waits = [g - t for g, t in zip(self.granted, self.workload.times, strict=True)]
+        end = self.now
+        busy = [e.busy for e in self.engines]
+        mean_busy = sum(busy) / len(busy)
+        held_mean = 0.0
+        for engine in self.engines:
+            engine.account(end)
+            held_mean += engine.held_area / end if end > 0 else 0.0
+        belady = sum(belady_loads(e.sequence, e.capacities) for e in self.engines)
+        return Figures(
+            policy=self.policy.name,
+            requests=n,
+            loads=self.loads,
+            hits=self.hits,
+            wait_mean=sum(waits) / n if n else 0.0,
+            wait_p99=_percentile(waits, 0.99),
+            load_wait_mean=sum(grant_waits) / n if n else 0.0,
+            imbalance=max(busy) / mean_busy if mean_busy > 0 else 1.0,
+            reloads=self.reloads,
+            held_mean=held_mean / len(self.engines),
+            held_max=max(e.held_max for e in self.engines),
+            belady=belady,
+            compulsory=self.workload.distinct,
+            missing=self.missing,
+            failed=self.failed,
+            evictions=self.evictions,
+            copies=self.copies,
+        )
+
+
+def _percentile(ordered: list[float], q: float) -> float:
+    """The nearest-rank percentile of a sorted list."""
+    if not ordered:
+        return 0.0
+    rank = max(1, math.ceil(q * len(ordered)))
+    return ordered[rank - 1]
+
+
+def simulate(workload: Workload, fleet: Fleet, policy: Policy, *, seed: int = 1) -> Figures:
+    """Run ``policy`` on ``workload`` over ``fleet`` and return its figures."""
+    return Simulation(workload, fleet, policy, seed=seed).run()

@@ -1,0 +1,179 @@
+"""Request streams: a seeded synthetic workload, or a user's trace file.
+
+A workload is fixed before any policy runs, so every policy in a run sees the same requests: the
+same arrival times, adapters, service times, routers and replica restarts.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+import random
+from pathlib import Path
+
+import attrs
+
+
+class WorkloadError(ValueError):
+    """A workload cannot be made: a bad option or a malformed trace line."""
+
+
+@attrs.frozen
+class Workload:
+    """The requests of one run, in arrival order, and the replica restarts that happen during it.
+
+    The four request tuples run in parallel: request ``i`` arrives at ``times[i]`` at router
+    ``routers[i]``, wants ``adapters[i]`` and keeps a request slot for ``durations[i]`` seconds.
+    """
+
+    times: tuple[float, ...]
+    adapters: tuple[str, ...]
+    durations: tuple[float, ...]
+    routers: tuple[int, ...]
+    restarts: tuple[tuple[float, int], ...] = ()
+    """(time, replica index) of each restart, in time order."""
+
+    def __len__(self) -> int:
+        return len(self.times)
+
+    @property
+    def distinct(self) -> int:
+        """Distinct adapters asked for: the compulsory loads of any routing."""
+        return len(set(self.adapters))
+
+
+@attrs.frozen
+class Synthetic:
+    """A Poisson stream of requests over Zipf-skewed adapters (issue 10's model).
+
+    Args:
+        adapters: how many adapters there are.
+        skew: the Zipf exponent: the adapter of popularity rank ``k`` (from 1) is asked for in
+            proportion to ``1 / k ** skew``. Ranks map to adapters through a seeded permutation.
+        rate: requests per second (Poisson arrivals).
+        service: mean seconds a request keeps a slot (exponentially distributed).
+        requests: how many requests.
+        routers: how many routers share the stream (each request goes to one, uniformly).
+        replicas: how many replicas (restarts pick among them).
+        shift: from the middle of the stream on, ranks map through a second permutation.
+        flash: for the window from 40 % to 50 % of the stream, this share of requests goes to the
+            least popular adapter (a cold one); None for no flash crowd.
+        restarts: how many replica restarts, evenly spaced over the stream, each a seeded replica.
+    """
+
+    adapters: int
+    skew: float
+    rate: float
+    service: float
+    requests: int
+    routers: int = 1
+    replicas: int = 1
+    shift: bool = False
+    flash: float | None = None
+    restarts: int = 0
+
+    def generate(self, seed: int) -> Workload:
+        """The stream for ``seed``; the same seed always gives the same stream."""
+        # One generator per kind of draw, so that turning an option on (a shift, a flash crowd)
+        # changes only what that option is about, not every other draw after it.
+        arrivals = random.Random(f"{seed}:arrivals")
+        choices = random.Random(f"{seed}:adapters")
+        services = random.Random(f"{seed}:services")
+        routing = random.Random(f"{seed}:routers")
+        shuffles = random.Random(f"{seed}:permutations")
+        width = len(str(self.adapters - 1))
+        names = [f"adapter-{i:0{width}d}" for i in range(self.adapters)]
+        first = names[:]
+        shuffles.shuffle(first)
+        second = names[:]
+        shuffles.shuffle(second)
+        cumulative: list[float] = []
+        total = 0.0
+        for k in range(1, self.adapters + 1):
+            total += k**-self.skew
+            cumulative.append(total)
+        n = self.requests
+        half = n // 2
+        flash_from, flash_to = (int(n * 0.4), int(n * 0.5)) if self.flash is not None else (0, 0)
+        flash = self.flash or 0.0
+        times: list[float] = []
+        adapters: list[str] = []
+        now = 0.0
+        last = self.adapters - 1
+        for i in range(n):
+            now += arrivals.expovariate(self.rate)
+            times.append(now)
+            ranking = second if self.shift and i >= half else first
+            if flash_from <= i < flash_to and choices.random() < flash:
+                adapters.append(ranking[last])
+            else:
+                rank = bisect.bisect_right(cumulative, choices.random() * total)
+                adapters.append(ranking[min(rank, last)])
+        durations = tuple(services.expovariate(1.0 / self.service) for _ in range(n))
+        routers = tuple(routing.randrange(self.routers) for _ in range(n)) if self.routers > 1 else (0,) * n
+        places = random.Random(f"{seed}:restarts")
+        end = times[-1] if times else 0.0
+        restarts = tuple(
+            (end * (j + 1) / (self.restarts + 1), places.randrange(self.replicas))
+            for j in range(self.restarts)
+        )
+        return Workload(tuple(times), tuple(adapters), durations, routers, restarts)
+
+
+def read_trace(
+    path: Path, *, routers: int = 1, replicas: int = 1, restarts: int = 0, seed: int = 1
+) -> Workload:
+    """A workload from a trace file: one request per line, ``timestamp adapter duration``.
+
+    Timestamps and durations are seconds; lines may come in any order (they are sorted by time,
+    keeping file order among equal times); blank lines and lines starting with ``#`` are skipped.
+    Routers and restarts are drawn from ``seed`` as for a synthetic stream.
+
+    Raises:
+        WorkloadError: the file cannot be read, a line is malformed, or it holds no request.
+    """
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise WorkloadError(f"cannot read trace {str(path)!r}: {exc}") from None
+    rows: list[tuple[float, int, str, float]] = []
+    for number, line in enumerate(text.splitlines(), start=1):
+        stripped = line.strip()
+        if not stripped or stripped.startswith("#"):
+            continue
+        fields = stripped.split()
+        where = f"{path}:{number}"
+        if len(fields) != 3:
+            raise WorkloadError(f"{where}: expected 'timestamp adapter duration', got {stripped!r}")
+        at = _number(fields[0], "timestamp", where)
+        duration = _number(fields[2], "duration", where)
+        if duration <= 0:
+            raise WorkloadError(f"{where}: duration must be above 0, not {fields[2]!r}")
+        rows.append((at, number, fields[1], duration))
+    if not rows:
+        raise WorkloadError(f"trace {str(path)!r} holds no request")
+    rows.sort()
+    start = rows[0][0]
+    times = tuple(at - start for at, _, _, _ in rows)
+    choose = random.Random(f"{seed}:routers")
+    router_of = tuple(choose.randrange(routers) for _ in rows) if routers > 1 else (0,) * len(rows)
+    places = random.Random(f"{seed}:restarts")
+    end = times[-1]
+    restart_at = tuple((end * (j + 1) / (restarts + 1), places.randrange(replicas)) for j in range(restarts))
+    return Workload(
+        times,
+        tuple(adapter for _, _, adapter, _ in rows),
+        tuple(duration for _, _, _, duration in rows),
+        router_of,
+        restart_at,
+    )
+
+
+def _number(text: str, what: str, where: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise WorkloadError(f"{where}: {what} {text!r} is not a number") from None
+    if not math.isfinite(value) or value < 0:
+        raise WorkloadError(f"{where}: {what} must be a finite number of seconds, at least 0, not {text!r}")
+    return value

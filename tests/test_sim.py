@@ -1,0 +1,358 @@
+"""The fleet simulator: determinism, Belady's MIN, the simulated replica's rules, traces and flags."""
+
+from __future__ import annotations
+
+import importlib
+import itertools
+import random
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import attrs
+import pytest
+
+import lorafleet
+import lorafleet_sim as ls
+from lorafleet import (
+    AdapterStateMachine,
+    IssueLoad,
+    IssueUnload,
+    ListingReceived,
+    LoadFinished,
+    LoadOutcome,
+    Placement,
+    ReadListing,
+    Released,
+    ReplicaAdded,
+    Requested,
+)
+from lorafleet_sim import POLICIES, VARIANTS, Fleet, Simulation, Synthetic, Workload
+
+SMALL = Synthetic(adapters=30, skew=1.0, rate=30.0, service=0.5, requests=1500, replicas=4)
+SMALL_FLEET = Fleet(replicas=4, limit=3, concurrency=4, load_time=0.2)
+
+
+# -- determinism -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("policy", list(POLICIES))
+def test_same_seed_same_figures(policy: str) -> None:
+    first = ls.simulate(SMALL.generate(7), SMALL_FLEET, POLICIES[policy], seed=7)
+    again = ls.simulate(SMALL.generate(7), SMALL_FLEET, POLICIES[policy], seed=7)
+    assert first == again
+    other = ls.simulate(SMALL.generate(8), SMALL_FLEET, POLICIES[policy], seed=8)
+    assert other != first
+
+
+def test_same_seed_same_workload_and_options_change_only_their_draws() -> None:
+    assert SMALL.generate(3) == SMALL.generate(3)
+    plain = SMALL.generate(3)
+    shifted = Synthetic(adapters=30, skew=1.0, rate=30.0, service=0.5, requests=1500, replicas=4, shift=True)
+    moved = shifted.generate(3)
+    assert moved.times == plain.times
+    assert moved.durations == plain.durations
+    assert moved.adapters[:750] == plain.adapters[:750]
+    assert moved.adapters[750:] != plain.adapters[750:]
+
+
+# -- Belady's MIN against exhaustive search ----------------------------------------------------
+
+
+def exhaustive(adapters: Sequence[str], capacities: Sequence[int]) -> int:
+    """The fewest loads over every way of choosing what to keep, request by request."""
+    best: dict[frozenset[str], int] = {frozenset(): 0}
+    for name, capacity in zip(adapters, capacities, strict=True):
+        after: dict[frozenset[str], int] = {}
+        for held, cost in best.items():
+            paid = cost + (name not in held)
+            pool = sorted(held - {name})
+            for size in range(min(len(pool), capacity - 1) + 1):
+                for kept in itertools.combinations(pool, size):
+                    state = frozenset((*kept, name))
+                    if paid < after.get(state, 1 << 30):
+                        after[state] = paid
+        best = after
+    return min(best.values())
+
+
+def test_belady_matches_exhaustive_search_on_small_cases() -> None:
+    rng = random.Random(10)
+    for _ in range(400):
+        n = rng.randint(1, 10)
+        universe = "abcde"[: rng.randint(1, 5)]
+        adapters = [rng.choice(universe) for _ in range(n)]
+        capacities = [rng.randint(1, 3) for _ in range(n)]
+        assert ls.belady_loads(adapters, capacities) == exhaustive(adapters, capacities), (
+            adapters,
+            capacities,
+        )
+
+
+def test_belady_with_fixed_capacity_is_the_textbook_figure() -> None:
+    # The classic example: 3 frames, 7 faults under MIN.
+    seq = list("70120304230321201701")
+    assert ls.belady_loads(seq, [3] * len(seq)) == 9
+    assert ls.belady_loads(["a", "b", "a"], [1, 1, 1]) == 3
+    with pytest.raises(ValueError, match="below 1"):
+        ls.belady_loads(["a"], [0])
+
+
+# -- the simulated replica ---------------------------------------------------------------------
+
+
+def run(workload: Workload, fleet: Fleet, policy: str = "round-robin") -> Simulation:
+    simulation = Simulation(workload, fleet, POLICIES[policy], check=True)
+    simulation.run()
+    return simulation
+
+
+def test_replica_runs_at_most_c_first_come_first_served_after_the_load() -> None:
+    w = Workload(
+        times=(0.0, 0.1, 0.2, 0.3, 2.0),
+        adapters=("a",) * 5,
+        durations=(5.0, 6.5, 1.0, 1.0, 1.0),
+        routers=(0,) * 5,
+    )
+    s = run(w, Fleet(replicas=1, limit=4, concurrency=2, load_time=1.0))
+    # One load for all: the first three join it; two run at once, the rest wait in arrival order,
+    # and a hit arriving later (t=2) does not overtake them.
+    assert s.started == [1.0, 1.0, 6.0, 7.0, 7.5]
+    assert s.loads == 1
+
+
+def test_loads_overlap_and_take_no_request_slot() -> None:
+    w = Workload(
+        times=(0.0, 0.0, 0.0), adapters=("a", "b", "c"), durations=(1.0, 1.0, 1.0), routers=(0, 0, 0)
+    )
+    s = run(w, Fleet(replicas=1, limit=4, concurrency=3, load_time=0.5))
+    assert s.started == [0.5, 0.5, 0.5]
+    assert s.loads == 3
+
+
+def test_the_limit_and_eviction_are_the_machines() -> None:
+    # Limit 1: b's load evicts a (idle by then), so the third request loads a again.
+    w = Workload(
+        times=(0.0, 5.0, 10.0), adapters=("a", "b", "a"), durations=(1.0, 1.0, 1.0), routers=(0, 0, 0)
+    )
+    s = run(w, Fleet(replicas=1, limit=1, concurrency=1, load_time=0.5))
+    assert s.loads == 3
+    assert s.evictions == 2
+    assert s.started == [0.5, 5.5, 10.5]
+    # Soft limit: while a runs, b's load goes over the limit instead of waiting.
+    w = Workload(times=(0.0, 0.1), adapters=("a", "b"), durations=(5.0, 1.0), routers=(0, 0))
+    s = run(w, Fleet(replicas=1, limit=1, concurrency=2, load_time=0.5))
+    assert s.evictions == 0
+    assert s.started == [0.5, 0.6]
+
+
+def test_several_routers_meet_through_404s_and_listings() -> None:
+    w = Synthetic(
+        adapters=30, skew=1.0, rate=30.0, service=0.5, requests=2000, routers=3, replicas=4
+    ).generate(2)
+    s = Simulation(
+        w,
+        Fleet(replicas=4, limit=3, concurrency=4, load_time=0.2, routers=3, listing_interval=5.0),
+        POLICIES["holders-first"],
+        check=True,
+    )
+    figures = s.run()
+    assert figures.missing > 0  # another router's eviction, seen by a forwarded request
+    assert all(start >= arrival for start, arrival in zip(s.started, w.times, strict=True))
+
+
+@pytest.mark.parametrize("policy", list(POLICIES))
+def test_every_request_is_served_through_restarts_shifts_and_flash_crowds(policy: str) -> None:
+    spec = Synthetic(
+        adapters=30,
+        skew=1.2,
+        rate=30.0,
+        service=0.5,
+        requests=1500,
+        routers=2,
+        replicas=4,
+        shift=True,
+        flash=0.3,
+        restarts=3,
+    )
+    w = spec.generate(5)
+    s = Simulation(
+        w,
+        Fleet(replicas=4, limit=3, concurrency=4, load_time=0.2, routers=2, listing_interval=5.0),
+        POLICIES[policy],
+        check=True,
+    )
+    figures = s.run()
+    assert figures.requests == 1500
+    assert all(start >= arrival for start, arrival in zip(s.started, w.times, strict=True))
+    assert figures.belady <= figures.loads + figures.failed + figures.missing
+
+
+# -- the machine's settings -----------------------------------------------------------------
+
+
+def test_every_policy_runs_the_real_machine_with_the_fleets_settings_and_its_own() -> None:
+    fleet = Fleet(replicas=2, limit=3, concurrency=4, load_time=0.2, headroom=1, overflow=0, half_life=9)
+    for policy in [*POLICIES.values(), *VARIANTS.values()]:
+        m = fleet.machine(policy)
+        assert type(m) is AdapterStateMachine
+        settings = {"concurrency": 4, "headroom": 1, "overflow": 0, "half_life": 9, **policy.settings}
+        assert (m._busy, m._headroom, m._overflow, m._half_life) == (
+            None if settings["concurrency"] is None else settings["concurrency"] + 1,
+            settings["headroom"],
+            settings["overflow"],
+            settings["half_life"],
+        )
+
+
+def test_lorafleet_sends_each_request_where_the_machine_places_it() -> None:
+    asked: list[tuple[str, str | None]] = []
+    real = AdapterStateMachine.place
+
+    def place(self: AdapterStateMachine, adapter: str, **kwargs: Any) -> Placement:
+        placement = real(self, adapter, **kwargs)
+        asked.append((adapter, placement.replica))
+        return placement
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(AdapterStateMachine, "place", place)
+        s = run(SMALL.generate(3), SMALL_FLEET, "lorafleet")
+    assert len(asked) >= len(SMALL.generate(3))
+    for engine in s.engines:
+        assert engine.sequence == [a for a, replica in asked if replica == engine.id]
+
+
+def lru_and_demand(half_life: int) -> list[str]:
+    """The victim of c's load after a is asked for 5 times and b once, a released first."""
+    m = AdapterStateMachine(half_life=half_life)
+    (listing,) = m.handle(ReplicaAdded(replica="r", model="m", limit=2))
+    assert isinstance(listing, ReadListing)
+    m.handle(ListingReceived(listing=listing.listing, adapters=()))
+    ticket = 0
+    for name, times in (("a", 5), ("b", 1)):
+        for _ in range(times):
+            ticket += 1
+            for command in m.handle(Requested(ticket=ticket, replica="r", adapter=name, path=name)):
+                if isinstance(command, IssueLoad):
+                    m.handle(LoadFinished(load=command.load, outcome=LoadOutcome.LOADED))
+            m.handle(Released(ticket=ticket))
+    commands = m.handle(Requested(ticket=ticket + 1, replica="r", adapter="c", path="c"))
+    return [c.adapter for c in commands if isinstance(c, IssueUnload)]
+
+
+def test_half_life_1_is_least_recently_used_eviction() -> None:
+    # The default weighs demand: b, asked for less, goes though a is least recently used.
+    assert lru_and_demand(lorafleet.DEFAULT_HALF_LIFE) == ["b"]
+    # half_life=1 halves every count to nothing after each request: recency alone decides.
+    assert lru_and_demand(1) == ["a"]
+
+
+@pytest.mark.parametrize("headroom", [0, 1])
+def test_the_cap_bounds_what_an_engine_holds(headroom: int) -> None:
+    busy = Synthetic(adapters=40, skew=0.6, rate=20.0, service=0.5, requests=400, replicas=4)
+    fleet = Fleet(replicas=4, limit=2, concurrency=8, load_time=0.2, headroom=headroom)
+    uncapped = attrs.evolve(fleet, headroom=None)
+    for policy in ("least-loaded", "lorafleet"):
+        assert Simulation(busy.generate(1), uncapped, POLICIES[policy]).run().held_max > 2 + headroom
+        capped = Simulation(busy.generate(1), fleet, POLICIES[policy], check=True).run()
+        assert capped.held_max <= 2 + headroom
+        assert capped.requests == 400
+
+
+# -- traces and flags --------------------------------------------------------------------------
+
+
+def test_a_trace_file_runs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    trace = tmp_path / "trace.txt"
+    rng = random.Random(1)
+    lines = ["# timestamp adapter duration", ""]
+    for i in range(600):
+        lines.append(f"{i * 0.05:.3f} ad-{rng.randint(0, 9)} {rng.uniform(0.1, 0.6):.3f}")
+    lines.insert(5, "0.000 first 0.1")  # out of order: sorted by time
+    trace.write_text("\n".join(lines))
+    out = tmp_path / "results.md"
+    code = ls.main(
+        [
+            "--trace",
+            str(trace),
+            "--replicas",
+            "3",
+            "--limit",
+            "2",
+            "--out",
+            str(out),
+            "--policy",
+            "least-loaded,lorafleet",
+            "--policy",
+            "holders-first",
+        ]
+    )
+    assert code == 0
+    text = out.read_text()
+    assert "trace" in text
+    assert "| lorafleet |" in text
+    assert "| holders-first |" in text
+    assert text in capsys.readouterr().out
+    w = ls.read_trace(trace)
+    assert len(w) == 601
+    assert w.times == tuple(sorted(w.times))
+    assert w.times[0] == 0.0
+
+
+@pytest.mark.parametrize(
+    ("lines", "message"),
+    [
+        ("0 a", "expected 'timestamp adapter duration'"),
+        ("x a 1", "timestamp 'x' is not a number"),
+        ("0 a nan", "finite number"),
+        ("0 a 0", "duration must be above 0"),
+        ("# nothing", "holds no request"),
+    ],
+)
+def test_malformed_traces_say_where(tmp_path: Path, lines: str, message: str) -> None:
+    trace = tmp_path / "t.txt"
+    trace.write_text(lines + "\n")
+    with pytest.raises(ls.WorkloadError, match=message):
+        ls.read_trace(trace)
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--limit", "0"], "--limit: '0' must be at least 1"),
+        (["--rate", "nan"], "--rate: 'nan' is not a finite number"),
+        (["--rate", "-3"], "--rate: '-3' must be above 0"),
+        (["--load", "-1"], "--load: '-1' must be at least 0"),
+        (["--service", "inf"], "'inf' is not a finite number"),
+        (["--replicas", "two"], "'two' is not an integer"),
+        (["--flash", "1.5"], "must be at most 1"),
+        (["--policy", "fastest"], "unknown policy 'fastest'"),
+        (["--trace", "t.txt", "--shift"], "do not apply to --trace"),
+        (["--trace", "/nonexistent/trace.txt"], "cannot read trace"),
+    ],
+)
+def test_flag_errors_are_clear(argv: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        ls.main(argv)
+    assert exited.value.code == 2
+    err = capsys.readouterr().err
+    assert message in err
+    assert "Traceback" not in err
+
+
+def test_plot_without_matplotlib_says_how_to_get_it(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    real = importlib.import_module
+
+    def missing(name: str, package: str | None = None) -> object:
+        if name.startswith("matplotlib"):
+            raise ImportError(f"No module named {name!r}")
+        return real(name, package)
+
+    monkeypatch.setattr(importlib, "import_module", missing)
+    with pytest.raises(SystemExit) as exited:
+        ls.main(["--requests", "10", "--plot", str(tmp_path / "p.png")])
+    assert exited.value.code == 2
+    assert "pip install 'lorafleet[plot]'" in capsys.readouterr().err
+    assert not (tmp_path / "p.png").exists()

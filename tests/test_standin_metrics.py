@@ -1,0 +1,121 @@
+"""The stand-in's ``/metrics``: ``vllm:lora_requests_info`` as vLLM 0.32 exports it (REAL.md §4.8)."""
+
+from __future__ import annotations
+
+import re
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
+import httpx
+
+from lorafleet_standin import StandInServer
+from lorafleet_standin._metrics import go_float
+
+SERIES = re.compile(
+    r'^vllm:lora_requests_info\{max_lora="(\d+)",running_lora_adapters="([^"]*)",'
+    r'waiting_lora_adapters="([^"]*)"\} (\S+)$'
+)
+
+
+def series(server: StandInServer) -> list[tuple[str, str, str, float]]:
+    """Every series of the gauge, in the order served: (max_lora, running, waiting, value)."""
+    answer = httpx.get(f"{server.url}/metrics")
+    assert answer.status_code == 200
+    assert answer.headers["content-type"].startswith("text/plain")
+    lines = answer.text.splitlines()
+    assert lines[:2] == [
+        "# HELP vllm:lora_requests_info Running stats on lora requests.",
+        "# TYPE vllm:lora_requests_info gauge",
+    ]
+    out = []
+    for line in lines[2:]:
+        match = SERIES.match(line)
+        assert match, line
+        out.append((match[1], match[2], match[3], float(match[4])))
+    return out
+
+
+def current(server: StandInServer) -> str:
+    """The running set of the newest series."""
+    return max(series(server), key=lambda s: s[3])[1]
+
+
+@contextmanager
+def in_flight(server: StandInServer, models: list[str]) -> Iterator[None]:
+    """Completions for ``models`` held in flight (the route hangs) until the block ends."""
+    server.app.hang("completions", times=len(models))
+    before = len(server.app.calls_to("completions"))
+    threads = [
+        threading.Thread(
+            target=httpx.post,
+            args=(f"{server.url}/v1/completions",),
+            kwargs={"json": {"model": m, "prompt": "hi", "max_tokens": 2}, "timeout": 30},
+        )
+        for m in models
+    ]
+    for thread in threads:
+        thread.start()
+    server.app.wait_for_calls("completions", before + len(models))
+    try:
+        yield
+    finally:
+        server.app.release()
+        for thread in threads:
+            thread.join()
+
+
+def test_no_series_before_any_request(serve: Callable[..., StandInServer]) -> None:
+    assert series(serve(max_loras=2)) == []
+
+
+def test_running_sets_and_their_series(serve: Callable[..., StandInServer]) -> None:
+    server = serve(max_loras=2)
+    server.app.register("a1", "/p/a1")
+    server.app.register("a2", "/p/a2")
+    with in_flight(server, ["a1"]):
+        assert current(server) == "a1"
+    assert current(server) == ""
+    with in_flight(server, ["a1", "a2", "a2"]):
+        # The order is the order requests came in; the threads race, so compare as a set.
+        assert set(current(server).split(",")) == {"a1", "a2"}
+    with in_flight(server, ["tiny"]):
+        assert current(server) == ""  # the base model is no adapter
+    seen = series(server)
+    assert all(s[0] == "2" and s[1] == s[2] for s in seen)
+    # One series per label set ever seen, in the order first seen; "" came when a1's request ended.
+    # (The sets passed through as the three requests end depend on which thread answers first.)
+    labels = [s[1] for s in seen]
+    assert labels[:2] == ["a1", ""]
+    assert len(set(labels)) == len(labels)
+    assert {frozenset(x.split(",")) for x in labels[2:]} >= {frozenset({"a1", "a2"})}
+    assert max(seen, key=lambda s: s[3])[1] == ""
+
+
+def test_a_running_request_keeps_its_set_current_and_unknown_models_never_run(
+    serve: Callable[..., StandInServer],
+) -> None:
+    server = serve()
+    server.app.register("a1", "/p/a1")
+    assert (
+        httpx.post(f"{server.url}/v1/completions", json={"model": "nope", "prompt": "x"}).status_code == 404
+    )
+    assert series(server) == []
+    with in_flight(server, ["a1"]):
+        first = series(server)
+        server.app.unregister("a1")  # an unload under a running request: it runs on (REAL.md)
+        second = series(server)
+        assert [s[1] for s in second] == ["a1"]
+        assert second[0][3] >= first[0][3]  # each step stamps the current set again
+    assert [s[:3] for s in series(server)] == [("1", "a1", "a1"), ("1", "", "")]
+
+
+def test_without_lora_metrics_there_is_no_route(serve: Callable[..., StandInServer]) -> None:
+    assert httpx.get(f"{serve(lora_metrics=False).url}/metrics").status_code == 404
+    assert httpx.get(f"{serve(enable_lora=False).url}/metrics").text == ""
+
+
+def test_the_value_is_written_as_prometheus_client_writes_it() -> None:
+    assert go_float(1796222331.2258186) == "1.7962223312258186e+09"
+    assert go_float(1796222317.443089) == "1.796222317443089e+09"
+    assert go_float(2.5) == "2.5"

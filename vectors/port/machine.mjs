@@ -1,0 +1,859 @@
+// lorafleet's adapter state machine, a second implementation written from SPEC.md (not from the Python).
+//
+// A porter's reference: every rule carries its identifier from SPEC.md in brackets, and section numbers
+// point at the text it follows. Events and commands are their JSON form (SPEC §2): plain objects with a
+// `type`. Integers (tickets, operation numbers, limits) are BigInt, so that `2` and `2.0` stay apart as
+// JSON keeps them (SPEC §1.1); numbers (`now`) are Number or BigInt.
+
+export class UsageError extends Error {
+  constructor(name, message) {
+    super(message);
+    this.name = name; // the error's name in SPEC §4, which the vectors compare
+  }
+}
+
+export const REPLICA_REMOVED = "the replica was removed while the request waited";
+const LOAD_OUTCOMES = ["loaded", "already_loaded", "adapter_fault", "replica_fault"];
+const UNLOAD_OUTCOMES = ["unloaded", "not_found", "failed"];
+
+// §1.1 Values.
+const isInteger = (v) => typeof v === "bigint";
+const isNumber = (v) => typeof v === "bigint" || (typeof v === "number" && Number.isFinite(v));
+const isName = (v) => typeof v === "string" && v.length > 0;
+// Name order is code point order, which UTF-8 bytes keep and UTF-16 units (JavaScript's own) do not.
+export const byName = (a, b) => Buffer.compare(Buffer.from(a, "utf8"), Buffer.from(b, "utf8"));
+const byTicket = (a, b) => (a < b ? -1 : a > b ? 1 : 0);
+
+function invalid(field, value) {
+  return new UsageError("InvalidValueError", `${field}: ${String(value)} is not of its kind`);
+}
+
+export class Machine {
+  // §1.4 Settings, checked in this order.
+  constructor(settings = {}) {
+    const { listing_interval = 30, backoff = 5, max_backoff = 300, refusal = 900 } = settings;
+    const { headroom = null, concurrency = null, overflow = 2n, half_life = 4000n } = settings;
+    const seconds = { listing_interval, backoff, max_backoff, refusal };
+    for (const [name, value] of Object.entries(seconds)) {
+      if (!isNumber(value) || Number(value) <= 0) throw invalid(name, value);
+    }
+    if (headroom !== null && (!isInteger(headroom) || headroom < 0n)) throw invalid("headroom", headroom);
+    if (concurrency !== null && (!isInteger(concurrency) || concurrency < 1n)) {
+      throw invalid("concurrency", concurrency);
+    }
+    if (!isInteger(overflow) || overflow < 0n) throw invalid("overflow", overflow);
+    if (!isInteger(half_life) || half_life < 1n) throw invalid("half_life", half_life);
+    // [place]: a holder with `busy` in flight is busy; no cold load where `spread` are in flight.
+    this.busy = concurrency === null ? null : Number(concurrency) + 1;
+    this.spread = concurrency === null ? null : Math.max(1, Math.floor((3 * Number(concurrency)) / 4));
+    this.overflow = Number(overflow);
+    this.halfLife = Number(half_life);
+    this.demand = new Map(); // adapter name -> decayed request count ([evict])
+    this.requests = 0;
+    this.interval = Number(listing_interval);
+    this.backoff = Number(backoff);
+    this.maxBackoff = Number(max_backoff);
+    this.refusal = Number(refusal);
+    this.headroom = headroom === null ? null : Number(headroom);
+    this.refused = new Map(); // adapter name -> { until, message } ([refuse])
+    this.pins = new Map(); // adapter name -> { path, copies, model } ([pin])
+    // §1.3 Machine-wide state.
+    this.now = 0;
+    this.logical = 0;
+    this.nextOp = 1n;
+    this.highest = 0n; // the highest ticket seen
+    this.replicas = new Map(); // id -> replica, in use or removed but kept
+    this.ops = new Map(); // operation number -> load, unload or listing awaiting its answer
+    this.leases = new Map(); // ticket -> held entry (by identity)
+    this.waiting = new Map(); // ticket -> the load, unload or queue it waits on
+    this.grants = { hit: 0, joined: 0, loaded: 0 };
+    this.failures = {};
+    this.loads = {};
+    this.evictions = {};
+  }
+
+  get next_ticket() {
+    return this.highest + 1n;
+  }
+
+  handle(event) {
+    const on = {
+      replica_added: this.replicaAdded, replicas_removed: this.replicasRemoved, limit_set: this.limitSet,
+      time_advanced: this.timeAdvanced, requested: this.requested, released: this.released,
+      cancelled: this.cancelled, load_finished: this.loadFinished, unload_finished: this.unloadFinished,
+      listing_received: this.listingReceived, listing_failed: this.listingFailed,
+      adapter_missing: this.adapterMissing, replica_failed: this.replicaFailed,
+      adapter_pinned: this.adapterPinned, adapter_unpinned: this.adapterUnpinned,
+      running_reported: this.runningReported,
+    }[event.type];
+    if (!on) throw new Error(`unknown event type ${event.type}`);
+    return on.call(this, event);
+  }
+
+  // -- §3.1 Requests ------------------------------------------------------------------------------
+
+  // §4.1: ticket, then replica, then adapter (then path), each whole before the next.
+  newRequest(ticket, replica, adapter) {
+    if (!isInteger(ticket) || ticket <= this.highest) {
+      throw new UsageError("TicketOrderError", `ticket ${ticket} is not an integer above ${this.highest}`);
+    }
+    const rep = typeof replica === "string" ? this.replicas.get(replica) : undefined;
+    if (!rep || rep.removed) throw new UsageError("UnknownReplicaError", `replica ${replica} is not in use`);
+    if (!isName(adapter)) throw invalid("adapter", adapter);
+    return rep;
+  }
+
+  requested({ ticket, replica, adapter, path }) {
+    const rep = this.newRequest(ticket, replica, adapter);
+    if (!isName(path)) throw invalid("path", path);
+    this.highest = ticket;
+    this.count(rep, adapter);
+    const refused = this.refused.get(adapter);
+    if (refused && !rep.held.has(adapter)) { // held there: the engine took it, so a [hit]
+      if (refused.until > this.now) { // [refuse]: no call, the engine's words again
+        return [this.fail(ticket, rep, "adapter", refused.message)];
+      }
+      this.refused.delete(adapter);
+    }
+    return this.admit(ticket, rep, adapter, path);
+  }
+
+  // The [hit] shortcut: true when granted at once, false (having changed nothing) otherwise.
+  hit({ ticket, replica, adapter }) {
+    const rep = this.newRequest(ticket, replica, adapter);
+    const held = rep.held.get(adapter);
+    if (!held) return false;
+    this.highest = ticket;
+    this.count(rep, adapter);
+    this.take(ticket, held);
+    return true;
+  }
+
+  admit(ticket, rep, adapter, path) {
+    const held = rep.held.get(adapter);
+    if (held) { // [hit]
+      this.take(ticket, held);
+      return [{ type: "grant", ticket, how: "hit" }];
+    }
+    const load = rep.loading.get(adapter);
+    if (load) { // [join]
+      load.waiters.push(ticket);
+      this.waiting.set(ticket, load);
+      return [];
+    }
+    const unload = rep.unloading.get(adapter);
+    if (unload) { // [wait-unload]
+      unload.waiters.push({ ticket, path });
+      this.waiting.set(ticket, unload);
+      return [];
+    }
+    return this.cold(ticket, rep, adapter, path);
+  }
+
+  // [hit], for requested and for the shortcut alike: the grant is counted either way.
+  // A new request: in flight on its replica, one more served there, one more for its adapter's demand;
+  // every half_life requests every demand count is halved (rounding down; zeros are forgotten).
+  count(rep, adapter) {
+    rep.inFlight += 1;
+    rep.served += 1;
+    this.demand.set(adapter, (this.demand.get(adapter) ?? 0) + 1);
+    this.requests += 1;
+    if (this.requests % this.halfLife === 0) {
+      for (const [name, n] of [...this.demand]) {
+        if (n > 1) this.demand.set(name, Math.floor(n / 2));
+        else this.demand.delete(name);
+      }
+    }
+  }
+
+  weight(adapter) {
+    const n = this.demand.get(adapter) ?? 0;
+    return n === 0 ? 0 : Math.floor(Math.log2(n)) + 1; // the bit length
+  }
+
+  // [evict]: the idle adapter in least demand, the least recently used among equals.
+  victim(rep) {
+    let victim = null;
+    let lowest = -1;
+    for (const name of rep.idle.keys()) {
+      const weight = this.weight(name);
+      if (lowest < 0 || weight < lowest) {
+        victim = name;
+        lowest = weight;
+        if (weight === 0) break;
+      }
+    }
+    return victim;
+  }
+
+  take(ticket, held) {
+    if (held.inUse === 0) held.replica.idle.delete(held.adapter);
+    held.inUse += 1;
+    this.leases.set(ticket, held);
+    this.grants.hit += 1;
+  }
+
+  // [cold]; a [pin]'s load has no ticket, and placement chose room for it, so the cap does not apply.
+  cold(ticket, rep, adapter, path) {
+    const capped = this.headroom !== null && this.occupied(rep) >= rep.limit + this.headroom;
+    if (ticket !== null && capped) { // [cap]: wait for room
+      rep.queue.waiters.push({ ticket, adapter, path });
+      this.waiting.set(ticket, rep.queue);
+      return [];
+    }
+    const commands = [];
+    const victims = [];
+    // [evict] idle adapters in least demand (least recently used among equals) until the load fits.
+    let excess = rep.held.size + rep.loading.size + 1 - rep.limit;
+    while (excess > 0 && rep.idle.size > 0) {
+      const victim = this.victim(rep);
+      this.drop(rep, victim);
+      const unload = {
+        kind: "unload", replica: rep, adapter: victim, op: this.newOp(), waiters: [], makesRoomFor: null,
+      };
+      rep.unloading.set(victim, unload);
+      rep.outstanding += 1;
+      this.ops.set(unload.op, unload);
+      victims.push(unload);
+      commands.push({ type: "issue_unload", unload: unload.op, replica: rep.id, adapter: victim });
+      excess -= 1;
+    }
+    const load = {
+      kind: "load", replica: rep, adapter, path, op: this.newOp(), waiters: ticket === null ? [] : [ticket],
+      starter: ticket, waitsFor: new Set(victims.map((u) => u.op)), issued: false,
+    };
+    for (const unload of victims) unload.makesRoomFor = load;
+    rep.loading.set(adapter, load);
+    this.ops.set(load.op, load);
+    if (ticket !== null) this.waiting.set(ticket, load);
+    if (victims.length === 0) commands.push(this.issue(load));
+    return commands;
+  }
+
+  issue(load) {
+    load.issued = true;
+    load.replica.outstanding += 1;
+    const { op, replica, adapter, path } = load;
+    return { type: "issue_load", load: op, replica: replica.id, adapter, path };
+  }
+
+  // -- §3.2 Answers from the engine ---------------------------------------------------------------
+
+  // [load-outcome]
+  loadFinished({ load: number, outcome, message }) {
+    const load = isInteger(number) ? this.ops.get(number) : undefined;
+    if (!load || load.kind !== "load" || !load.issued) {
+      throw new UsageError("UnknownOperationError", `load ${number} is not awaiting its answer`);
+    }
+    if (!LOAD_OUTCOMES.includes(outcome)) throw invalid("outcome", outcome);
+    if (typeof message !== "string") throw invalid("message", message);
+    this.ops.delete(number);
+    const rep = load.replica;
+    rep.loading.delete(load.adapter);
+    count(this.loads, `${rep.model}/${outcome}`); // the model the replica has now
+    if (this.answered(rep)) return [];
+    const text = message || `the load of '${load.adapter}' on '${rep.id}' failed`; // literally, no escaping
+    if (outcome === "replica_fault") this.failure(rep);
+    else this.healthy(rep);
+    if (outcome === "adapter_fault") { // [refuse]
+      this.refused.set(load.adapter, { until: this.now + this.refusal, message: text });
+    }
+    const commands = [];
+    if (outcome === "loaded" || outcome === "already_loaded") {
+      const held = {
+        replica: rep, adapter: load.adapter, inUse: load.waiters.length, since: this.tick(), current: true,
+      };
+      rep.held.set(load.adapter, held);
+      if (held.inUse === 0 && this.idleable(rep, load.adapter)) rep.idle.set(load.adapter, held.since);
+      for (const ticket of load.waiters) {
+        this.waiting.delete(ticket);
+        this.leases.set(ticket, held);
+        const how = ticket === load.starter ? "loaded" : "joined";
+        this.grants[how] += 1;
+        commands.push({ type: "grant", ticket, how });
+      }
+    } else {
+      const fault = outcome === "adapter_fault" ? "adapter" : "replica";
+      for (const ticket of load.waiters) {
+        this.waiting.delete(ticket);
+        commands.push(this.fail(ticket, rep, fault, text));
+      }
+    }
+    commands.push(...this.admitQueue(rep));
+    if (outcome === "adapter_fault" || outcome === "replica_fault") commands.push(...this.ensurePins());
+    return commands;
+  }
+
+  // [unload-outcome]
+  unloadFinished({ unload: number, outcome, message }) {
+    const unload = isInteger(number) ? this.ops.get(number) : undefined;
+    if (!unload || unload.kind !== "unload") {
+      throw new UsageError("UnknownOperationError", `unload ${number} is not awaiting its answer`);
+    }
+    if (!UNLOAD_OUTCOMES.includes(outcome)) throw invalid("outcome", outcome);
+    if (typeof message !== "string") throw invalid("message", message);
+    this.ops.delete(number);
+    const rep = unload.replica;
+    rep.unloading.delete(unload.adapter);
+    count(this.evictions, `${rep.model}/${outcome}`);
+    if (this.answered(rep)) return [];
+    if (rep.listing) rep.droppedWhileListing.add(unload.adapter);
+    const commands = [];
+    const load = unload.makesRoomFor;
+    if (load) {
+      load.waitsFor.delete(number);
+      if (load.waitsFor.size === 0) commands.push(this.issue(load));
+    }
+    for (const { ticket, path } of unload.waiters) {
+      this.waiting.delete(ticket);
+      commands.push(...this.admit(ticket, rep, unload.adapter, path)); // afresh, from the top
+    }
+    return commands;
+  }
+
+  // Counts an answer; true when the replica is removed, so that the answer changes nothing more (§3.7).
+  answered(rep) {
+    rep.outstanding -= 1;
+    if (!rep.removed) return false;
+    this.forgetIfDone(rep);
+    return true;
+  }
+
+  // -- §3.3 The end of a request ------------------------------------------------------------------
+
+  // [release]
+  released({ ticket }) {
+    const held = isInteger(ticket) ? this.leases.get(ticket) : undefined;
+    if (!held) {
+      if (isInteger(ticket) && this.waiting.has(ticket)) {
+        throw new UsageError("UnknownTicketError", `ticket ${ticket} is waiting: cancel it`);
+      }
+      this.checkEnded(ticket);
+      return [];
+    }
+    this.leases.delete(ticket);
+    held.inUse -= 1;
+    const rep = held.replica;
+    rep.inFlight -= 1;
+    if (held.inUse > 0 || !held.current) return []; // a dead lease: it ends, nothing else
+    if (rep.removed) {
+      this.drop(rep, held.adapter);
+      this.forgetIfDone(rep);
+      return [];
+    }
+    if (!this.idleable(rep, held.adapter)) return []; // [pin], [elsewhere]: never idle
+    rep.idle.set(held.adapter, this.tick()); // the end of idle: most recently used
+    return this.admitQueue(rep);
+  }
+
+  // [cancel]
+  cancelled({ ticket }) {
+    if (isInteger(ticket) && this.leases.has(ticket)) return this.released({ ticket });
+    const waited = isInteger(ticket) ? this.waiting.get(ticket) : undefined;
+    if (!waited) {
+      this.checkEnded(ticket);
+      return [];
+    }
+    this.waiting.delete(ticket);
+    waited.replica.inFlight -= 1;
+    if (waited.kind === "load") {
+      waited.waiters = waited.waiters.filter((t) => t !== ticket);
+      if (waited.starter === ticket) waited.starter = null;
+      if (waited.waiters.length === 0 && !waited.issued) {
+        this.abandon(waited);
+        return this.admitQueue(waited.replica);
+      }
+    } else { // an unload or a queue
+      waited.waiters = waited.waiters.filter((w) => w.ticket !== ticket);
+    }
+    return [];
+  }
+
+  // §1.1: a ticket from 1 to the highest seen that is neither waiting nor a lease has ended.
+  checkEnded(ticket) {
+    if (!isInteger(ticket) || ticket < 1n || ticket > this.highest) {
+      throw new UsageError("UnknownTicketError", `no request ever had ticket ${ticket}`);
+    }
+  }
+
+  // A load not yet issued that no one waits for is never issued; its victims' unloads go on.
+  abandon(load) {
+    load.replica.loading.delete(load.adapter);
+    this.ops.delete(load.op);
+    for (const op of load.waitsFor) this.ops.get(op).makesRoomFor = null;
+  }
+
+  // -- §3.4 Listings ------------------------------------------------------------------------------
+
+  // [time]
+  timeAdvanced({ now }) {
+    if (!isNumber(now)) throw invalid("now", now);
+    if (Number(now) < this.now) {
+      throw new UsageError("ClockWentBackwardsError", `now ${now} is before ${this.now}`);
+    }
+    this.now = Number(now);
+    const due = [...this.replicas.values()]
+      .filter((rep) => !rep.removed && rep.due <= this.now)
+      .sort((a, b) => a.due - b.due || byName(a.id, b.id));
+    const commands = [];
+    for (const rep of due) {
+      rep.due = this.now + this.interval;
+      if (!rep.listing) commands.push(this.startListing(rep));
+    }
+    return [...commands, ...this.ensurePins()]; // replicas back from their backoff
+  }
+
+  next_due() {
+    const dues = [...this.replicas.values()].filter((rep) => !rep.removed).map((rep) => rep.due);
+    return dues.length ? Math.min(...dues) : null;
+  }
+
+  startListing(rep) {
+    const listing = { kind: "listing", replica: rep, op: this.newOp(), started: this.tick() };
+    rep.listing = listing;
+    rep.droppedWhileListing = new Set();
+    rep.outstanding += 1;
+    this.ops.set(listing.op, listing);
+    return { type: "read_listing", listing: listing.op, replica: rep.id };
+  }
+
+  listingOp(number) {
+    const listing = isInteger(number) ? this.ops.get(number) : undefined;
+    if (!listing || listing.kind !== "listing") {
+      throw new UsageError("UnknownOperationError", `listing ${number} is not awaiting its answer`);
+    }
+    return listing;
+  }
+
+  // Counts the listing as answered; false when the answer is to be ignored (abandoned, §3.4).
+  finishListing(listing) {
+    this.ops.delete(listing.op);
+    const rep = listing.replica;
+    if (this.answered(rep) || rep.listing !== listing) return false;
+    rep.listing = null;
+    return true;
+  }
+
+  met(rep) {
+    if (rep.met) return [];
+    rep.met = true;
+    return [{ type: "mark_met", replica: rep.id }];
+  }
+
+  // [listing]
+  listingReceived({ listing: number, adapters }) {
+    const listing = this.listingOp(number);
+    if (!Array.isArray(adapters)) throw invalid("adapters", adapters);
+    for (const name of adapters) if (!isName(name)) throw invalid("adapters", name);
+    if (!this.finishListing(listing)) return [];
+    const rep = listing.replica;
+    this.healthy(rep);
+    const commands = this.met(rep);
+    const listed = new Set(adapters);
+    for (const [name, held] of [...rep.held]) {
+      if (!listed.has(name) && held.since < listing.started) this.drop(rep, name); // in use or not
+    }
+    const known = (name) => rep.held.has(name) || rep.loading.has(name) || rep.unloading.has(name)
+      || rep.droppedWhileListing.has(name);
+    const added = [...listed].filter((name) => !known(name)).sort(byName);
+    rep.droppedWhileListing = new Set();
+    const since = this.tick();
+    for (const name of added) {
+      rep.held.set(name, { replica: rep, adapter: name, inUse: 0, since, current: true });
+    }
+    // The front of idle, in name order: least recently used of all (idle time 0, for [place]).
+    const idle = added.filter((name) => this.idleable(rep, name)).map((name) => [name, 0]);
+    rep.idle = new Map([...idle, ...rep.idle]);
+    return [...commands, ...this.admitQueue(rep), ...this.ensurePins()];
+  }
+
+  listingFailed({ listing: number, message }) {
+    const listing = this.listingOp(number);
+    if (typeof message !== "string") throw invalid("message", message);
+    if (!this.finishListing(listing)) return [];
+    listing.replica.droppedWhileListing = new Set();
+    this.failure(listing.replica);
+    return [...this.met(listing.replica), ...this.ensurePins()];
+  }
+
+  // -- §3.5 What the engine says it does not have -------------------------------------------------
+
+  // [forget]
+  adapterMissing({ replica, adapter, ticket = null }) {
+    if (!isName(replica)) throw invalid("replica", replica);
+    if (!isName(adapter)) throw invalid("adapter", adapter);
+    if (ticket !== null && !isInteger(ticket)) throw invalid("ticket", ticket);
+    if (ticket !== null && (ticket < 1n || ticket > this.highest)) {
+      throw new UsageError("UnknownTicketError", `no request ever had ticket ${ticket}`);
+    }
+    const rep = this.replicas.get(replica);
+    const held = rep && !rep.removed ? rep.held.get(adapter) : undefined;
+    if (!held) return [];
+    if (ticket !== null && this.leases.get(ticket) !== held) return []; // a report about an older copy
+    this.drop(rep, adapter);
+    return [...this.admitQueue(rep), ...(this.pins.has(adapter) ? this.ensurePins() : [])];
+  }
+
+  // -- §3.6 Dropping ------------------------------------------------------------------------------
+
+  drop(rep, name) {
+    rep.held.get(name).current = false; // leases on it go dead
+    rep.held.delete(name);
+    rep.idle.delete(name);
+    if (rep.listing) rep.droppedWhileListing.add(name);
+  }
+
+  // -- §3.7 Replicas and limits -------------------------------------------------------------------
+
+  // [replicas]
+  replicaAdded({ replica, model, limit }) {
+    if (!isName(replica)) throw invalid("replica", replica);
+    if (!isName(model)) throw invalid("model", model);
+    if (!isInteger(limit) || limit < 1n) throw invalid("limit", limit);
+    let rep = this.replicas.get(replica);
+    if (rep && !rep.removed) {
+      if (rep.model !== model) {
+        throw new UsageError("ReplicaConflictError", `replica ${replica} is in use with model ${rep.model}`);
+      }
+      rep.limit = Number(limit);
+      return this.admitQueue(rep);
+    }
+    if (!rep) {
+      rep = {
+        id: replica, held: new Map(), idle: new Map(), loading: new Map(), unloading: new Map(),
+        listing: null, droppedWhileListing: new Set(), outstanding: 0, inFlight: 0, served: 0,
+        failures: 0, avoidUntil: 0, elsewhere: new Set(),
+      };
+      rep.queue = { kind: "queue", replica: rep, waiters: [] };
+      this.replicas.set(replica, rep);
+    }
+    // New, or back while its calls or running requests keep it: they stay (§3.7).
+    const due = this.now + this.interval;
+    Object.assign(rep, { model, limit: Number(limit), met: false, removed: false, due });
+    return [this.startListing(rep)];
+  }
+
+  replicasRemoved({ replicas: ids }) {
+    if (!Array.isArray(ids)) throw invalid("replicas", ids);
+    for (const id of ids) if (!isName(id)) throw invalid("replicas", id);
+    const failed = [];
+    for (const id of ids) {
+      const rep = this.replicas.get(id);
+      if (!rep || rep.removed) continue;
+      rep.removed = true;
+      rep.elsewhere = new Set(); // [elsewhere]: about the engine before the removal
+      // Every adapter no request runs on is dropped (idle ones, and pinned ones): only running ones are kept.
+      for (const name of [...rep.held.keys()].sort(byName)) {
+        if (rep.held.get(name).inUse === 0) this.drop(rep, name);
+      }
+      for (const load of [...rep.loading.values()]) {
+        failed.push(...load.waiters);
+        load.waiters = [];
+        load.starter = null;
+        if (!load.issued) this.abandon(load);
+      }
+      for (const unload of rep.unloading.values()) {
+        failed.push(...unload.waiters.map((w) => w.ticket));
+        unload.waiters = [];
+      }
+      failed.push(...rep.queue.waiters.map((w) => w.ticket));
+      rep.queue.waiters = [];
+      rep.listing = null; // abandoned: its answer is ignored
+      rep.droppedWhileListing = new Set();
+      this.forgetIfDone(rep);
+    }
+    const commands = failed.sort(byTicket).map((ticket) => {
+      const waited = this.waiting.get(ticket);
+      this.waiting.delete(ticket);
+      return this.fail(ticket, waited.replica, "replica", REPLICA_REMOVED);
+    });
+    return [...commands, ...this.ensurePins()];
+  }
+
+  forgetIfDone(rep) {
+    if (rep.outstanding === 0 && rep.held.size === 0 && this.replicas.get(rep.id) === rep) {
+      this.replicas.delete(rep.id);
+    }
+  }
+
+  // -- §3.8 Failing replicas, §3.9 Waiting for room ---------------------------------------------
+
+  // [health]
+  replicaFailed({ replica, message }) {
+    if (!isName(replica)) throw invalid("replica", replica);
+    if (typeof message !== "string") throw invalid("message", message);
+    const rep = this.inUse(replica);
+    if (rep) this.failure(rep);
+    return [];
+  }
+
+  failure(rep) {
+    rep.failures += 1;
+    const wait = this.backoff * 2 ** Math.min(rep.failures - 1, 32);
+    rep.avoidUntil = this.now + Math.min(wait, this.maxBackoff);
+  }
+
+  healthy(rep) {
+    rep.failures = 0;
+    rep.avoidUntil = 0;
+  }
+
+  avoided(rep) {
+    return rep.avoidUntil > this.now;
+  }
+
+  // Adapters held or loading that no request could give up: what the cap counts.
+  occupied(rep) {
+    return rep.held.size + rep.loading.size - rep.idle.size;
+  }
+
+  // [cap]: admit the queue, first come first served, while there is room.
+  admitQueue(rep) {
+    const commands = [];
+    const queue = rep.queue.waiters;
+    while (queue.length > 0) {
+      const { ticket, adapter, path } = queue[0];
+      const known = rep.held.has(adapter) || rep.loading.has(adapter) || rep.unloading.has(adapter);
+      if (!known && this.occupied(rep) >= rep.limit + (this.headroom ?? 0)) break;
+      queue.shift();
+      this.waiting.delete(ticket);
+      commands.push(...this.admit(ticket, rep, adapter, path));
+    }
+    return commands;
+  }
+
+  // -- §3.13 Several routers ---------------------------------------------------------------------
+
+  // [elsewhere]: the engine's set replaces the last; named adapters leave idle, unnamed ones held
+  // with no request of ours on them come back to its end, in name order.
+  runningReported({ replica, adapters }) {
+    if (!isName(replica)) throw invalid("replica", replica);
+    if (!Array.isArray(adapters)) throw invalid("adapters", adapters);
+    for (const name of adapters) if (!isName(name)) throw invalid("adapters", name);
+    const rep = this.inUse(replica);
+    if (!rep) return [];
+    const before = rep.elsewhere;
+    rep.elsewhere = new Set(adapters);
+    for (const name of rep.elsewhere) rep.idle.delete(name);
+    let freed = false;
+    for (const name of [...before].filter((n) => !rep.elsewhere.has(n)).sort(byName)) {
+      const held = rep.held.get(name);
+      if (held && held.inUse === 0 && !this.pins.has(name)) {
+        rep.idle.set(name, this.tick());
+        freed = true;
+      }
+    }
+    return freed ? this.admitQueue(rep) : [];
+  }
+
+  // Whether a held adapter with no request of ours on it may be idle: not pinned, not reported.
+  idleable(rep, name) {
+    return !this.pins.has(name) && !rep.elsewhere.has(name);
+  }
+
+  // -- §3.10 Pinned adapters ---------------------------------------------------------------------
+
+  // [pin]
+  adapterPinned({ adapter, path, copies, model }) {
+    if (!isName(adapter)) throw invalid("adapter", adapter);
+    if (!isName(path)) throw invalid("path", path);
+    if (!isInteger(copies) || copies < 1n) throw invalid("copies", copies);
+    if (model !== null && !isName(model)) throw invalid("model", model);
+    this.pins.set(adapter, { path, copies: Number(copies), model });
+    for (const rep of this.replicas.values()) if (!rep.removed) rep.idle.delete(adapter);
+    return this.ensurePins();
+  }
+
+  adapterUnpinned({ adapter }) {
+    if (!isName(adapter)) throw invalid("adapter", adapter);
+    if (!this.pins.delete(adapter)) return [];
+    const commands = [];
+    for (const rep of [...this.replicas.values()].sort((a, b) => byName(a.id, b.id))) {
+      const held = rep.held.get(adapter);
+      if (held && held.inUse === 0 && !rep.removed && !rep.elsewhere.has(adapter)) {
+        rep.idle.set(adapter, this.tick()); // evictable again, most recently used
+        commands.push(...this.admitQueue(rep));
+      }
+      const load = rep.loading.get(adapter);
+      if (load && !load.issued && load.waiters.length === 0) this.abandon(load);
+    }
+    return commands;
+  }
+
+  // Making the pins good: loads where placement finds room, for pins short of their copies.
+  ensurePins() {
+    const commands = [];
+    for (const adapter of [...this.pins.keys()].sort(byName)) {
+      const pin = this.pins.get(adapter);
+      if ((this.refused.get(adapter)?.until ?? -Infinity) > this.now) continue; // [refuse]
+      const holders = [...this.replicas.values()]
+        .filter((rep) => !rep.removed && (rep.held.has(adapter) || rep.loading.has(adapter)));
+      const ofModel = (rep) => pin.model === null || rep.model === pin.model;
+      const have = holders.filter((rep) => !this.avoided(rep) && ofModel(rep));
+      const skip = holders.map((rep) => rep.id);
+      for (let i = have.length; i < pin.copies; i += 1) {
+        const { replica, placed } = this.placeCold(adapter, { model: pin.model, exclude: skip });
+        if (placed !== "free" && placed !== "evict") break;
+        commands.push(...this.cold(null, this.replicas.get(replica), adapter, pin.path));
+        skip.push(replica);
+      }
+    }
+    return commands;
+  }
+
+  // -- §3.7 again ---------------------------------------------------------------------------------
+
+  // [limit]
+  limitSet({ model, limit }) {
+    if (!isName(model)) throw invalid("model", model);
+    if (!isInteger(limit) || limit < 1n) throw invalid("limit", limit);
+    const commands = [];
+    for (const rep of [...this.replicas.values()].sort((a, b) => byName(a.id, b.id))) {
+      if (rep.removed || rep.model !== model) continue;
+      rep.limit = Number(limit);
+      commands.push(...this.admitQueue(rep));
+    }
+    return commands;
+  }
+
+  // -- §3.8 Queries -------------------------------------------------------------------------------
+
+  inUse(id) {
+    const rep = this.replicas.get(id);
+    return rep && !rep.removed ? rep : undefined;
+  }
+
+  // [view]
+  view(replicas, adapter) {
+    const holders = new Set();
+    const withRoom = new Set();
+    for (const id of replicas) {
+      const rep = this.inUse(id);
+      if (!rep) {
+        withRoom.add(id);
+        continue;
+      }
+      if (rep.held.has(adapter) || rep.loading.has(adapter)) holders.add(id);
+      if (rep.held.size + rep.loading.size < rep.limit && !this.avoided(rep)) withRoom.add(id);
+    }
+    return { holders: [...holders].sort(byName), with_room: [...withRoom].sort(byName) };
+  }
+
+  is_met(replica) {
+    return Boolean(this.inUse(replica)?.met);
+  }
+
+  // [statistics]
+  statistics() {
+    const replicas = {};
+    for (const rep of this.replicas.values()) {
+      if (rep.removed) continue;
+      replicas[rep.id] = {
+        model: rep.model, limit: rep.limit, met: rep.met,
+        held: Object.fromEntries([...rep.held].map(([name, held]) => [name, held.inUse])),
+        loading: [...rep.loading.keys()].sort(byName), unloading: [...rep.unloading.keys()].sort(byName),
+        queued: rep.queue.waiters.length, in_flight: rep.inFlight,
+        failing_until: this.avoided(rep) ? rep.avoidUntil : null,
+      };
+    }
+    return {
+      loads: { ...this.loads }, evictions: { ...this.evictions }, grants: { ...this.grants },
+      failures: { ...this.failures }, replicas, waiting: this.waiting.size, leases: this.leases.size,
+      pins: Object.fromEntries([...this.pins].map(([name, pin]) => [name, pin.copies])),
+    };
+  }
+
+  // [place] (SPEC §3.12): where to send a request; a query that changes nothing.
+  place(adapter, { model = null, exclude = [], load = {} } = {}) {
+    if (!isName(adapter)) throw invalid("adapter", adapter);
+    const busy = (rep) => rep.inFlight + Number(load[rep.id] ?? 0);
+    const least = (rep) => [busy(rep), rep.served, -rendezvous(adapter, rep.id)];
+    const holders = this.candidates(model, exclude)
+      .filter((rep) => rep.held.has(adapter) || rep.loading.has(adapter));
+    const holder = holders.length ? best(holders.map((rep) => ({ rep, key: least(rep) }))).rep : null;
+    const atHolder = (rep) => ({ replica: rep.id, placed: rep.held.has(adapter) ? "held" : "loading" });
+    if (holder && (this.busy === null || busy(holder) < this.busy)) return atHolder(holder);
+    const cold = this.placeCold(adapter, { model, exclude, load, spread: this.spread });
+    if (cold.replica !== null) return cold;
+    if (holder) return atHolder(holder);
+    return this.placeCold(adapter, { model, exclude, load, spread: null, least: true });
+  }
+
+  candidates(model, exclude) {
+    return [...this.replicas.values()].filter(
+      (rep) => !rep.removed && !this.avoided(rep) && !exclude.includes(rep.id)
+        && (model === null || rep.model === model),
+    );
+  }
+
+  // [place], a cold load: among candidates not holding or loading the adapter (and with fewer than
+  // `spread` in flight, when given), the least key; `least` compares (busy, served, -weight) alone.
+  placeCold(adapter, { model = null, exclude = [], load = {}, spread = null, least = false }) {
+    const busy = (rep) => rep.inFlight + Number(load[rep.id] ?? 0);
+    const candidates = this.candidates(model, exclude).filter(
+      (rep) => !rep.held.has(adapter) && !rep.loading.has(adapter) && (spread === null || busy(rep) < spread),
+    );
+    if (candidates.length === 0) return { replica: null, placed: null };
+    const { rep } = best(candidates.map((r) => ({ rep: r, key: this.coldKey(r, adapter, busy(r), least) })));
+    return { replica: rep.id, placed: ["free", "over", "evict", "over", "wait"][this.coldKind(rep)] };
+  }
+
+  coldKind(rep) {
+    const count = rep.held.size + rep.loading.size;
+    if (this.headroom !== null && this.occupied(rep) >= rep.limit + this.headroom) return 4;
+    if (count < rep.limit) return 0;
+    if (rep.idle.size === 0) return count < rep.limit + this.overflow ? 1 : 3;
+    return 2;
+  }
+
+  coldKey(rep, adapter, busy, least) {
+    const last = [busy, rep.served, -rendezvous(adapter, rep.id)];
+    if (least) return last;
+    const kind = this.coldKind(rep);
+    if (kind !== 2) return [kind, 0, 0, ...last];
+    const victim = this.victim(rep);
+    return [2, this.weight(victim), rep.idle.get(victim), ...last];
+  }
+
+  // -- helpers ------------------------------------------------------------------------------------
+
+  newOp() {
+    const op = this.nextOp;
+    this.nextOp += 1n;
+    return op;
+  }
+
+  tick() {
+    this.logical += 1;
+    return this.logical;
+  }
+
+  fail(ticket, rep, fault, message) {
+    rep.inFlight -= 1;
+    this.failures[fault] = (this.failures[fault] ?? 0) + 1;
+    return { type: "fail", ticket, fault, message };
+  }
+}
+
+function count(counts, key) {
+  counts[key] = (counts[key] ?? 0) + 1;
+}
+
+// The first of the least keys (SPEC's [place]: every key ends with the rendezvous hash, so ties are rare).
+function best(keyed) {
+  return keyed.reduce((a, b) => (compareKeys(b.key, a.key) < 0 ? b : a), keyed[0]);
+}
+
+function compareKeys(a, b) {
+  for (let i = 0; i < a.length; i += 1) if (a[i] !== b[i]) return a[i] < b[i] ? -1 : 1;
+  return 0;
+}
+
+// FNV-1a, 64 bits, of the UTF-8 bytes of adapter, a zero byte, and replica.
+function rendezvous(adapter, replica) {
+  let h = 0xcbf29ce484222325n;
+  for (const byte of Buffer.from(`${adapter}\0${replica}`, "utf8")) {
+    h = ((h ^ BigInt(byte)) * 0x100000001b3n) & 0xffffffffffffffffn;
+  }
+  return h;
+}
