@@ -34,6 +34,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 
 from lorafleet import (
     DEFAULT_BACKOFF,
+    DEFAULT_HALF_LIFE,
     DEFAULT_LISTING_INTERVAL,
     DEFAULT_REFUSAL,
     AdapterMissing,
@@ -103,6 +104,22 @@ RACES = [
     "a request",
 ]
 """What may happen while a listing is out, in FleetModel.a_listing_races."""
+AROUND = [
+    "engine_serves_listing",
+    "a_late_404",
+    "another_router",
+    "another_router_unloads_what_the_machine_holds",
+    "engine_restarts",
+    "replica_fails",
+    "set_limit",
+    "add_replica",
+    "remove_replicas",
+    "remove_and_add_back_while_leased",
+    "remove_a_replica_with_calls_out",
+    "break_the_contract",
+    "settle",
+]
+"""What FleetModel.something_else_happens may do: the world around the requests changes."""
 
 
 @attrs.define
@@ -156,14 +173,16 @@ class FleetModel(RuleBasedStateMachine):
 
     @initialize(
         headroom=st.sampled_from([None, None, 0, 1]),
-        refusal=st.sampled_from([DEFAULT_REFUSAL, 45.0]),
+        refusal=st.sampled_from([45.0, 45.0, DEFAULT_REFUSAL]),
         backoff=st.sampled_from([DEFAULT_BACKOFF, 40.0]),
+        half_life=st.sampled_from([DEFAULT_HALF_LIFE, 3]),
     )
-    def start(self, headroom: int | None, refusal: float, backoff: float) -> None:
-        """A machine with these settings (the defaults, or a cap, a short refusal, a long backoff)."""
-        self.config = {"headroom": headroom, "refusal": refusal, "backoff": backoff}
+    def start(self, headroom: int | None, refusal: float, backoff: float, half_life: int) -> None:
+        """A machine with these settings: the defaults, or a cap, a short refusal, a long backoff,
+        demand halved every few requests."""
+        self.config = {"headroom": headroom, "refusal": refusal, "backoff": backoff, "half_life": half_life}
         self.machine = type(self).factory(**self.config)
-        self.model = Model(headroom=headroom, refusal=refusal, backoff=backoff)
+        self.model = Model(headroom=headroom, refusal=refusal, backoff=backoff, half_life=half_life)
         for replica in sorted(REPLICAS):
             self.add(replica, LIMITS[REPLICAS[replica]])
 
@@ -298,7 +317,7 @@ class FleetModel(RuleBasedStateMachine):
                 return
         event = Requested(ticket=ticket, replica=replica, adapter=adapter, path=f"/adapters/{adapter}")
         commands = self.send(event)
-        if self.refused.get(adapter, -1.0) > self.now:
+        if self.refused.get(adapter, -1.0) > self.now and adapter not in was.held:
             # [refuse]: the engine said the adapter is at fault, so the request fails at once.
             (fail,) = commands
             assert isinstance(fail, Fail), commands
@@ -319,9 +338,16 @@ class FleetModel(RuleBasedStateMachine):
         adapter=st.sampled_from(ADAPTERS),
         fast=st.booleans(),
         gap=st.sampled_from([1, 1, 1, 3]),
+        contested=st.booleans(),
     )
-    def request(self, data: st.DataObject, adapter: str, fast: bool, gap: int) -> None:
-        self.ask(data.draw(st.sampled_from(sorted(self.active))), adapter, fast=fast, gap=gap)
+    def request(self, data: st.DataObject, adapter: str, fast: bool, gap: int, contested: bool) -> None:
+        """A request, through the fast path or not; ``contested``: for an adapter with a call out, if
+        any (where joins, waits and races happen)."""
+        if contested and (calls := self.contested()):
+            replica, adapter = data.draw(st.sampled_from(calls))
+        else:
+            replica = data.draw(st.sampled_from(sorted(self.active)))
+        self.ask(replica, adapter, fast=fast, gap=gap)
 
     def contested(self) -> list[tuple[str, str]]:
         return sorted(
@@ -331,13 +357,6 @@ class FleetModel(RuleBasedStateMachine):
                 if isinstance(c.command, IssueLoad | IssueUnload) and c.command.replica in self.active
             }
         )
-
-    @precondition(lambda self: bool(self.contested()))
-    @rule(data=st.data(), fast=st.booleans())
-    def request_contested(self, data: st.DataObject, fast: bool) -> None:
-        """A request for an adapter with a call out: where joins, waits and races happen."""
-        replica, adapter = data.draw(st.sampled_from(self.contested()))
-        self.ask(replica, adapter, fast=fast)
 
     def held_somewhere(self) -> list[tuple[str, str]]:
         return sorted(
@@ -374,12 +393,15 @@ class FleetModel(RuleBasedStateMachine):
     @precondition(lambda self: bool(self.in_state(*LEASED)))
     @rule(data=st.data(), how=st.sampled_from(["with its ticket", "after release", "stale"]))
     def forward(self, data: st.DataObject, how: str) -> None:
-        """The router forwards a granted request; if the engine lacks the adapter it answers 404, and
-        the router reports it: with the request's ticket while the lease is held (a shell's way),
-        without a ticket after releasing it, or with the ticket after releasing it (stale)."""
+        """The router forwards a granted request: served, it is released; if the engine lacks the
+        adapter it answers 404, and the router reports it: with the request's ticket while the lease
+        is held (a shell's way), without a ticket after releasing it, or with the ticket after
+        releasing it (stale)."""
         ticket = data.draw(st.sampled_from(self.in_state(*LEASED)))
         t = self.tickets[ticket]
-        if self.world.has(t.replica, t.adapter):
+        if self.world.has(t.replica, t.adapter):  # served: the request is done
+            t.state = State.RELEASED
+            self.send(Released(ticket=ticket))
             return
         note(f"request {ticket} is answered 404: {t.adapter} is not on {t.replica}")
         if how == "with its ticket":
@@ -406,12 +428,20 @@ class FleetModel(RuleBasedStateMachine):
     @precondition(lambda self: bool(self.world.pending(IssueLoad)))
     @rule(
         data=st.data(),
-        way=st.sampled_from([Way.AS_ASKED] * 3 + [Way.ADAPTER_FAULT, Way.FAULT_BEFORE, Way.FAULT_AFTER]),
+        way=st.sampled_from(
+            [Way.AS_ASKED] * 6 + [Way.ADAPTER_FAULT] + [Way.FAULT_BEFORE, Way.FAULT_AFTER] * 2
+        ),
         variant=st.integers(0, 11),
         wire=st.booleans(),
     )
     def answer_load(self, data: st.DataObject, way: Way, variant: int, wire: bool) -> None:
         self.answer(data.draw(st.sampled_from(self.world.pending(IssueLoad))), way, variant, wire)
+
+    @precondition(lambda self: bool(self.world.pending(IssueLoad | IssueUnload)))
+    @rule()
+    def the_oldest_call_is_answered(self) -> None:
+        """The call out longest is answered as asked (most calls are): so requests do not wait long."""
+        self.send(self.world.answer(self.world.pending((IssueLoad, IssueUnload))[0]).event)
 
     @precondition(lambda self: bool(self.world.pending(IssueUnload)))
     @rule(
@@ -423,11 +453,10 @@ class FleetModel(RuleBasedStateMachine):
     def answer_unload(self, data: st.DataObject, way: Way, variant: int, wire: bool) -> None:
         self.answer(data.draw(st.sampled_from(self.world.pending(IssueUnload))), way, variant, wire)
 
-    @precondition(lambda self: bool(self.world.unserved_listings()))
-    @rule(data=st.data())
     def engine_serves_listing(self, data: st.DataObject) -> None:
         """The engine reads its registry for a listing; the answer is still on its way."""
-        self.world.serve_listing(data.draw(st.sampled_from(self.world.unserved_listings())))
+        if unserved := self.world.unserved_listings():
+            self.world.serve_listing(data.draw(st.sampled_from(unserved)))
 
     @precondition(lambda self: bool(self.world.pending(ReadListing)))
     @rule(
@@ -441,64 +470,64 @@ class FleetModel(RuleBasedStateMachine):
 
     # -- the world around --------------------------------------------------------------------------
 
-    @rule(
-        replica=st.sampled_from(sorted(REPLICAS)), adapter=st.sampled_from(ADAPTERS[:-1]), load=st.booleans()
-    )
-    def another_router(self, replica: str, adapter: str, load: bool) -> None:
+    @rule(data=st.data(), what=st.sampled_from(AROUND))
+    def something_else_happens(self, data: st.DataObject, what: str) -> None:
+        """Once in a while, one of the things around the requests (AROUND): one rule for all of them,
+        so that requests and answers keep most of the steps."""
+        getattr(self, what)(data)
+
+    def another_router(self, data: st.DataObject) -> None:
+        """Another router loads or unloads an adapter on an engine, behind the machine's back."""
+        replica = data.draw(st.sampled_from(sorted(REPLICAS)))
+        adapter, load = data.draw(st.sampled_from(ADAPTERS[:-1])), data.draw(st.booleans())
         note(f"another router {'loads' if load else 'unloads'} {adapter} on {replica}")
         self.world.other_router(replica, adapter, load=load)
 
-    @precondition(lambda self: bool(self.held_somewhere()))
-    @rule(data=st.data())
     def another_router_unloads_what_the_machine_holds(self, data: st.DataObject) -> None:
         """Another router unloads an adapter the machine holds: the engine no longer has it, and the
         machine learns it from a listing, a 404, or an unload answered "not found"."""
-        replica, adapter = data.draw(st.sampled_from(self.held_somewhere()))
-        note(f"another router unloads {adapter} on {replica}")
-        self.world.other_router(replica, adapter, load=False)
+        if held := self.held_somewhere():
+            replica, adapter = data.draw(st.sampled_from(held))
+            note(f"another router unloads {adapter} on {replica}")
+            self.world.other_router(replica, adapter, load=False)
 
-    @precondition(lambda self: bool(self.contested()))
-    @rule(data=st.data(), back=st.booleans())
-    def remove_a_replica_with_calls_out(self, data: st.DataObject, back: bool) -> None:
+    def remove_a_replica_with_calls_out(self, data: st.DataObject) -> None:
         """A replica is removed while calls to it are out (and maybe added back at once): their late
         answers are counted and change nothing else, or carry on for the replica that came back."""
-        replica, _ = data.draw(st.sampled_from(self.contested()))
-        self.remove((replica,))
-        if back:
-            self.add(replica, LIMITS[REPLICAS[replica]])
+        if contested := self.contested():
+            replica, _ = data.draw(st.sampled_from(contested))
+            self.remove((replica,))
+            if data.draw(st.booleans()):
+                self.add(replica, LIMITS[REPLICAS[replica]])
 
-    @rule(replica=st.sampled_from([*sorted(REPLICAS), UNKNOWN]))
-    def replica_fails(self, replica: str) -> None:
+    def replica_fails(self, data: st.DataObject) -> None:
         """The router saw a replica fail on its own (a forwarded request got no answer): [health]."""
+        replica = data.draw(st.sampled_from([*sorted(REPLICAS), UNKNOWN]))
         self.send(ReplicaFailed(replica=replica, message="no answer"))
 
-    @rule(replica=st.sampled_from(sorted(REPLICAS)))
-    def engine_restarts(self, replica: str) -> None:
+    def engine_restarts(self, data: st.DataObject) -> None:
+        replica = data.draw(st.sampled_from(sorted(REPLICAS)))
         note(f"the engine of {replica} restarts")
         self.world.restart(replica)
 
-    @precondition(lambda self: bool(self.active))
-    @rule(data=st.data())
     def remove_replicas(self, data: st.DataObject) -> None:
         """Replicas removed; requests still running on them keep their adapters, unseen."""
         ids = data.draw(st.lists(st.sampled_from([*sorted(REPLICAS), UNKNOWN]), min_size=1, max_size=3))
         self.remove(tuple(ids))
 
-    @rule(replica=st.sampled_from(sorted(REPLICAS)), limit=st.integers(1, 3))
-    def add_replica(self, replica: str, limit: int) -> None:
+    def add_replica(self, data: st.DataObject) -> None:
         """A replica added (back), or added again while in use: then only its limit changes."""
-        self.add(replica, limit)
+        self.add(data.draw(st.sampled_from(sorted(REPLICAS))), data.draw(st.integers(1, 3)))
 
-    @precondition(lambda self: bool(self.in_state(State.GRANTED)))
-    @rule(data=st.data())
     def remove_and_add_back_while_leased(self, data: st.DataObject) -> None:
         """The router drops a replica a request runs on, and uses it again at once."""
-        ticket = self.tickets[data.draw(st.sampled_from(self.in_state(State.GRANTED)))]
-        self.remove((ticket.replica,))
-        self.add(ticket.replica, LIMITS[REPLICAS[ticket.replica]])
+        if granted := self.in_state(State.GRANTED):
+            ticket = self.tickets[data.draw(st.sampled_from(granted))]
+            self.remove((ticket.replica,))
+            self.add(ticket.replica, LIMITS[REPLICAS[ticket.replica]])
 
-    @rule(model=st.sampled_from(["m0", "m1"]), limit=st.integers(1, 3))
-    def set_limit(self, model: str, limit: int) -> None:
+    def set_limit(self, data: st.DataObject) -> None:
+        model, limit = data.draw(st.sampled_from(["m0", "m1"])), data.draw(st.integers(1, 3))
         self.send(LimitSet(model=model, limit=limit))
 
     @rule(dt=st.sampled_from([DEFAULT_LISTING_INTERVAL, DEFAULT_LISTING_INTERVAL, 1.0, 0.0, 12.5]))
@@ -506,7 +535,6 @@ class FleetModel(RuleBasedStateMachine):
         self.now += dt
         self.send(TimeAdvanced(now=self.now))
 
-    @rule(data=st.data())
     def break_the_contract(self, data: st.DataObject) -> None:
         """A call the contract forbids raises its usage error and changes nothing."""
         m = self.machine
@@ -645,17 +673,14 @@ class FleetModel(RuleBasedStateMachine):
         """A listing of ``replica`` that starts now, served and answered at once."""
         self.send(self.world.answer(self.start_listing(replica)).event)
 
-    @precondition(lambda self: bool(self.in_state(State.RELEASED, State.DEAD)))
-    @rule(data=st.data())
     def a_late_404(self, data: st.DataObject) -> None:
         """A request answered 404 reports it late, with its ticket, once its lease has ended or its copy
         is gone: the report is stale, and the machine keeps what it holds now."""
-        ticket = data.draw(st.sampled_from(self.in_state(State.RELEASED, State.DEAD)))
-        t = self.tickets[ticket]
-        self.send(AdapterMissing(replica=t.replica, adapter=t.adapter, ticket=ticket))
+        if ended := self.in_state(State.RELEASED, State.DEAD):
+            t = self.tickets[ticket := data.draw(st.sampled_from(ended))]
+            self.send(AdapterMissing(replica=t.replica, adapter=t.adapter, ticket=ticket))
 
-    @rule()
-    def settle(self) -> None:
+    def settle(self, data: st.DataObject | None = None) -> None:
         """The engines go quiet: every call answered as asked, then every replica listed afresh.
 
         After that the machine holds what the engines hold, adapters in use included.

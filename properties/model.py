@@ -10,8 +10,8 @@ Where the machine dates things with a logical clock, the model says what the rul
 drops the adapters that were held *when it started* (``at_listing_start``, by identity), and keeps
 out of its additions those dropped *while it was out* (``dropped_while_listing``).
 
-It follows [refuse], [health] and [cap] (a queue per replica). It does not follow [pin], which
-places copies where [place] would: the properties neither pin nor compare placements.
+It follows [refuse], [health], [cap] (a queue per replica) and [evict]'s demand weights. It does not
+follow [pin], which places copies where [place] would, nor [elsewhere]: the properties send neither.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ import attrs
 
 from lorafleet import (
     DEFAULT_BACKOFF,
+    DEFAULT_HALF_LIFE,
     DEFAULT_LISTING_INTERVAL,
     DEFAULT_MAX_BACKOFF,
     DEFAULT_REFUSAL,
@@ -50,6 +51,7 @@ from lorafleet import (
     ReplicasRemoved,
     ReplicaStatistics,
     Requested,
+    RunningReported,
     Statistics,
     TimeAdvanced,
     UnloadFinished,
@@ -118,6 +120,8 @@ class Replica:
     failures: int = 0
     """Its faults in a row ([health])."""
     avoid_until: float = 0.0
+    in_flight: int = 0
+    """Requests counted on it that have not ended."""
 
     def count(self) -> int:
         return len(self.held) + len(self.loading)
@@ -135,6 +139,12 @@ class Model:
     backoff: float = DEFAULT_BACKOFF
     max_backoff: float = DEFAULT_MAX_BACKOFF
     refusal: float = DEFAULT_REFUSAL
+    half_life: int = DEFAULT_HALF_LIFE
+    demand: dict[str, int] = attrs.field(factory=dict)
+    """Requests per adapter, all halved every ``half_life`` requests ([evict])."""
+    requests: int = 0
+    counted: dict[int, Replica] = attrs.field(factory=dict)
+    """The replica each request not yet ended is counted on."""
     refused: dict[str, tuple[float, str]] = attrs.field(factory=dict)
     """Adapters the engine refused as their own fault: until when, and its words."""
     replicas: dict[str, Replica] = attrs.field(factory=dict)
@@ -181,10 +191,10 @@ class Model:
                 return self.limit_set(event.model, event.limit)
             case TimeAdvanced():
                 return self.time_advanced(event.now)
-            case AdapterPinned() | AdapterUnpinned():
-                # [pin] places copies where [place] would, which this model does not predict: the
-                # properties do not pin, so a pin here is a mistake in the properties.
-                raise NotImplementedError(f"the model does not follow [pin]: {event}")
+            case AdapterPinned() | AdapterUnpinned() | RunningReported():
+                # [pin] places copies where [place] would, and [elsewhere] reports what other routers
+                # run: this model follows neither, and the properties send neither.
+                raise NotImplementedError(f"the model does not follow {type(event).__name__}")
 
     def hit(self, ticket: int, replica: str, adapter: str) -> bool:
         """The fast path: True, and the request holds a lease, when the replica holds the adapter."""
@@ -192,20 +202,35 @@ class Model:
         if adapter not in rep.held:
             return False
         self.last_ticket = ticket
+        self.count(ticket, rep, adapter)
         self.use(ticket, rep, rep.held[adapter])
         return True
+
+    def count(self, ticket: int, rep: Replica, adapter: str) -> None:
+        """A request counts: in flight on its replica until it ends, and one more for its adapter's demand."""
+        self.counted[ticket] = rep
+        rep.in_flight += 1
+        self.demand[adapter] = self.demand.get(adapter, 0) + 1
+        self.requests += 1
+        if self.requests % self.half_life == 0:
+            self.demand = {a: n // 2 for a, n in self.demand.items() if n // 2}
+
+    def ended(self, ticket: int) -> None:
+        self.counted.pop(ticket).in_flight -= 1
 
     # -- requests -----------------------------------------------------------------------------------
 
     def requested(self, event: Requested) -> list[Command]:
         self.last_ticket = event.ticket
+        rep = self.replicas[event.replica]
+        self.count(event.ticket, rep, event.adapter)
         refused = self.refused.get(event.adapter)
-        if refused is not None:
+        if refused is not None and event.adapter not in rep.held:  # held: the engine took it there
             until, message = refused
             if until > self.now:  # [refuse]: the engine's words again, without a call
                 return [self.fail(event.ticket, Fault.ADAPTER, message)]
             del self.refused[event.adapter]
-        return self.admit(event.ticket, self.replicas[event.replica], event.adapter, event.path)
+        return self.admit(event.ticket, rep, event.adapter, event.path)
 
     def admit(self, ticket: int, rep: Replica, adapter: str, path: str) -> list[Command]:
         if adapter in rep.held:  # [hit]
@@ -238,10 +263,12 @@ class Model:
             self.waiting[ticket] = rep
             return []
         excess = rep.count() + 1 - rep.limit
-        victims = rep.lru[: max(excess, 0)]
         commands: list[Command] = []
         unloads = []
-        for victim in victims:
+        while excess > 0 and rep.lru:
+            excess -= 1
+            # The least recently used of those in least demand (weight: its count's bit length).
+            victim = min(rep.lru, key=lambda name: self.demand.get(name, 0).bit_length())
             rep.lru.remove(victim)
             self.drop(rep, victim)
             unload = Unload(self.new_op(rep), victim)
@@ -268,6 +295,7 @@ class Model:
         copy = self.leases.pop(ticket, None)
         if copy is None:
             return []  # ended already
+        self.ended(ticket)
         copy.users -= 1
         if copy.users or not copy.current:
             return []
@@ -283,6 +311,8 @@ class Model:
         if ticket in self.leases:
             return self.release(ticket)
         waited = self.waiting.pop(ticket, None)
+        if waited is not None:
+            self.ended(ticket)
         if isinstance(waited, Load):
             waited.waiters.remove(ticket)
             if waited.starter == ticket:
@@ -560,6 +590,7 @@ class Model:
                     loading=tuple(sorted(rep.loading)),
                     unloading=tuple(sorted(rep.unloading)),
                     queued=len(rep.queue),
+                    in_flight=rep.in_flight,
                     failing_until=rep.avoid_until if rep.avoid_until > self.now else None,
                 )
                 for rep in sorted(self.in_use(), key=lambda r: r.id)
@@ -590,5 +621,6 @@ class Model:
         return op
 
     def fail(self, ticket: int, fault: Fault, message: str) -> Fail:
+        self.ended(ticket)
         self.failures[fault.value] = self.failures.get(fault.value, 0) + 1
         return Fail(ticket=ticket, fault=fault, message=message)
