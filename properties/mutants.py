@@ -46,7 +46,8 @@ class Mutant:
 
 
 MACHINE = "_machine.py"
-WIRE = "_vllm.py"
+WORDING = "vllm/_wording.py"
+ANSWERS = "vllm/_answers.py"
 
 MUTANTS = [
     # -- [hit], the fast path
@@ -78,10 +79,10 @@ MUTANTS = [
     Mutant(
         "evict-most-recent",
         "evict",
-        "the victim is the most recently used idle adapter",
+        "the victim is the most recently used of the idle adapters in least demand",
         MACHINE,
-        "victim = next(iter(rep.idle))",
-        "victim = next(reversed(rep.idle))",
+        "        for name in rep.idle:\n            weight = demand",
+        "        for name in reversed(rep.idle):\n            weight = demand",
     ),
     Mutant(
         "evict-one-short",
@@ -267,8 +268,8 @@ MUTANTS = [
         "replicas",
         "the old removal (issue 8, 2): adapters requests run on are dropped, so a re-add can unload them",
         MACHINE,
-        "            for name in list(rep.idle):\n                self._drop(rep, name)",
-        "            for name in list(rep.held):\n                self._drop(rep, name)",
+        "for name in [n for n, held in rep.held.items() if not held.in_use]:",
+        "for name in list(rep.held):",
     ),
     # -- [time], [view]
     Mutant(
@@ -325,7 +326,7 @@ MUTANTS = [
         "wire-worker-is-adapter",
         "wire",
         "every worker failure is the adapter's fault",
-        WIRE,
+        WORDING,
         '    "must be provided",  # an empty name or path\n',
         '    "must be provided",  # an empty name or path\n    "Worker failed",\n',
     ),
@@ -333,23 +334,23 @@ MUTANTS = [
         "wire-unload-400",
         "wire",
         "a 400 'cannot be found' (vLLM 0.6) is a failed unload, not a successful one",
-        WIRE,
-        "if status in (400, 404) and not _routes_absent(status, body):",
-        "if status == 404 and not _routes_absent(status, body):",
+        ANSWERS,
+        "if status in (400, 404) and not no_such_route(status, body):",
+        "if status == 404 and not no_such_route(status, body):",
     ),
     Mutant(
         "wire-no-answer-adapter",
         "wire",
         "a load that got no answer is the adapter's fault",
-        WIRE,
-        "outcome=LoadOutcome.REPLICA_FAULT, message=message)\n        case IssueUnload():",
-        "outcome=LoadOutcome.ADAPTER_FAULT, message=message)\n        case IssueUnload():",
+        ANSWERS,
+        "return LoadFinished(load=command.load, outcome=LoadOutcome.REPLICA_FAULT, message=reason)",
+        "return LoadFinished(load=command.load, outcome=LoadOutcome.ADAPTER_FAULT, message=reason)",
     ),
     Mutant(
         "wire-lists-base",
         "wire",
         "a listing names the base model as an adapter",
-        WIRE,
+        ANSWERS,
         "        if parent:\n            adapters.append",
         "        if True:\n            adapters.append",
     ),
