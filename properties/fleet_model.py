@@ -105,6 +105,7 @@ RACES = [
 ]
 """What may happen while a listing is out, in FleetModel.a_listing_races."""
 AROUND = [
+    "another_router_fills_an_engine",
     "engine_serves_listing",
     "a_late_404",
     "another_router",
@@ -429,7 +430,9 @@ class FleetModel(RuleBasedStateMachine):
     @rule(
         data=st.data(),
         way=st.sampled_from(
-            [Way.AS_ASKED] * 6 + [Way.ADAPTER_FAULT] + [Way.FAULT_BEFORE, Way.FAULT_AFTER] * 2
+            [Way.AS_ASKED] * 6
+            + [Way.ADAPTER_FAULT, Way.ANOTHER_ROUTER_FIRST]
+            + [Way.FAULT_BEFORE, Way.FAULT_AFTER] * 2
         ),
         variant=st.integers(0, 11),
         wire=st.booleans(),
@@ -438,15 +441,18 @@ class FleetModel(RuleBasedStateMachine):
         self.answer(data.draw(st.sampled_from(self.world.pending(IssueLoad))), way, variant, wire)
 
     @precondition(lambda self: bool(self.world.pending(IssueLoad | IssueUnload)))
-    @rule()
-    def the_oldest_call_is_answered(self) -> None:
-        """The call out longest is answered as asked (most calls are): so requests do not wait long."""
-        self.send(self.world.answer(self.world.pending((IssueLoad, IssueUnload))[0]).event)
+    @rule(variant=st.integers(0, 11))
+    def the_oldest_call_is_answered(self, variant: int) -> None:
+        """The call out longest is answered as asked (most calls are), read through the wire: so
+        requests do not wait long."""
+        self.answer(self.world.pending((IssueLoad, IssueUnload))[0], Way.AS_ASKED, variant, wire=True)
 
     @precondition(lambda self: bool(self.world.pending(IssueUnload)))
     @rule(
         data=st.data(),
-        way=st.sampled_from([Way.AS_ASKED] * 2 + [Way.FAULT_BEFORE, Way.FAULT_AFTER]),
+        way=st.sampled_from(
+            [Way.AS_ASKED] * 2 + [Way.ANOTHER_ROUTER_FIRST, Way.FAULT_BEFORE, Way.FAULT_AFTER]
+        ),
         variant=st.integers(0, 11),
         wire=st.booleans(),
     )
@@ -482,6 +488,14 @@ class FleetModel(RuleBasedStateMachine):
         adapter, load = data.draw(st.sampled_from(ADAPTERS[:-1])), data.draw(st.booleans())
         note(f"another router {'loads' if load else 'unloads'} {adapter} on {replica}")
         self.world.other_router(replica, adapter, load=load)
+
+    def another_router_fills_an_engine(self, data: st.DataObject) -> None:
+        """Another router loads every adapter on an engine: the next listing adds them all, and the
+        next cold request there has several victims, unloaded in eviction order."""
+        replica = data.draw(st.sampled_from(sorted(REPLICAS)))
+        note(f"another router loads {', '.join(ADAPTERS[:-1])} on {replica}")
+        for adapter in ADAPTERS[:-1]:
+            self.world.other_router(replica, adapter, load=True)
 
     def another_router_unloads_what_the_machine_holds(self, data: st.DataObject) -> None:
         """Another router unloads an adapter the machine holds: the engine no longer has it, and the

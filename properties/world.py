@@ -53,6 +53,8 @@ class Way(enum.Enum):
     """An error or no answer at all; the engine did nothing."""
     FAULT_AFTER = "replica fault after the engine acted"
     """The engine did what it was asked, and the answer was lost."""
+    ANOTHER_ROUTER_FIRST = "another router did the same just before"
+    """A load finds the adapter loaded already; an unload finds it gone. (A listing: as asked.)"""
 
 
 def operation(command: Call) -> int:
@@ -291,6 +293,8 @@ class World:
 
     def _load(self, command: IssueLoad, names: dict[str, None], way: Way, variant: int) -> Reply:
         status: int | None
+        if way is Way.ANOTHER_ROUTER_FIRST and command.adapter not in REFUSED:
+            names[command.adapter] = None
         if way is Way.FAULT_BEFORE:
             outcome = LoadOutcome.REPLICA_FAULT
             status, body = _load_trouble(variant)
@@ -315,6 +319,8 @@ class World:
 
     def _unload(self, command: IssueUnload, names: dict[str, None], way: Way, variant: int) -> Reply:
         status: int | None
+        if way is Way.ANOTHER_ROUTER_FIRST:
+            names.pop(command.adapter, None)
         if way is Way.FAULT_BEFORE:
             outcome = UnloadOutcome.FAILED
             status, body = _unload_trouble(variant)
