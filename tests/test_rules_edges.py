@@ -30,7 +30,6 @@ from lorafleet import (
     ReplicasRemoved,
     TicketOrderError,
     TimeAdvanced,
-    UnloadFinished,
     UnloadOutcome,
     vllm,
 )
@@ -274,6 +273,4 @@ def test_a_load_that_got_no_answer_is_the_replicas_fault() -> None:
     event = vllm.failure_event(load, "timed out")
     s.expect(event, Fail(ticket=t, fault=Fault.REPLICA, message=event.message))
     unload = IssueUnload(unload=9, replica="r", adapter="a")
-    assert vllm.failure_event(unload, "timed out") == UnloadFinished(
-        unload=9, outcome=UnloadOutcome.FAILED, message="no answer from the replica: timed out"
-    )
+    assert vllm.failure_event(unload, "timed out").outcome is UnloadOutcome.FAILED
