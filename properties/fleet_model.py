@@ -116,7 +116,6 @@ AROUND = [
     "add_replica",
     "remove_replicas",
     "remove_and_add_back_while_leased",
-    "remove_a_replica_with_calls_out",
     "break_the_contract",
     "settle",
 ]
@@ -505,14 +504,16 @@ class FleetModel(RuleBasedStateMachine):
             note(f"another router unloads {adapter} on {replica}")
             self.world.other_router(replica, adapter, load=False)
 
-    def remove_a_replica_with_calls_out(self, data: st.DataObject) -> None:
-        """A replica is removed while calls to it are out (and maybe added back at once): their late
-        answers are counted and change nothing else, or carry on for the replica that came back."""
-        if contested := self.contested():
-            replica, _ = data.draw(st.sampled_from(contested))
-            self.remove((replica,))
-            if data.draw(st.booleans()):
-                self.add(replica, LIMITS[REPLICAS[replica]])
+    @precondition(lambda self: bool(self.contested()))
+    @rule(data=st.data(), back=st.booleans())
+    def remove_a_replica_with_calls_out(self, data: st.DataObject, back: bool) -> None:
+        """A replica is removed while calls to it are out (and maybe added back at once): its waiting
+        requests fail in ticket order; the late answers are counted and change nothing else, or carry
+        on for the replica that came back."""
+        replica, _ = data.draw(st.sampled_from(self.contested()))
+        self.remove((replica,))
+        if back:
+            self.add(replica, LIMITS[REPLICAS[replica]])
 
     def replica_fails(self, data: st.DataObject) -> None:
         """The router saw a replica fail on its own (a forwarded request got no answer): [health]."""
@@ -648,7 +649,11 @@ class FleetModel(RuleBasedStateMachine):
         ]
         running = [n for n in self.in_state(State.GRANTED) if self.tickets[n].replica == replica]
         if meanwhile == "a call is answered" and calls:
-            self.answer(data.draw(st.sampled_from(calls)), way, data.draw(st.integers(0, 11)), wire=True)
+            # An unload rather than a load if there is one: loads are many, and unloads are where a
+            # listing served before the call must not bring the adapter back.
+            unloads = [op for op in calls if isinstance(self.world.calls[op].command, IssueUnload)]
+            op = data.draw(st.sampled_from(unloads or calls))
+            self.answer(op, way, data.draw(st.integers(0, 11)), wire=True)
         elif meanwhile == "the engine carries out a call" and calls:
             op = data.draw(st.sampled_from(calls))
             self.world.act(op, way)
