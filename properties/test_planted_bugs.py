@@ -1,6 +1,11 @@
 """The properties catch planted bugs: each subclass breaks one rule, and the ci run must fail on it.
 
-Shrinking is skipped (finding is what is checked, not the shortest story), so each run is short.
+Shrinking is skipped (finding is what is checked, not the shortest story), so each run is short. The
+two bugs issue 8 found (the old rules) are planted twice: once against the whole properties, and once
+with the model left out, to show that what the world itself says must hold (liveness, no unload under
+a running request) finds them on its own. properties/mutants.py plants many more, one run each.
+
+The properties themselves pass under the same settings: that is TestFleet, in the same ci run.
 """
 
 from __future__ import annotations
@@ -9,7 +14,7 @@ import pytest
 from hypothesis import Phase, settings
 from hypothesis.stateful import run_state_machine_as_test
 
-from lorafleet import AdapterStateMachine, Command, ListingReceived, Requested
+from lorafleet import AdapterStateMachine, Command, ListingReceived, ReplicasRemoved, Requested
 
 from fleet_model import FleetModel
 
@@ -51,16 +56,73 @@ class LoadsTwice(AdapterStateMachine):
         return super()._admit(ticket, rep, adapter, path)  # type: ignore[arg-type]
 
 
-@pytest.mark.parametrize("planted", [EvictsBusyAdapters, ListingReaddsUnloading, LoadsTwice])
-def test_the_properties_find_a_planted_bug(planted: type[AdapterStateMachine]) -> None:
+class HitKeepsTheTicket(AdapterStateMachine):
+    """The fast path grants without recording its ticket as the highest seen."""
+
+    def hit(self, ticket: int, *, replica: str, adapter: str) -> bool:
+        last = self._last_ticket
+        granted = super().hit(ticket, replica=replica, adapter=adapter)
+        self._last_ticket = last
+        return granted
+
+
+class ListingDropsNewerCopies(AdapterStateMachine):
+    """A listing drops what it does not name even if the adapter became held after it started."""
+
+    def _listing_received(self, event: ListingReceived) -> list[Command]:
+        op = self._ops.get(event.listing)
+        if op is not None and hasattr(op, "started"):
+            op.started = self._logical + 1
+        return super()._listing_received(event)
+
+
+class KeepsLostAdaptersInUse(AdapterStateMachine):
+    """The old [forget] and [listing] (issue 8, 1): an adapter the engine lost stays held while a
+    request runs on it, so overlapping requests keep getting hits for it and it is never loaded."""
+
+    def _drop(self, rep: object, name: str) -> None:
+        if rep.held[name].in_use:  # type: ignore[attr-defined]
+            return  # only [listing] and [forget] drop an adapter in use
+        super()._drop(rep, name)  # type: ignore[arg-type]
+
+
+class ForgetsRunningAdaptersOnRemoval(AdapterStateMachine):
+    """The old removal (issue 8, 2): adapters requests run on are forgotten with the replica, so once
+    it is added back a listing holds them idle and a cold request unloads them under those requests."""
+
+    def _replicas_removed(self, event: ReplicasRemoved) -> list[Command]:
+        for replica in event.replicas:
+            rep = self._replicas.get(replica)
+            if rep is not None and not rep.removed:
+                for name in list(rep.held):
+                    self._drop(rep, name)
+        return super()._replicas_removed(event)
+
+
+PLANTED = [
+    (EvictsBusyAdapters, True),
+    (ListingReaddsUnloading, True),
+    (LoadsTwice, True),
+    (HitKeepsTheTicket, True),
+    (ListingDropsNewerCopies, True),
+    (KeepsLostAdaptersInUse, True),
+    (KeepsLostAdaptersInUse, False),
+    (ForgetsRunningAdaptersOnRemoval, True),
+    (ForgetsRunningAdaptersOnRemoval, False),
+]
+
+
+@pytest.mark.parametrize(
+    ("planted", "with_model"),
+    PLANTED,
+    ids=[f"{p.__name__}{'' if m else '-without-the-model'}" for p, m in PLANTED],
+)
+def test_the_properties_find_a_planted_bug(planted: type[AdapterStateMachine], with_model: bool) -> None:
     class Broken(FleetModel):
         factory = planted
 
+    Broken.with_model = with_model
     with pytest.raises(AssertionError):
         run_state_machine_as_test(
             Broken, settings=settings(settings.default, phases=[Phase.generate], print_blob=False)
         )
-
-
-def test_the_properties_pass_on_the_real_machine_under_the_same_settings() -> None:
-    run_state_machine_as_test(FleetModel, settings=settings(settings.default, phases=[Phase.generate]))

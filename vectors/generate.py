@@ -30,23 +30,16 @@ from hypothesis import find, settings
 from hypothesis import strategies as st
 from hypothesis.errors import NoSuchExample
 
-from lorafleet import (
-    AdapterStateMachine,
-    Command,
-    Fail,
-    Grant,
-    IssueLoad,
-    IssueUnload,
-    LoadOutcome,
-    ReadListing,
-    UnloadOutcome,
-)
+from lorafleet import AdapterStateMachine, Command, Fail, Grant, ListingReceived, LoadFinished, UnloadFinished
 from lorafleet.vectors import replay
 
 from recorder import Recorder
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
+sys.path.insert(0, str(ROOT / "properties"))  # the simulated world, which the properties share
+
+from world import Way, World  # noqa: E402
 
 # Rule identifiers (SPEC.md) of each hand-written scenario, by the start of its test's name.
 RULES_BY_NAME = [
@@ -161,8 +154,7 @@ class Run:
 
     def __init__(self, program: Program) -> None:
         self.machine = Recorder()
-        self.engine: dict[str, set[str]] = {r: set() for r in REPLICAS}
-        self.calls: dict[int, IssueLoad | IssueUnload | ReadListing] = {}
+        self.world = World(dict.fromkeys(REPLICAS, "m"))
         self.waiting: list[int] = []
         self.granted: list[tuple[int, str, str]] = []
         self.requests: dict[int, tuple[str, str]] = {}
@@ -172,9 +164,8 @@ class Run:
         self.tags: list[str] = []
         for replica, limit in zip(REPLICAS, (2, 1), strict=True):
             self.send(partial(self.machine.add_replica, replica, model="m", limit=limit), "setup")
-        for op in sorted(self.calls):
-            del self.calls[op]
-            self.send(partial(self.machine.listing_received, op, ()), "setup")
+        for op in self.world.pending():
+            self.send(partial(self.machine.handle, self.world.answer(op).event), "setup")
         for kind, a, b in program:
             self.act(kind, a, b)
 
@@ -201,12 +192,7 @@ class Run:
                 self.granted.append((command.ticket, *request))
             elif isinstance(command, Fail):
                 self.waiting.remove(command.ticket)
-            elif isinstance(command, IssueLoad):
-                self.calls[command.load] = command
-            elif isinstance(command, IssueUnload):
-                self.calls[command.unload] = command
-            elif isinstance(command, ReadListing):
-                self.calls[command.listing] = command
+        self.world.took(commands)
 
     def act(self, kind: str, a: int, b: int) -> None:
         m = self.machine
@@ -231,15 +217,14 @@ class Run:
                 self.waiting.remove(ticket)
             self.granted = [g for g in self.granted if g[0] != ticket]
             self.send(lambda: m.cancel(ticket), "cancel")
-        elif kind == "answer" and self.calls:
-            op = sorted(self.calls)[a % len(self.calls)]
-            self.answer(op, self.calls.pop(op), b)
+        elif kind == "answer" and self.world.calls:
+            pending = self.world.pending()
+            self.answer(pending[a % len(pending)], b)
         elif kind == "other":
-            names = self.engine[REPLICAS[a % 2]]
-            adapter = ADAPTERS[b % 3]
-            names.symmetric_difference_update({adapter})
+            replica, adapter = REPLICAS[a % 2], ADAPTERS[b % 3]
+            self.world.other_router(replica, adapter, load=not self.world.has(replica, adapter))
         elif kind == "restart":
-            self.engine[REPLICAS[a % 2]].clear()
+            self.world.restart(REPLICAS[a % 2])
         elif kind == "tick":
             self.now += 30.0
             self.send(lambda: m.advance(self.now), "time advanced")
@@ -259,35 +244,17 @@ class Run:
         elif kind == "limit":
             self.send(lambda: m.set_limit("m", 1 + b % 3), "limit set")
 
-    def answer(self, op: int, command: IssueLoad | IssueUnload | ReadListing, how: int) -> None:
-        m = self.machine
-        if isinstance(command, IssueLoad):
-            names = self.engine[command.replica]
-            if command.adapter == "bad":
-                outcome = LoadOutcome.ADAPTER_FAULT
-            elif how == 3:
-                outcome = LoadOutcome.REPLICA_FAULT
-            elif command.adapter in names:
-                outcome = LoadOutcome.ALREADY_LOADED
-            else:
-                names.add(command.adapter)
-                outcome = LoadOutcome.LOADED
-            self.send(lambda: m.load_finished(op, outcome, "engine"), f"load {outcome.value}")
-        elif isinstance(command, IssueUnload):
-            names = self.engine[command.replica]
-            if how == 3:
-                unload = UnloadOutcome.FAILED
-            elif command.adapter in names:
-                names.discard(command.adapter)
-                unload = UnloadOutcome.UNLOADED
-            else:
-                unload = UnloadOutcome.NOT_FOUND
-            self.send(lambda: m.unload_finished(op, unload, "engine"), f"unload {unload.value}")
-        elif how == 3:
-            self.send(lambda: m.listing_failed(op, "engine"), "listing failed")
+    def answer(self, op: int, how: int) -> None:
+        """The engine answers call ``op``: as asked, or (``how`` 3) with a fault before it acted."""
+        reply = self.world.answer(op, Way.FAULT_BEFORE if how == 3 else Way.AS_ASKED)
+        event = reply.event
+        if isinstance(event, LoadFinished):
+            tag = f"load {event.outcome.value}"
+        elif isinstance(event, UnloadFinished):
+            tag = f"unload {event.outcome.value}"
         else:
-            listed = tuple(sorted(self.engine[command.replica]))
-            self.send(lambda: m.listing_received(op, listed), "listing received")
+            tag = "listing received" if isinstance(event, ListingReceived) else "listing failed"
+        self.send(partial(self.machine.handle, event), tag)
 
 
 RULE_OF_TAG = [

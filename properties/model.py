@@ -1,0 +1,626 @@
+"""A naive model of the machine: SPEC.md's rules written as plainly as they read.
+
+Per replica a plain least-recently-used list of the idle adapters (``lru``, first to go first), dicts
+of what is held, loading and unloading, and a counter for operation numbers. The property tests feed
+every event to the model and to the machine and want the same commands, in the same order, and the
+same statistics, view, next due time and met replicas after every step: the model predicts what the
+machine decides, not only that it is safe.
+
+Where the machine dates things with a logical clock, the model says what the rule says: a listing
+drops the adapters that were held *when it started* (``at_listing_start``, by identity), and keeps
+out of its additions those dropped *while it was out* (``dropped_while_listing``).
+
+It follows [refuse], [health], [cap] (a queue per replica) and [evict]'s demand weights. It does not
+follow [pin], which places copies where [place] would, nor [elsewhere]: the properties send neither.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import attrs
+
+from lorafleet import (
+    DEFAULT_BACKOFF,
+    DEFAULT_HALF_LIFE,
+    DEFAULT_LISTING_INTERVAL,
+    DEFAULT_MAX_BACKOFF,
+    DEFAULT_REFUSAL,
+    AdapterMissing,
+    AdapterPinned,
+    AdapterUnpinned,
+    Cancelled,
+    Command,
+    Event,
+    Fail,
+    Fault,
+    Grant,
+    How,
+    IssueLoad,
+    IssueUnload,
+    LimitSet,
+    ListingFailed,
+    ListingReceived,
+    LoadFinished,
+    LoadOutcome,
+    MarkMet,
+    ReadListing,
+    Released,
+    ReplicaAdded,
+    ReplicaFailed,
+    ReplicasRemoved,
+    ReplicaStatistics,
+    Requested,
+    RunningReported,
+    Statistics,
+    TimeAdvanced,
+    UnloadFinished,
+    View,
+)
+
+REMOVED = "the replica was removed while the request waited"
+
+
+@attrs.define(eq=False)
+class Copy:
+    """One held copy of an adapter on a replica; a lease is on a copy, not on a name."""
+
+    replica: Replica
+    adapter: str
+    users: int
+    current: bool = True
+    """False once the replica stopped holding this copy: releasing a lease on it does nothing."""
+
+
+@attrs.define(eq=False)
+class Load:
+    op: int
+    adapter: str
+    path: str
+    waiters: list[int]
+    starter: int | None
+    waits_for: set[int]
+    """The victims' unloads still out; the load goes out when none is left."""
+    issued: bool = False
+
+
+@attrs.define(eq=False)
+class Unload:
+    op: int
+    adapter: str
+    waiters: list[tuple[int, str]] = attrs.field(factory=list)
+    room_for: Load | None = None
+
+
+@attrs.define(eq=False)
+class Listing:
+    op: int
+
+
+@attrs.define(eq=False)
+class Replica:
+    id: str
+    model: str
+    limit: int
+    due: float
+    held: dict[str, Copy] = attrs.field(factory=dict)
+    lru: list[str] = attrs.field(factory=list)
+    """The idle held adapters, least recently used first."""
+    loading: dict[str, Load] = attrs.field(factory=dict)
+    unloading: dict[str, Unload] = attrs.field(factory=dict)
+    listing: Listing | None = None
+    at_listing_start: list[Copy] = attrs.field(factory=list)
+    dropped_while_listing: set[str] = attrs.field(factory=set)
+    met: bool = False
+    removed: bool = False
+    out: set[int] = attrs.field(factory=set)
+    """Operations issued to it and not yet answered."""
+    queue: list[tuple[int, str, str]] = attrs.field(factory=list)
+    """(ticket, adapter, path) of cold requests waiting for room at its cap, first come first served."""
+    failures: int = 0
+    """Its faults in a row ([health])."""
+    avoid_until: float = 0.0
+    in_flight: int = 0
+    """Requests counted on it that have not ended."""
+
+    def count(self) -> int:
+        return len(self.held) + len(self.loading)
+
+
+@attrs.define
+class Model:
+    """What the machine should do, event by event. It is given only events the contract allows.
+
+    Its settings are the machine's, with the same defaults.
+    """
+
+    interval: float = DEFAULT_LISTING_INTERVAL
+    headroom: int | None = None
+    backoff: float = DEFAULT_BACKOFF
+    max_backoff: float = DEFAULT_MAX_BACKOFF
+    refusal: float = DEFAULT_REFUSAL
+    half_life: int = DEFAULT_HALF_LIFE
+    demand: dict[str, int] = attrs.field(factory=dict)
+    """Requests per adapter, all halved every ``half_life`` requests ([evict])."""
+    requests: int = 0
+    counted: dict[int, Replica] = attrs.field(factory=dict)
+    """The replica each request not yet ended is counted on."""
+    refused: dict[str, tuple[float, str]] = attrs.field(factory=dict)
+    """Adapters the engine refused as their own fault: until when, and its words."""
+    replicas: dict[str, Replica] = attrs.field(factory=dict)
+    ops: dict[int, tuple[Replica, Load | Unload | Listing]] = attrs.field(factory=dict)
+    next_op: int = 1
+    last_ticket: int = 0
+    now: float = 0.0
+    leases: dict[int, Copy] = attrs.field(factory=dict)
+    waiting: dict[int, Load | Unload | Replica] = attrs.field(factory=dict)
+    """What each waiting request waits for: a load, an unload, or room at a replica's cap."""
+    loads: dict[tuple[str, str], int] = attrs.field(factory=dict)
+    evictions: dict[tuple[str, str], int] = attrs.field(factory=dict)
+    grants: dict[str, int] = attrs.field(factory=lambda: {h.value: 0 for h in How})
+    failures: dict[str, int] = attrs.field(factory=dict)
+
+    def handle(self, event: Event) -> list[Command]:
+        """The commands ``event`` should give, in order."""
+        match event:
+            case Requested():
+                return self.requested(event)
+            case Released():
+                return self.release(event.ticket)
+            case Cancelled():
+                return self.cancel(event.ticket)
+            case LoadFinished():
+                return self.load_finished(event)
+            case UnloadFinished():
+                return self.unload_finished(event)
+            case ListingReceived():
+                return self.listing_received(event.listing, event.adapters)
+            case ListingFailed():
+                return self.listing_failed(event.listing)
+            case AdapterMissing():
+                return self.adapter_missing(event.replica, event.adapter, event.ticket)
+            case ReplicaFailed():
+                if event.replica in self.replicas and not self.replicas[event.replica].removed:
+                    self.fault(self.replicas[event.replica])
+                return []
+            case ReplicaAdded():
+                return self.replica_added(event.replica, event.model, event.limit)
+            case ReplicasRemoved():
+                return self.replicas_removed(event.replicas)
+            case LimitSet():
+                return self.limit_set(event.model, event.limit)
+            case TimeAdvanced():
+                return self.time_advanced(event.now)
+            case AdapterPinned() | AdapterUnpinned() | RunningReported():
+                # [pin] places copies where [place] would, and [elsewhere] reports what other routers
+                # run: this model follows neither, and the properties send neither.
+                raise NotImplementedError(f"the model does not follow {type(event).__name__}")
+
+    def hit(self, ticket: int, replica: str, adapter: str) -> bool:
+        """The fast path: True, and the request holds a lease, when the replica holds the adapter."""
+        rep = self.replicas[replica]
+        if adapter not in rep.held:
+            return False
+        self.last_ticket = ticket
+        self.count(ticket, rep, adapter)
+        self.use(ticket, rep, rep.held[adapter])
+        return True
+
+    def count(self, ticket: int, rep: Replica, adapter: str) -> None:
+        """A request counts: in flight on its replica until it ends, and one more for its adapter's demand."""
+        self.counted[ticket] = rep
+        rep.in_flight += 1
+        self.demand[adapter] = self.demand.get(adapter, 0) + 1
+        self.requests += 1
+        if self.requests % self.half_life == 0:
+            self.demand = {a: n // 2 for a, n in self.demand.items() if n // 2}
+
+    def ended(self, ticket: int) -> None:
+        self.counted.pop(ticket).in_flight -= 1
+
+    # -- requests -----------------------------------------------------------------------------------
+
+    def requested(self, event: Requested) -> list[Command]:
+        self.last_ticket = event.ticket
+        rep = self.replicas[event.replica]
+        self.count(event.ticket, rep, event.adapter)
+        refused = self.refused.get(event.adapter)
+        if refused is not None and event.adapter not in rep.held:  # held: the engine took it there
+            until, message = refused
+            if until > self.now:  # [refuse]: the engine's words again, without a call
+                return [self.fail(event.ticket, Fault.ADAPTER, message)]
+            del self.refused[event.adapter]
+        return self.admit(event.ticket, rep, event.adapter, event.path)
+
+    def admit(self, ticket: int, rep: Replica, adapter: str, path: str) -> list[Command]:
+        if adapter in rep.held:  # [hit]
+            self.use(ticket, rep, rep.held[adapter])
+            return [Grant(ticket=ticket, how=How.HIT)]
+        if adapter in rep.loading:  # [join]
+            load = rep.loading[adapter]
+            load.waiters.append(ticket)
+            self.waiting[ticket] = load
+            return []
+        if adapter in rep.unloading:  # [wait-unload]
+            unload = rep.unloading[adapter]
+            unload.waiters.append((ticket, path))
+            self.waiting[ticket] = unload
+            return []
+        return self.cold(ticket, rep, adapter, path)
+
+    def use(self, ticket: int, rep: Replica, copy: Copy) -> None:
+        if copy.users == 0:
+            rep.lru.remove(copy.adapter)
+        copy.users += 1
+        self.leases[ticket] = copy
+        self.grants[How.HIT.value] += 1
+
+    def cold(self, ticket: int, rep: Replica, adapter: str, path: str) -> list[Command]:
+        """[cold] and [evict]: unload the least recently used idle adapters until the load fits;
+        [cap]: wait for room instead when even that would take the replica past its cap."""
+        if self.headroom is not None and rep.count() - len(rep.lru) >= rep.limit + self.headroom:
+            rep.queue.append((ticket, adapter, path))
+            self.waiting[ticket] = rep
+            return []
+        excess = rep.count() + 1 - rep.limit
+        commands: list[Command] = []
+        unloads = []
+        while excess > 0 and rep.lru:
+            excess -= 1
+            # The least recently used of those in least demand (weight: its count's bit length).
+            victim = min(rep.lru, key=lambda name: self.demand.get(name, 0).bit_length())
+            rep.lru.remove(victim)
+            self.drop(rep, victim)
+            unload = Unload(self.new_op(rep), victim)
+            rep.unloading[victim] = unload
+            self.ops[unload.op] = (rep, unload)
+            unloads.append(unload)
+            commands.append(IssueUnload(unload=unload.op, replica=rep.id, adapter=victim))
+        load = Load(self.new_op(), adapter, path, [ticket], ticket, {u.op for u in unloads})
+        for unload in unloads:
+            unload.room_for = load
+        rep.loading[adapter] = load
+        self.ops[load.op] = (rep, load)
+        self.waiting[ticket] = load
+        if not unloads:
+            commands.append(self.issue(rep, load))
+        return commands
+
+    def issue(self, rep: Replica, load: Load) -> IssueLoad:
+        load.issued = True
+        rep.out.add(load.op)
+        return IssueLoad(load=load.op, replica=rep.id, adapter=load.adapter, path=load.path)
+
+    def release(self, ticket: int) -> list[Command]:
+        copy = self.leases.pop(ticket, None)
+        if copy is None:
+            return []  # ended already
+        self.ended(ticket)
+        copy.users -= 1
+        if copy.users or not copy.current:
+            return []
+        rep = copy.replica
+        if rep.removed:  # kept only while requests ran on it
+            self.drop(rep, copy.adapter)
+            self.forget_if_done(rep)
+            return []
+        rep.lru.append(copy.adapter)
+        return self.admit_queued(rep)
+
+    def cancel(self, ticket: int) -> list[Command]:
+        if ticket in self.leases:
+            return self.release(ticket)
+        waited = self.waiting.pop(ticket, None)
+        if waited is not None:
+            self.ended(ticket)
+        if isinstance(waited, Load):
+            waited.waiters.remove(ticket)
+            if waited.starter == ticket:
+                waited.starter = None
+            if not waited.waiters and not waited.issued:
+                rep, _ = self.ops[waited.op]
+                self.abandon(waited)
+                return self.admit_queued(rep)
+        elif isinstance(waited, Unload):
+            waited.waiters = [(t, p) for t, p in waited.waiters if t != ticket]
+        elif isinstance(waited, Replica):
+            waited.queue = [w for w in waited.queue if w[0] != ticket]
+        return []
+
+    def admit_queued(self, rep: Replica) -> list[Command]:
+        """[cap]: the requests waiting for room, in order, while there is room (or their adapter is known)."""
+        commands: list[Command] = []
+        cap = rep.limit + (self.headroom or 0)
+        while rep.queue:
+            ticket, adapter, path = rep.queue[0]
+            known = adapter in rep.held or adapter in rep.loading or adapter in rep.unloading
+            if not known and rep.count() - len(rep.lru) >= cap:
+                break
+            rep.queue.pop(0)
+            del self.waiting[ticket]
+            commands += self.admit(ticket, rep, adapter, path)
+        return commands
+
+    def abandon(self, load: Load) -> None:
+        """A load not yet issued that no one waits for: never issued; its victims' unloads go on."""
+        rep, _ = self.ops.pop(load.op)
+        del rep.loading[load.adapter]
+        for op in load.waits_for:
+            _, unload = self.ops[op]
+            assert isinstance(unload, Unload)
+            unload.room_for = None
+
+    # -- answers ------------------------------------------------------------------------------------
+
+    def answered(self, op: int) -> tuple[Replica, Load | Unload | Listing, bool]:
+        """Take ``op`` off the books; the bool is False when the answer is to be ignored (removed)."""
+        rep, what = self.ops.pop(op)
+        rep.out.discard(op)
+        if rep.removed:
+            self.forget_if_done(rep)
+            return rep, what, False
+        return rep, what, True
+
+    def load_finished(self, event: LoadFinished) -> list[Command]:
+        rep, load, live = self.answered(event.load)
+        assert isinstance(load, Load)
+        del rep.loading[load.adapter]
+        key = (rep.model, event.outcome.value)
+        self.loads[key] = self.loads.get(key, 0) + 1
+        if not live:
+            return []
+        if event.outcome is LoadOutcome.REPLICA_FAULT:
+            self.fault(rep)
+        else:
+            self.healthy(rep)
+        if event.outcome is LoadOutcome.ADAPTER_FAULT:
+            message = event.message or f"the load of '{load.adapter}' on '{rep.id}' failed"
+            self.refused[load.adapter] = (self.now + self.refusal, message)
+        commands: list[Command] = []
+        if event.outcome.succeeded:
+            copy = Copy(rep, load.adapter, len(load.waiters))
+            rep.held[load.adapter] = copy
+            if not load.waiters:
+                rep.lru.append(load.adapter)
+            for ticket in load.waiters:
+                del self.waiting[ticket]
+                self.leases[ticket] = copy
+                how = How.LOADED if ticket == load.starter else How.JOINED
+                self.grants[how.value] += 1
+                commands.append(Grant(ticket=ticket, how=how))
+        else:
+            fault = Fault.ADAPTER if event.outcome is LoadOutcome.ADAPTER_FAULT else Fault.REPLICA
+            message = event.message or f"the load of '{load.adapter}' on '{rep.id}' failed"
+            for ticket in load.waiters:
+                del self.waiting[ticket]
+                commands.append(self.fail(ticket, fault, message))
+        return commands + self.admit_queued(rep)
+
+    def unload_finished(self, event: UnloadFinished) -> list[Command]:
+        rep, unload, live = self.answered(event.unload)
+        assert isinstance(unload, Unload)
+        del rep.unloading[unload.adapter]
+        key = (rep.model, event.outcome.value)
+        self.evictions[key] = self.evictions.get(key, 0) + 1
+        if not live:
+            return []
+        if rep.listing is not None:
+            rep.dropped_while_listing.add(unload.adapter)
+        commands: list[Command] = []
+        load = unload.room_for
+        if load is not None:
+            load.waits_for.discard(unload.op)
+            if not load.waits_for:
+                commands.append(self.issue(rep, load))
+        for ticket, path in unload.waiters:
+            del self.waiting[ticket]
+            commands += self.admit(ticket, rep, unload.adapter, path)
+        return commands
+
+    # -- listings -----------------------------------------------------------------------------------
+
+    def time_advanced(self, now: float) -> list[Command]:
+        self.now = now
+        commands: list[Command] = []
+        due = sorted((rep.due, rep.id) for rep in self.in_use() if rep.due <= now)
+        for _, replica in due:
+            rep = self.replicas[replica]
+            rep.due = now + self.interval
+            if rep.listing is None:
+                commands.append(self.start_listing(rep))
+        return commands
+
+    def start_listing(self, rep: Replica) -> ReadListing:
+        rep.listing = Listing(self.new_op(rep))
+        self.ops[rep.listing.op] = (rep, rep.listing)
+        rep.at_listing_start = list(rep.held.values())
+        rep.dropped_while_listing = set()
+        return ReadListing(listing=rep.listing.op, replica=rep.id)
+
+    def listing_answered(self, op: int) -> tuple[Replica | None, list[Command]]:
+        """The replica whose listing ``op`` was answered (None when the answer is ignored), and the
+        ``MarkMet`` if it is the replica's first since it was added."""
+        rep, listing, live = self.answered(op)
+        if not live or rep.listing is not listing:
+            return None, []
+        rep.listing = None
+        if rep.met:
+            return rep, []
+        rep.met = True
+        return rep, [MarkMet(replica=rep.id)]
+
+    def listing_received(self, op: int, names: Iterable[str]) -> list[Command]:
+        rep, commands = self.listing_answered(op)
+        if rep is None:
+            return []
+        self.healthy(rep)
+        listed = set(names)
+        # The engine does not have what it does not list: held since before the listing started,
+        # the copy goes, in use or not (its leases go dead; nothing to unload).
+        for copy in rep.at_listing_start:
+            if copy.current and copy.adapter not in listed:
+                self.stop_holding(rep, copy.adapter)
+        known = rep.held.keys() | rep.loading.keys() | rep.unloading.keys() | rep.dropped_while_listing
+        added = sorted(listed - known)
+        for name in added:
+            rep.held[name] = Copy(rep, name, 0)
+        rep.lru = added + rep.lru
+        rep.dropped_while_listing = set()
+        return commands + self.admit_queued(rep)
+
+    def listing_failed(self, op: int) -> list[Command]:
+        rep, commands = self.listing_answered(op)
+        if rep is not None:
+            rep.dropped_while_listing = set()
+            self.fault(rep)
+        return commands
+
+    def adapter_missing(self, replica: str, adapter: str, ticket: int | None) -> list[Command]:
+        """[forget]: the copy held goes, in use or not, unless the report is about another copy."""
+        rep = self.replicas.get(replica)
+        if rep is None or rep.removed or adapter not in rep.held:
+            return []
+        if ticket is not None and self.leases.get(ticket) is not rep.held[adapter]:
+            return []  # its request ran on an older copy, or has ended: the report may be stale
+        self.stop_holding(rep, adapter)
+        return self.admit_queued(rep)
+
+    def stop_holding(self, rep: Replica, adapter: str) -> None:
+        if adapter in rep.lru:
+            rep.lru.remove(adapter)
+        self.drop(rep, adapter)
+
+    def drop(self, rep: Replica, adapter: str) -> None:
+        rep.held.pop(adapter).current = False
+        if rep.listing is not None:
+            rep.dropped_while_listing.add(adapter)
+
+    # -- replicas -----------------------------------------------------------------------------------
+
+    def replica_added(self, replica: str, model: str, limit: int) -> list[Command]:
+        rep = self.replicas.get(replica)
+        if rep is not None and not rep.removed:
+            rep.limit = limit
+            return self.admit_queued(rep)
+        due = self.now + self.interval
+        if rep is None:
+            rep = self.replicas[replica] = Replica(replica, model, limit, due)
+        else:  # still answering calls, or running requests, from before its removal: they carry on
+            rep.removed, rep.model, rep.limit, rep.met, rep.due = False, model, limit, False, due
+        return [self.start_listing(rep)]
+
+    def replicas_removed(self, replicas: Iterable[str]) -> list[Command]:
+        failed: list[int] = []
+        for replica in replicas:
+            rep = self.replicas.get(replica)
+            if rep is None or rep.removed:
+                continue
+            rep.removed = True
+            # Idle adapters go; those requests still run on are kept, unseen, until they end.
+            for name in rep.lru:
+                self.drop(rep, name)
+            rep.lru = []
+            for load in list(rep.loading.values()):
+                failed += load.waiters
+                load.waiters = []
+                load.starter = None
+                if not load.issued:
+                    self.abandon(load)
+            for unload in rep.unloading.values():
+                failed += [t for t, _ in unload.waiters]
+                unload.waiters = []
+            failed += [t for t, _, _ in rep.queue]
+            rep.queue = []
+            rep.listing = None
+            rep.dropped_while_listing = set()
+            self.forget_if_done(rep)
+        for ticket in failed:
+            del self.waiting[ticket]
+        return [self.fail(ticket, Fault.REPLICA, REMOVED) for ticket in sorted(failed)]
+
+    def limit_set(self, model: str, limit: int) -> list[Command]:
+        commands: list[Command] = []
+        for rep in sorted(self.in_use(), key=lambda r: r.id):
+            if rep.model == model:
+                rep.limit = limit
+                commands += self.admit_queued(rep)
+        return commands
+
+    def forget_if_done(self, rep: Replica) -> None:
+        if rep.removed and not rep.out and not rep.held and self.replicas.get(rep.id) is rep:
+            del self.replicas[rep.id]
+
+    def in_use(self) -> list[Replica]:
+        return [rep for rep in self.replicas.values() if not rep.removed]
+
+    # -- what the machine tells ---------------------------------------------------------------------
+
+    def view(self, replicas: Iterable[str], adapter: str) -> View:
+        holders, with_room = set(), set()
+        for replica in replicas:
+            rep = self.replicas.get(replica)
+            if rep is None or rep.removed:
+                with_room.add(replica)
+                continue
+            if adapter in rep.held or adapter in rep.loading:
+                holders.add(replica)
+            if rep.count() < rep.limit and rep.avoid_until <= self.now:
+                with_room.add(replica)
+        return View(holders=frozenset(holders), with_room=frozenset(with_room))
+
+    def next_due(self) -> float | None:
+        return min((rep.due for rep in self.in_use()), default=None)
+
+    def is_met(self, replica: str) -> bool:
+        rep = self.replicas.get(replica)
+        return rep is not None and not rep.removed and rep.met
+
+    def statistics(self) -> Statistics:
+        return Statistics(
+            loads=dict(sorted(self.loads.items())),
+            evictions=dict(sorted(self.evictions.items())),
+            grants=dict(self.grants),
+            failures=dict(sorted(self.failures.items())),
+            replicas={
+                rep.id: ReplicaStatistics(
+                    model=rep.model,
+                    limit=rep.limit,
+                    met=rep.met,
+                    held={name: rep.held[name].users for name in sorted(rep.held)},
+                    loading=tuple(sorted(rep.loading)),
+                    unloading=tuple(sorted(rep.unloading)),
+                    queued=len(rep.queue),
+                    in_flight=rep.in_flight,
+                    failing_until=rep.avoid_until if rep.avoid_until > self.now else None,
+                )
+                for rep in sorted(self.in_use(), key=lambda r: r.id)
+            },
+            waiting=len(self.waiting),
+            leases=len(self.leases),
+        )
+
+    def idle_order(self, replica: str) -> list[str]:
+        """The replica's idle adapters, first to go first."""
+        return list(self.replicas[replica].lru)
+
+    # -- helpers ------------------------------------------------------------------------------------
+
+    def fault(self, rep: Replica) -> None:
+        """[health]: avoided for a while, twice as long as last time in a row, up to the longest."""
+        rep.failures += 1
+        rep.avoid_until = self.now + min(self.backoff * 2.0 ** min(rep.failures - 1, 32), self.max_backoff)
+
+    def healthy(self, rep: Replica) -> None:
+        rep.failures, rep.avoid_until = 0, 0.0
+
+    def new_op(self, rep: Replica | None = None) -> int:
+        op = self.next_op
+        self.next_op += 1
+        if rep is not None:
+            rep.out.add(op)
+        return op
+
+    def fail(self, ticket: int, fault: Fault, message: str) -> Fail:
+        self.ended(ticket)
+        self.failures[fault.value] = self.failures.get(fault.value, 0) + 1
+        return Fail(ticket=ticket, fault=fault, message=message)

@@ -1,0 +1,445 @@
+"""Plant small semantic bugs in a copy of the core, one at a time, and say which the tests catch.
+
+    .venv/bin/python properties/mutants.py                      # the ci property run, every mutant
+    .venv/bin/python properties/mutants.py --tests tests/test_rules.py tests/test_rules_edges.py
+    .venv/bin/python properties/mutants.py --only evict-most-recent --show
+    .venv/bin/python properties/mutants.py --only old-removal-drops-running --seeds 20
+
+Each mutant replaces one snippet of ``core/lorafleet`` (it must occur exactly once) in a copy made in a
+temporary folder, which goes first on PYTHONPATH; nothing in the source tree changes, and no mutant is
+part of the package. The properties run under the ``ci-find`` profile: the ci profile's examples,
+without shrinking (finding is what counts here, not the shortest story).
+
+With ``--seeds N`` each mutant runs N times, under the ``ci-seeded`` profile (the same, but seeded
+with ``--hypothesis-seed`` 0 to N-1), to say how often a run of the ci profile would find it.
+
+A mutant the tests do not catch either shows a gap in them or changes nothing anyone can see (an
+equivalent mutant); read the survivors with ``--show`` before trusting the score.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import attrs
+
+ROOT = Path(__file__).resolve().parent.parent
+CORE = ROOT / "core" / "lorafleet"
+
+
+@attrs.frozen
+class Mutant:
+    name: str
+    rule: str
+    """The SPEC.md rule (or ``wire``) it breaks."""
+    what: str
+    file: str
+    old: str
+    new: str
+
+
+MACHINE = "_machine.py"
+WORDING = "vllm/_wording.py"
+ANSWERS = "vllm/_answers.py"
+
+MUTANTS = [
+    # -- [hit], the fast path
+    Mutant(
+        "hit-keeps-ticket",
+        "hit",
+        "hit() does not advance the highest ticket seen",
+        MACHINE,
+        "            return False\n        self._last_ticket = ticket\n",
+        "            return False\n",
+    ),
+    Mutant(
+        "hit-uncounted",
+        "hit",
+        "a hit is not counted in the statistics",
+        MACHINE,
+        "        self._leases[ticket] = held\n        self._hits += 1",
+        "        self._leases[ticket] = held",
+    ),
+    Mutant(
+        "hit-stays-idle",
+        "hit",
+        "a hit refreshes the adapter's place in the idle list instead of taking it off",
+        MACHINE,
+        "            rep.idle.pop(held.adapter, None)  # not there if pinned",
+        "            rep.idle[held.adapter] = rep.idle.pop(held.adapter, 0)",
+    ),
+    # -- [evict]
+    Mutant(
+        "evict-most-recent",
+        "evict",
+        "the victim is the most recently used of the idle adapters in least demand",
+        MACHINE,
+        "        for name in rep.idle:\n            weight = demand",
+        "        for name in reversed(rep.idle):\n            weight = demand",
+    ),
+    Mutant(
+        "evict-one-short",
+        "evict",
+        "victims are chosen as if the new load did not count",
+        MACHINE,
+        "excess = count + 1 - rep.limit",
+        "excess = count - rep.limit",
+    ),
+    Mutant(
+        "evict-unloads-reversed",
+        "evict",
+        "the unloads of several victims come out last victim first",
+        MACHINE,
+        "            commands.append(IssueUnload(unload=unload.op, replica=rep.id, adapter=victim))",
+        "            commands.insert(0, IssueUnload(unload=unload.op, replica=rep.id, adapter=victim))",
+    ),
+    # -- [listing]
+    Mutant(
+        "listing-adds-at-back",
+        "listing",
+        "a listing's additions go to the back of the idle list (most recently used)",
+        MACHINE,
+        "            rep.idle.move_to_end(name, last=False)\n",
+        "",
+    ),
+    Mutant(
+        "listing-ties-reversed",
+        "listing",
+        "a listing's additions are ordered largest name first",
+        MACHINE,
+        "for name in sorted(listed - known, reverse=True):",
+        "for name in sorted(listed - known):",
+    ),
+    Mutant(
+        "listing-drops-newer",
+        "listing",
+        "a listing drops an unlisted adapter even if it became held after the listing started",
+        MACHINE,
+        "if name not in listed and held.since < finished.started:",
+        "if name not in listed:",
+    ),
+    Mutant(
+        "release-renews-since",
+        "listing",
+        "a release dates the adapter anew, so an older listing no longer drops it once it went idle",
+        MACHINE,
+        "        rep.idle[held.adapter] = self._tick()\n",
+        "        rep.idle[held.adapter] = self._tick()\n        held.since = self._tick()\n",
+    ),
+    Mutant(
+        "listing-revives-dropped",
+        "listing",
+        "a listing brings back adapters dropped since it started",
+        MACHINE,
+        "rep.unloading.keys() | rep.dropped_while_listing",
+        "rep.unloading.keys()",
+    ),
+    Mutant(
+        "listing-holds-loading",
+        "listing",
+        "a listing holds an adapter that is being loaded (the seed's fault 3)",
+        MACHINE,
+        "known = rep.held.keys() | rep.loading.keys() |",
+        "known = rep.held.keys() |",
+    ),
+    Mutant(
+        "unload-end-not-noted",
+        "listing",
+        "an unload answered while a listing is out does not keep the listing from bringing it back",
+        MACHINE,
+        "        if rep.listing is not None:\n            rep.dropped_while_listing.add(op.adapter)\n"
+        "        commands",
+        "        commands",
+    ),
+    Mutant(
+        "markmet-every-listing",
+        "listing",
+        "every listing answered marks its replica met again",
+        MACHINE,
+        "        if rep.met:\n            return []\n        rep.met = True",
+        "        rep.met = True",
+    ),
+    Mutant(
+        "old-listing-keeps-in-use",
+        "listing",
+        "the old [listing] (issue 8, 1): a listing does not drop an adapter requests run on",
+        MACHINE,
+        "if name not in listed and held.since < finished.started:",
+        "if name not in listed and held.since < finished.started and not held.in_use:",
+    ),
+    # -- [forget]
+    Mutant(
+        "forget-not-noted",
+        "forget",
+        "adapter_missing stops holding the adapter without noting it for the listing out",
+        MACHINE,
+        "            return []\n        self._drop(rep, adapter)\n",
+        "            return []\n        rep.held.pop(adapter).current = False\n"
+        "        rep.idle.pop(adapter, None)\n        self._unwhere(rep, adapter)\n",
+    ),
+    Mutant(
+        "forget-trusts-stale",
+        "forget",
+        "a report with the ticket of a request on an older copy drops the copy held now",
+        MACHINE,
+        "        if ticket is not None and self._leases.get(ticket) is not held:\n            return []\n",
+        "",
+    ),
+    Mutant(
+        "old-forget-keeps-in-use",
+        "forget",
+        "the old [forget] (issue 8, 1): adapter_missing does not drop an adapter requests run on",
+        MACHINE,
+        "            return []\n        self._drop(rep, adapter)\n",
+        "            return []\n        if held.in_use:\n            return []\n"
+        "        self._drop(rep, adapter)\n",
+    ),
+    # -- answers, releases, cancels
+    Mutant(
+        "waiters-before-load",
+        "unload-outcome",
+        "an unload's waiters are admitted before the load it made room for goes out",
+        MACHINE,
+        "        load = op.makes_room_for\n        if load is not None:\n"
+        "            load.waits_for.discard(event.unload)\n"
+        "            if not load.waits_for:\n                commands.append(self._issue(load))\n"
+        "        for ticket, path in op.waiters:\n            del self._waiting[ticket]\n"
+        "            commands.extend(self._admit(ticket, rep, op.adapter, path))\n",
+        "        for ticket, path in op.waiters:\n            del self._waiting[ticket]\n"
+        "            commands.extend(self._admit(ticket, rep, op.adapter, path))\n"
+        "        load = op.makes_room_for\n        if load is not None:\n"
+        "            load.waits_for.discard(event.unload)\n"
+        "            if not load.waits_for:\n                commands.append(self._issue(load))\n",
+    ),
+    Mutant(
+        "loaded-goes-to-first-waiter",
+        "load-outcome",
+        "when the starter was cancelled, the first remaining waiter is granted 'loaded'",
+        MACHINE,
+        "                if ticket == op.starter:",
+        "                if ticket == op.waiters[0]:",
+    ),
+    Mutant(
+        "abandon-keeps-room",
+        "cancel",
+        "an abandoned load is still issued when its victims' unloads finish",
+        MACHINE,
+        "            unload.makes_room_for = None",
+        "            pass",
+    ),
+    # -- [replicas]
+    Mutant(
+        "removal-order",
+        "replicas",
+        "a removal fails its waiters in the order it finds them, not in ticket order",
+        MACHINE,
+        "for ticket in sorted(failed):",
+        "for ticket in failed:",
+    ),
+    Mutant(
+        "late-answer-uncounted",
+        "replicas",
+        "a removed replica's late answers are not counted in the statistics",
+        MACHINE,
+        "        key = (rep.model, event.outcome.value)\n"
+        "        self._evictions[key] = self._evictions.get(key, 0) + 1\n"
+        "        if self._count_answer(rep):\n            return []",
+        "        if self._count_answer(rep):\n            return []\n"
+        "        key = (rep.model, event.outcome.value)\n"
+        "        self._evictions[key] = self._evictions.get(key, 0) + 1",
+    ),
+    Mutant(
+        "removed-forgotten-early",
+        "replicas",
+        "a removed replica is forgotten while calls to it are still out",
+        MACHINE,
+        "if not rep.outstanding and not rep.held and self._replicas.get(rep.id) is rep:",
+        "if not rep.held and self._replicas.get(rep.id) is rep:",
+    ),
+    Mutant(
+        "old-removal-drops-running",
+        "replicas",
+        "the old removal (issue 8, 2): adapters requests run on are dropped, so a re-add can unload them",
+        MACHINE,
+        "for name in [n for n, held in rep.held.items() if not held.in_use]:",
+        "for name in list(rep.held):",
+    ),
+    # -- [time], [view]
+    Mutant(
+        "listings-reversed",
+        "time",
+        "the listings one advance starts come out last replica first",
+        MACHINE,
+        "                commands.append(self._start_listing(rep))",
+        "                commands.insert(0, self._start_listing(rep))",
+    ),
+    Mutant(
+        "due-catches-up",
+        "time",
+        "the next listing is due an interval after it was due, not after now",
+        MACHINE,
+        "            rep.due = now + self._interval\n",
+        "            rep.due = at + self._interval\n",
+    ),
+    Mutant(
+        "view-full-has-room",
+        "view",
+        "a replica at its limit counts as having room",
+        MACHINE,
+        "if len(held) + len(loading) < rep.limit and",
+        "if len(held) + len(loading) <= rep.limit and",
+    ),
+    # -- [refuse], [health], [cap]
+    Mutant(
+        "refusal-never-ends",
+        "refuse",
+        "an adapter the engine refused is refused for ever",
+        MACHINE,
+        "            if refused[0] > self._clock:  # [refuse]",
+        "            if True:  # [refuse]",
+    ),
+    Mutant(
+        "backoff-does-not-double",
+        "health",
+        "a replica failing again and again is avoided no longer than the first time",
+        MACHINE,
+        "        wait = self._backoff * 2.0 ** min(rep.failures - 1, 32)",
+        "        wait = self._backoff",
+    ),
+    Mutant(
+        "cap-counts-idle",
+        "cap",
+        "idle adapters count against the cap, so a request waits though evicting one would make room",
+        MACHINE,
+        "count - len(rep.idle) >= rep.limit + self._headroom",
+        "count >= rep.limit + self._headroom",
+    ),
+    # -- the wire
+    Mutant(
+        "wire-worker-is-adapter",
+        "wire",
+        "every worker failure is the adapter's fault",
+        WORDING,
+        '    "must be provided",  # an empty name or path\n',
+        '    "must be provided",  # an empty name or path\n    "Worker failed",\n',
+    ),
+    Mutant(
+        "wire-unload-400",
+        "wire",
+        "a 400 'cannot be found' (vLLM 0.6) is a failed unload, not a successful one",
+        ANSWERS,
+        "if status in (400, 404) and not no_such_route(status, body):",
+        "if status == 404 and not no_such_route(status, body):",
+    ),
+    Mutant(
+        "wire-no-answer-adapter",
+        "wire",
+        "a load that got no answer is the adapter's fault",
+        ANSWERS,
+        "return LoadFinished(load=command.load, outcome=LoadOutcome.REPLICA_FAULT, message=reason)",
+        "return LoadFinished(load=command.load, outcome=LoadOutcome.ADAPTER_FAULT, message=reason)",
+    ),
+    Mutant(
+        "wire-lists-base",
+        "wire",
+        "a listing names the base model as an adapter",
+        ANSWERS,
+        "        if parent:\n            adapters.append",
+        "        if True:\n            adapters.append",
+    ),
+]
+
+
+def mutate(source: Path, mutant: Mutant | None) -> None:
+    """Copy the core to ``source`` with ``mutant`` applied (if any)."""
+    target = source / "lorafleet"
+    shutil.copytree(CORE, target, ignore=shutil.ignore_patterns("__pycache__"))
+    if mutant is None:
+        return
+    path = target / mutant.file
+    text = path.read_text()
+    count = text.count(mutant.old)
+    if count != 1:
+        raise SystemExit(f"{mutant.name}: the snippet occurs {count} times in {mutant.file}, not once")
+    path.write_text(text.replace(mutant.old, mutant.new))
+
+
+def run(
+    mutant: Mutant | None, tests: list[str], timeout: float, seed: int | None = None
+) -> tuple[bool, float, str]:
+    """Run ``tests`` against the core with ``mutant`` in it; True when they fail (the mutant is caught)."""
+    with tempfile.TemporaryDirectory(prefix="lorafleet-mutant-") as folder:
+        profile = "ci-find" if seed is None else "ci-seeded"
+        env = dict(os.environ, HYPOTHESIS_PROFILE=profile, PYTHONDONTWRITEBYTECODE="1")
+        seeded = [] if seed is None else [f"--hypothesis-seed={seed}"]
+        # The copy goes first on the path even unmutated: the installed package may be another tree's.
+        mutate(Path(folder), mutant)
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [folder, env.get("PYTHONPATH")]))
+        started = time.monotonic()
+        try:
+            done = subprocess.run(
+                [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", *seeded, *tests],
+                cwd=ROOT,
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=timeout,
+                check=False,
+            )
+        except subprocess.TimeoutExpired:
+            # A run that never ends fails CI too: caught, and said so.
+            return True, time.monotonic() - started, "timed out"
+        took = time.monotonic() - started
+    last = done.stdout.strip().splitlines()[-1] if done.stdout.strip() else done.stderr[-300:]
+    return done.returncode != 0, took, last
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--tests", nargs="+", default=["properties/test_machine_properties.py"])
+    parser.add_argument("--only", nargs="+", help="mutant names")
+    parser.add_argument("--show", action="store_true", help="print each mutant's change")
+    parser.add_argument("--timeout", type=float, default=900.0, help="seconds for one run")
+    parser.add_argument("--seeds", type=int, help="run each mutant with this many seeds, and count")
+    args = parser.parse_args()
+    chosen = [m for m in MUTANTS if not args.only or m.name in args.only]
+    for mutant in chosen:  # fail fast on a stale snippet, before any run
+        with tempfile.TemporaryDirectory() as folder:
+            mutate(Path(folder), mutant)
+    caught, took, last = run(None, args.tests, args.timeout)
+    if caught:
+        print(f"the tests fail on the unmutated core ({last}): nothing to measure")
+        return 1
+    print(f"unmutated: pass in {took:.0f} s; tests: {' '.join(args.tests)}")
+    if args.seeds:
+        for mutant in chosen:
+            found = [run(mutant, args.tests, args.timeout, seed) for seed in range(args.seeds)]
+            seeds = [seed for seed, (caught, _, _) in enumerate(found) if caught]
+            took = sum(t for _, t, _ in found) / len(found)
+            print(
+                f"{mutant.name:28} found by {len(seeds)}/{args.seeds} seeds (a run: {took:.0f} s on average)"
+            )
+        return 0
+    score = 0
+    for mutant in chosen:
+        caught, took, last = run(mutant, args.tests, args.timeout)
+        score += caught
+        verdict = ("hung    " if last == "timed out" else "caught  ") if caught else "SURVIVED"
+        print(f"{verdict} {mutant.name:28} [{mutant.rule}] {mutant.what} ({took:.0f} s)", flush=True)
+        if args.show:
+            print(f"    - {mutant.old!r}\n    + {mutant.new!r}\n    {last}")
+    print(f"caught {score}/{len(chosen)}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
