@@ -43,7 +43,13 @@ SUBCOMMANDS = (
         summary="replay a workload in virtual time against the real machine and simulated replicas",
         module="lorafleet_sim",
     ),
-    # `serve`, the reference router, goes here when it exists.
+    Subcommand(
+        name="serve",
+        summary="an OpenAI-compatible router in front of vLLM replicas, built on a fleet",
+        module="lorafleet_serve._main",
+        needs="the reference router's server and a shell",
+        install="pip install 'lorafleet[serve]'",
+    ),
 )
 
 USAGE = "usage: lorafleet [-h] [--version] COMMAND [ARGS ...]"
