@@ -19,7 +19,7 @@ import lorafleet
 import lorafleet_asyncio
 import lorafleet_fleet
 import lorafleet_trio
-from lorafleet import How, Statistics
+from lorafleet import How
 from lorafleet_fleet import (
     EnteredTwiceError,
     Fleet,
@@ -327,14 +327,14 @@ async def test_a_request_after_closing_is_told_the_fleet_is_closed(
 
 
 class Recorder:
-    """A FleetMetrics of the router's own: the fleet hands it its counts and each load's time."""
+    """A FleetMetrics of the router's own: the fleet hands it itself and each load's time."""
 
     def __init__(self) -> None:
-        self.sources: list[Callable[[], Statistics]] = []
+        self.fleets: list[Fleet] = []
         self.loads: list[tuple[str, float]] = []
 
-    def watch(self, statistics: Callable[[], Statistics]) -> None:
-        self.sources.append(statistics)
+    def watch(self, fleet: Fleet) -> None:
+        self.fleets.append(fleet)
 
     def load_took(self, model: str, seconds: float) -> None:
         self.loads.append((model, seconds))
@@ -352,9 +352,8 @@ async def test_metrics_read_the_machines_counts_and_time_only_loads(
             async with fleet.acquire(r, name, str(adapter_dir / name)):
                 pass
         quiet(fleet)
-    (statistics,) = recorder.sources
-    assert statistics() == fleet.statistics()
-    assert dict(statistics().grants) == {"hit": 1, "joined": 0, "loaded": 2}
+    assert recorder.fleets == [fleet]
+    assert dict(fleet.statistics().grants) == {"hit": 1, "joined": 0, "loaded": 2}
     assert [model for model, _ in recorder.loads] == ["tiny", "tiny"]
     assert all(seconds >= 0 for _, seconds in recorder.loads)
 

@@ -299,3 +299,89 @@ def test_no_answer_is_the_replicas_fault() -> None:
 )
 def test_error_messages_come_out_of_every_shape(status: int, body: bytes, message: str) -> None:
     assert vllm.answer_event(UNLOAD, status, body).message == message
+
+
+# -- a forwarded request's "does not exist" (vllm.adapter_missing) ----------------------------------
+
+MISSING = [
+    # (what, status, body, adapter, missing)
+    ("0.6.3-0.10.0 flat", 404, flat("The model `a5` does not exist.", "NotFoundError", 404), "a5", True),
+    ("0.10.1-0.13 nested", 404, nested("The model `a5` does not exist.", "NotFoundError", 404), "a5", True),
+    (
+        "0.14-0.30 nested, param model",
+        404,
+        nested("The model `a5` does not exist.", "NotFoundError", 404, "model"),
+        "a5",
+        True,
+    ),
+    (
+        "real vLLM 0.32 (completions, chat and streaming chat alike)",
+        404,
+        b'{"error":{"message":"The model `a5` does not exist. Valid aliases: tiny.","type":"NotFoundError",'
+        b'"param":"model","code":404}}',
+        "a5",
+        True,
+    ),
+    (
+        "Rust frontend",
+        404,
+        nested("The model `a5` does not exist.", "invalid_request_error", "model_not_found", "model"),
+        "a5",
+        True,
+    ),
+    (
+        "cut short after the name",
+        404,
+        b'{"error":{"message":"The model `a5` does not exist. Valid aliases: ' + b"x, " * 3000,
+        "a5",
+        True,
+    ),
+    (
+        "another model's name",
+        404,
+        nested("The model `a6` does not exist.", "NotFoundError", 404),
+        "a5",
+        False,
+    ),
+    (
+        "a name that only starts alike",
+        404,
+        nested("The model `a55` does not exist.", "NotFoundError", 404),
+        "a5",
+        False,
+    ),
+    ("the route is absent", 404, b'{"detail":"Not Found"}', "a5", False),
+    ("401", 401, b'{"error":"Unauthorized"}', "a5", False),
+    (
+        "a 400 that quotes the words",
+        400,
+        nested("The model `a5` does not exist.", "BadRequestError", 400),
+        "a5",
+        False,
+    ),
+    ("a 500", 500, nested("EngineCore encountered an issue.", "InternalServerError", 500), "a5", False),
+    ("a success", 200, b'{"id":"cmpl-1","choices":[{"text":"The model `a5` does not exist."}]}', "a5", False),
+    ("an empty 404", 404, b"", "a5", False),
+]
+
+
+@pytest.mark.parametrize(
+    ("what", "status", "body", "adapter", "missing"), MISSING, ids=[c[0] for c in MISSING]
+)
+def test_adapter_missing(what: str, status: int, body: bytes, adapter: str, missing: bool) -> None:
+    assert vllm.adapter_missing(status, body, adapter) is missing
+
+
+@pytest.mark.parametrize(
+    "version", ["0.6", "0.7.0", "0.10.0", "0.10.1", "0.15", "0.18", "0.30", "0.32", "0.34"]
+)
+def test_adapter_missing_knows_every_standin_family(version: str) -> None:
+    from lorafleet_standin._family import Family
+
+    family = Family.of(version)
+    param = "model" if family.names_the_model_param else None
+    body = json.dumps(
+        family.error(404, family.unknown_model("sql-v2", "tiny"), "NotFoundError", param)
+    ).encode()
+    assert vllm.adapter_missing(404, body, "sql-v2")
+    assert not vllm.adapter_missing(404, body, "sql")

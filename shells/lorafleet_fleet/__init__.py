@@ -1,9 +1,8 @@
 """lorafleet's shell: which vLLM replica holds which LoRA adapter, over HTTP, under trio or asyncio.
 
-async with lorafleet_fleet.Fleet() as fleet:
-    await fleet.sync_unknown(replicas)
-    async with fleet.acquire(replica, "sql", "/adapters/sql") as lease:
-        ...  # forward the request; lease.how is "hit", "joined" or "loaded"
+async with lorafleet_fleet.Fleet(replicas=replicas, adapters="/adapters") as fleet:
+    async with fleet.route("sql") as lease:
+        ...  # forward the request to lease.replica; lease.how is "hit", "joined" or "loaded"
 
 One ``Fleet`` runs on both runtimes (it is written on anyio); lorafleet_trio and lorafleet_asyncio are
 the same names under the runtime's name.
@@ -12,16 +11,22 @@ the same names under the runtime's name.
 from lorafleet import REPLICA_REMOVED as REPLICA_REMOVED
 from lorafleet import How as How
 from lorafleet import InvalidValueError as InvalidValueError
+from lorafleet import Placed as Placed
 from lorafleet import ReplicaConflictError as ReplicaConflictError
+from lorafleet import ReplicaStatistics as ReplicaStatistics
 from lorafleet import UsageError as UsageError
 
+from ._fleet import ATTEMPTS as ATTEMPTS
+from ._fleet import HEADROOM as HEADROOM
 from ._fleet import LISTING_INTERVAL as LISTING_INTERVAL
 from ._fleet import LISTING_TIMEOUT as LISTING_TIMEOUT
 from ._fleet import LOAD_TIMEOUT as LOAD_TIMEOUT
 from ._fleet import Fleet as Fleet
 from ._fleet import Lease as Lease
+from ._fleet import Route as Route
 from ._metrics import FleetMetrics as FleetMetrics
 from ._metrics import PrometheusMetrics as PrometheusMetrics
+from ._resolve import AdapterSource as AdapterSource
 from ._types import AdapterError as AdapterError
 from ._types import EnteredTwiceError as EnteredTwiceError
 from ._types import FleetClosedError as FleetClosedError

@@ -3,6 +3,8 @@
 Every decision is the machine's. This module only makes calls, waits, keeps time and logs. Every input
 reaches the machine through ``Fleet._send``, which also carries out what the machine answers; the one
 shortcut is ``AdapterStateMachine.hit``, a warm request's path, which has no command to carry out.
+``Fleet.route`` asks the machine where to go (``place``) and tries the next placement when a replica
+fails; which replica, and whether one is healthy, is the machine's answer, never the shell's.
 
 It is written on anyio, which runs natively on trio and on asyncio: one ``Fleet`` serves both, and
 keeps trio's rule for a hit (a checkpoint) when it finds itself under trio.
@@ -10,20 +12,26 @@ keeps trio's rule for a hit (a checkpoint) when it finds itself under trio.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import sys
-from collections.abc import Awaitable, Callable, Iterable
-from types import TracebackType
-from typing import Self
+from collections.abc import Awaitable, Callable, Generator, Iterable, Mapping
+from types import MappingProxyType, TracebackType
+from typing import Any, Self
 
 import anyio
 import anyio.abc
 import httpx
 
 from lorafleet import (
+    DEFAULT_BACKOFF,
+    DEFAULT_MAX_BACKOFF,
+    DEFAULT_REFUSAL,
     AdapterMissing,
+    AdapterPinned,
     AdapterStateMachine,
+    AdapterUnpinned,
     Cancelled,
     Event,
     Fail,
@@ -37,24 +45,31 @@ from lorafleet import (
     ListingReceived,
     LoadFinished,
     MarkMet,
+    Placed,
     ReadListing,
     Released,
     ReplicaAdded,
+    ReplicaFailed,
     ReplicasRemoved,
+    ReplicaStatistics,
     Requested,
     Statistics,
     TimeAdvanced,
     UnloadFinished,
+    UsageError,
     View,
     vllm,
 )
 
 from ._http import CutShortError, fetch
 from ._metrics import FleetMetrics
+from ._resolve import AdapterSource, Resolver, resolver
 from ._types import (
     AdapterError,
     EnteredTwiceError,
     FleetClosedError,
+    FleetError,
+    LoadError,
     OutsideBlockError,
     Replica,
     ReplicaError,
@@ -67,8 +82,16 @@ LOAD_TIMEOUT = 120.0
 """An adapter is tens to hundreds of MB read from local disk: one taking minutes is a replica in trouble."""
 LISTING_TIMEOUT = 5.0
 LISTING_INTERVAL = 30.0
+HEADROOM = 1
+"""How far over its limit ``Fleet.route`` lets a replica go when all its adapters are in use ([cap]).
+
+README.md, "In a router", gives the simulator's figures behind it."""
+ATTEMPTS = 3
+"""Replicas ``Fleet.route`` tries for one request (ModelMesh: at most 3 failures per request)."""
 
 _HIT = How.HIT
+_HELD = Placed.HELD
+_NO_PINS: Mapping[str, int] = MappingProxyType({})
 
 
 class _Waiter:
@@ -111,9 +134,21 @@ class Fleet:
         listing_timeout: seconds one read of a replica's listing may take.
         listing_interval: seconds between two readings of a replica's listing.
         metrics: exports the fleet's counts and load latency (see ``PrometheusMetrics``).
+        replicas: replicas to use from the start: entering the fleet reads their listings.
+        adapters: where ``route`` finds an adapter's path by its name (see ``AdapterSource``): a
+            mapping of names to paths, a folder with one folder per adapter, or a callable.
+        pins: adapter name to the number of replicas to keep it loaded on, from the start (``pin``).
+        headroom: how many adapters past its limit a replica may go when every adapter it holds is
+            in use; at that cap a cold request waits for room, or goes elsewhere. None: no cap.
+        attempts: how many replicas ``route`` tries for one request.
+        backoff, max_backoff: seconds placement avoids a replica after a failure, doubling with each
+            failure in a row up to ``max_backoff``.
+        refusal: seconds an adapter the engine refused as the adapter's fault is refused at once,
+            without a call.
 
     Raises:
-        InvalidValueError: a timeout or the interval is not a positive number of seconds.
+        InvalidValueError: a timeout or the interval is not a positive number of seconds, or another
+            argument is not what it must be (a pin that ``adapters`` does not resolve...).
     """
 
     def __init__(
@@ -124,6 +159,14 @@ class Fleet:
         listing_timeout: float = LISTING_TIMEOUT,
         listing_interval: float = LISTING_INTERVAL,
         metrics: FleetMetrics | None = None,
+        replicas: Iterable[Replica] = (),
+        adapters: AdapterSource | None = None,
+        pins: Mapping[str, int] = _NO_PINS,
+        headroom: int | None = HEADROOM,
+        attempts: int = ATTEMPTS,
+        backoff: float = DEFAULT_BACKOFF,
+        max_backoff: float = DEFAULT_MAX_BACKOFF,
+        refusal: float = DEFAULT_REFUSAL,
     ) -> None:
         for name, value in (
             ("load_timeout", load_timeout),
@@ -132,7 +175,33 @@ class Fleet:
         ):
             if type(value) not in (int, float) or not 0 < value < math.inf:
                 raise _invalid(name, value, f"{name} must be a positive number of seconds")
-        self._machine = AdapterStateMachine(listing_interval=listing_interval)
+        if type(attempts) is not int or attempts < 1:
+            raise _invalid("attempts", attempts, "attempts must be an int of at least 1")
+        self._machine = AdapterStateMachine(
+            listing_interval=listing_interval,
+            headroom=headroom,
+            backoff=backoff,
+            max_backoff=max_backoff,
+            refusal=refusal,
+        )
+        self._first = tuple(replicas)
+        for replica in self._first:
+            if not isinstance(replica, Replica):
+                raise _invalid("replicas", replica, "replicas must be Replica values")
+        self._resolve: Resolver | None = None
+        self._unknown = ""
+        """Why a name the resolver does not know fails."""
+        if adapters is not None:
+            self._resolve, self._unknown = resolver(adapters)
+        self._first_pins = self._resolve_pins(pins)
+        self._attempts = attempts
+        self._placed = dict.fromkeys(Placed, 0)
+        """Placements ``route`` acted on, by what the request found there."""
+        self._leased: set[int] = set()
+        """Tickets of routed leases granted and not released: the fleet releases them when it closes."""
+        self._orphans: list[int] = []
+        """Tickets of routed leases garbage collected unreleased, for the timer task to release."""
+        self._poke: Callable[[], None] | None = None
         self._client = client
         self._own_client = client is None
         self._load_timeout = load_timeout
@@ -150,7 +219,22 @@ class Fleet:
         self._checkpoint: Callable[[], Awaitable[None]] | None = None
         """What every acquire awaits first, even a hit: trio's checkpoint under trio, else nothing."""
         if metrics is not None:
-            metrics.watch(self.statistics)
+            metrics.watch(self)
+
+    def _resolve_pins(self, pins: Mapping[str, int]) -> dict[str, tuple[str, int]]:
+        if not isinstance(pins, Mapping):
+            raise _invalid("pins", pins, "pins must be a mapping of adapter names to copies")
+        resolved = {}
+        for name, copies in pins.items():
+            if type(copies) is not int or copies < 1:
+                raise _invalid("pins", {name: copies}, "a pin's copies must be an int of at least 1")
+            if type(name) is not str or not name:
+                raise _invalid("pins", name, "a pinned adapter's name must be a non-empty str")
+            path = self._resolve(name) if self._resolve is not None else None
+            if path is None:
+                raise _invalid("pins", name, "a pinned adapter must be among the fleet's adapters")
+            resolved[name] = (path, copies)
+        return resolved
 
     # -- lifetime ------------------------------------------------------------------------------
 
@@ -170,7 +254,16 @@ class Fleet:
         self._tasks = tasks
         self._wake = anyio.Event()
         self._open = True
+        self._poke = _poker(self._wake_up)
         tasks.start_soon(self._keep_time)
+        try:
+            if self._first:
+                await self.sync_unknown(self._first)
+            for name, (path, copies) in self._first_pins.items():
+                self._send(AdapterPinned(adapter=name, path=path, copies=copies))
+        except BaseException as exc:
+            await self.__aexit__(type(exc), exc, exc.__traceback__)
+            raise
         return self
 
     async def __aexit__(
@@ -203,6 +296,12 @@ class Fleet:
         unmet, self._unmet = self._unmet, {}
         for event in unmet.values():
             event.set()
+        # Routed leases still held end with the fleet; their holders' release() then does nothing.
+        leased, self._leased = self._leased, set()
+        for ticket in sorted(leased):
+            self._send(Released(ticket=ticket))
+        self._orphans.clear()
+        self._poke = None
 
     def _check_open(self) -> None:
         if not self._open:
@@ -232,6 +331,76 @@ class Fleet:
             EnteredTwiceError: the lease was entered before.
         """
         return Lease(self, replica, adapter, path)
+
+    def route(self, adapter: str, *, model: str | None = None) -> Route:
+        """A lease on ``adapter`` wherever placement puts it: the replica, loaded if need be.
+
+        Await it (``lease = await fleet.route("sql")``) and call ``lease.release()`` when the request
+        is done, or hold it for an ``async with`` block. The path comes from the fleet's ``adapters``.
+        Placement chooses among the replicas in use (of ``model``, when given); when a replica fails
+        before the lease is granted, the next placement is tried, at most ``attempts`` replicas and
+        never one twice. An adapter's fault ends the request at once.
+
+        Raises (when awaited or entered):
+            AdapterError: the adapter is wrong (or not among the fleet's adapters: then no replica
+                was asked, and ``replica`` is None); no replica would take it.
+            ReplicaError: no healthy replica was left to try; ``tried`` holds each one's error.
+            FleetClosedError: the fleet is closed, or closed while the request waited.
+            InvalidValueError: ``adapter`` or ``model`` is not a non-empty str.
+            UsageError: the fleet has no ``adapters`` to find the path in.
+            OutsideBlockError: the fleet was never entered.
+            EnteredTwiceError: the route was awaited or entered before.
+        """
+        return Route(self, adapter, model)
+
+    async def prewarm(self, adapters: Iterable[str], *, model: str | None = None) -> dict[str, LoadError]:
+        """Load each of ``adapters`` where placement puts it, all at once, before taking traffic.
+
+        Returns once each is loaded or has failed: the adapters that failed, with their errors.
+
+        Raises:
+            FleetClosedError: the fleet is closed, or closed meanwhile.
+            UsageError: as ``route`` raises them.
+        """
+        failed: dict[str, LoadError] = {}
+        closed: list[FleetError] = []
+
+        async def load(name: str) -> None:
+            try:
+                async with self.route(name, model=model):
+                    pass
+            except LoadError as exc:
+                failed[name] = exc
+            except FleetError as exc:
+                closed.append(exc)
+
+        self._check_open()
+        async with anyio.create_task_group() as tasks:
+            for name in dict.fromkeys(adapters):
+                tasks.start_soon(load, name)
+        if closed:
+            raise FleetClosedError("the fleet was closed while adapters were being prewarmed")
+        return failed
+
+    def pin(self, adapter: str, copies: int = 1, model: str | None = None) -> None:
+        """Keep ``adapter`` loaded on ``copies`` replicas (of ``model``, if given), never evicted.
+
+        Placement chooses the replicas, and loads it on them as room allows; a replica lost or
+        failing is replaced. Pinning it again changes the copies or the model.
+
+        Raises:
+            AdapterError: ``adapter`` is not among the fleet's adapters.
+            InvalidValueError: ``copies`` is not an int of at least 1, or ``model`` not a non-empty str.
+            FleetClosedError, OutsideBlockError: the fleet is not open.
+        """
+        self._check_open()
+        path = self._path_of(adapter)
+        self._send(AdapterPinned(adapter=adapter, path=path, copies=copies, model=model))
+
+    def unpin(self, adapter: str) -> None:
+        """``adapter`` may be evicted again, once no request runs on it. Unknown names change nothing."""
+        self._check_open()
+        self._send(AdapterUnpinned(adapter=adapter))
 
     async def sync_unknown(self, replicas: Iterable[Replica]) -> None:
         """Read the listings of the replicas not met yet, all at once, and wait for them.
@@ -293,6 +462,14 @@ class Fleet:
         """The machine's frozen snapshot: counts, and what every replica holds with its in-use counts."""
         return self._machine.statistics()
 
+    def replica_statistics(self, replica: str) -> ReplicaStatistics | None:
+        """One replica's part of ``statistics()`` (held, in use, in flight, failing), None if not in use."""
+        return self._machine.replica_statistics(replica)
+
+    def placements(self) -> dict[str, int]:
+        """How many placements ``route`` acted on, by what the request found (held, free, evict...)."""
+        return {placed.value: count for placed, count in self._placed.items()}
+
     # -- acquiring, for Lease ------------------------------------------------------------------
 
     def _hit(self, lease: Lease) -> bool:
@@ -337,6 +514,129 @@ class Fleet:
             kind = AdapterError if failed.fault is Fault.ADAPTER else ReplicaError
             raise kind(replica, lease.adapter, failed.message, timeout=waiter.timeout)
         lease._how = waiter.how
+
+    # -- routing, for Route --------------------------------------------------------------------
+
+    def _path_of(self, adapter: str) -> str:
+        """``adapter``'s path from the fleet's adapters.
+
+        Raises:
+            AdapterError: the adapters do not have it (no replica is asked).
+            InvalidValueError: ``adapter`` is not a non-empty str.
+            UsageError: the fleet has no adapters.
+        """
+        resolve = self._resolve
+        if resolve is None:
+            raise UsageError("routing by name needs the fleet's adapters: Fleet(adapters=...)")
+        if type(adapter) is not str or not adapter:
+            raise _invalid("adapter", adapter, "adapter name must be a non-empty str")
+        path = resolve(adapter)
+        if path is None:
+            raise AdapterError(None, adapter, self._unknown)
+        return path
+
+    async def _route(self, lease: Route) -> Route:
+        """Grant ``lease`` where placement puts it; a hit on a holder placement chose is the fast path."""
+        checkpoint = self._checkpoint
+        if checkpoint is not None:
+            await checkpoint()
+        if not self._open:
+            raise self._not_open()
+        if lease._entered:
+            raise EnteredTwiceError("a route is awaited or entered once: call fleet.route() for each request")
+        lease._entered = True
+        adapter = lease.adapter
+        path = self._path_of(adapter)
+        model = lease._model
+        if model is not None and (type(model) is not str or not model):
+            raise _invalid("model", model, "model must be a non-empty str or None")
+        machine = self._machine
+        placement = machine.place(adapter, model=model)
+        if placement.placed is _HELD:
+            rid = placement.replica
+            assert rid is not None
+            ticket = machine.next_ticket
+            if machine.hit(ticket, replica=rid, adapter=adapter):
+                lease.replica = self._replicas[rid]
+                lease.ticket = ticket
+                lease.placed = _HELD
+                lease._how = _HIT
+                self._placed[_HELD] += 1
+                self._leased.add(ticket)
+                return lease
+        lease._path = path
+        return await self._route_cold(lease)
+
+    async def _route_cold(self, lease: Route) -> Route:
+        """The rest of ``_route``: wait for a load, or an unload, or room; on a replica's fault, go on."""
+        machine = self._machine
+        adapter, model = lease.adapter, lease._model
+        tried: list[ReplicaError] = []
+        exclude: set[str] = set()
+        while len(tried) < self._attempts:
+            # Placement reads the machine's clock: a failed replica's backoff may be over by now.
+            self._send(TimeAdvanced(now=anyio.current_time()))
+            placement = machine.place(adapter, model=model, exclude=exclude)
+            rid, placed = placement.replica, placement.placed
+            if rid is None or placed is None:
+                break
+            lease.replica = self._replicas[rid]
+            lease.placed = placed
+            self._placed[placed] += 1
+            ticket = lease.ticket = machine.next_ticket
+            if placed is _HELD and machine.hit(ticket, replica=rid, adapter=adapter):
+                lease._how = _HIT
+            else:
+                try:
+                    await self._wait(lease)
+                except ReplicaError as exc:
+                    tried.append(exc)
+                    exclude.add(rid)
+                    continue
+            self._leased.add(ticket)
+            return lease
+        raise self._no_replica(adapter, model, tried)
+
+    def _no_replica(self, adapter: str, model: str | None, tried: list[ReplicaError]) -> ReplicaError:
+        of = f" of model {model!r}" if model is not None else ""
+        if not tried:
+            message = f"no healthy replica{of} to serve it: each is failing, or none is in use"
+        else:
+            names = ", ".join(repr(error.replica.id) for error in tried if error.replica is not None)
+            left = "tried" if len(tried) >= self._attempts else "tried, and none left to try"
+            message = f"no healthy replica{of} served it ({names} {left}); the last said: {tried[-1].message}"
+        return ReplicaError(None, adapter, message, tried=tuple(tried))
+
+    def _release_routed(self, ticket: int) -> None:
+        leased = self._leased
+        if ticket in leased:  # else the fleet closed, and released it then
+            leased.remove(ticket)
+            self._send(Released(ticket=ticket))
+
+    def _orphan(self, ticket: int) -> None:
+        """A routed lease was garbage collected unreleased: release it soon, from the timer task.
+
+        Called from ``__del__``, which may run in the middle of anything: it only notes the ticket
+        and wakes the loop the way signal handlers may.
+        """
+        poke = self._poke
+        if poke is None:
+            return
+        self._orphans.append(ticket)
+        with contextlib.suppress(Exception):  # the loop is ending: closing releases everything
+            poke()
+
+    def _wake_up(self) -> None:
+        if self._wake is not None:
+            self._wake.set()
+
+    def _release_orphans(self) -> None:
+        orphans = self._orphans
+        while orphans:
+            ticket = orphans.pop()
+            if ticket in self._leased:
+                log.debug("released the lease of request %d, garbage collected without release()", ticket)
+                self._release_routed(ticket)
 
     # -- the loop: event in, commands out ------------------------------------------------------
 
@@ -481,6 +781,7 @@ class Fleet:
     async def _keep_time(self) -> None:
         """Tell the machine the time when it said it wants to hear it."""
         while True:
+            self._release_orphans()
             self._send(TimeAdvanced(now=anyio.current_time()))
             due = self._machine.next_due()
             wait = math.inf if due is None else max(0.0, due - anyio.current_time())
@@ -488,6 +789,30 @@ class Fleet:
             with anyio.move_on_after(wait):
                 await self._wake.wait()
             self._wake = anyio.Event()
+
+
+def _poker(wake: Callable[[], None]) -> Callable[[], None]:
+    """A function that has ``wake`` called soon in the running loop, safe to call from ``__del__``.
+
+    Both loops take such calls from signal handlers and other threads: trio's token, asyncio's
+    ``call_soon_threadsafe``.
+    """
+    trio = sys.modules.get("trio")
+    if trio is not None:
+        try:
+            token = trio.lowlevel.current_trio_token()
+        except RuntimeError:
+            pass
+        else:
+            return lambda: token.run_sync_soon(wake)
+    import asyncio
+
+    loop = asyncio.get_running_loop()
+
+    def poke() -> None:
+        loop.call_soon_threadsafe(wake)
+
+    return poke
 
 
 def _trio_checkpoint() -> Callable[[], Awaitable[None]] | None:
@@ -540,14 +865,15 @@ class Lease:
         return self._how
 
     def adapter_missing(self) -> None:
-        """The replica answered this request "The model ... does not exist.": report it inside the block.
+        """The replica answered this request "The model ... does not exist.": report it while held.
 
         The fleet stops holding the adapter on the replica, so the next request loads it again, unless
         the copy held now is not this lease's (the adapter was forgotten and loaded again meanwhile):
         then nothing changes. Requests still running on the old copy keep their leases.
 
         Raises:
-            OutsideBlockError: the block was not entered, or was left (``Fleet.forget`` is for then).
+            OutsideBlockError: the lease is not held (not granted yet, or released; ``Fleet.forget``
+                is for then).
         """
         if self._how is None or self._left:
             raise OutsideBlockError(
@@ -555,9 +881,50 @@ class Lease:
             )
         self._fleet._send(AdapterMissing(replica=self.replica.id, adapter=self.adapter, ticket=self.ticket))
 
+    def check_answer(self, status: int, body_head: bytes) -> bool:
+        """Read the replica's answer to the forwarded request: True when it said the adapter is gone.
+
+        Then it was reported as ``adapter_missing()`` does (see ``lorafleet.vllm.adapter_missing``
+        for the answers that say so); answer the client, and route the request again if you like.
+
+        Args:
+            status: the answer's HTTP status.
+            body_head: the start of its body (vLLM's answer fits in its first 4 KiB).
+
+        Raises:
+            OutsideBlockError: the lease is not held.
+        """
+        if status != 404 or not vllm.adapter_missing(status, body_head, self.adapter):
+            return False
+        self.adapter_missing()
+        return True
+
+    def replica_failed(self, message: str = "") -> None:
+        """The replica gave the forwarded request no answer (refused, reset, timed out).
+
+        Placement avoids the replica for a while, as after a failed load, until a listing or a load
+        there succeeds.
+
+        Raises:
+            OutsideBlockError: the lease was never granted.
+        """
+        if self._how is None:
+            raise OutsideBlockError("replica_failed() reports on a granted lease")
+        log.warning("replica %s gave a forwarded request no answer: %s", self.replica.id, message)
+        self._fleet._send(ReplicaFailed(replica=self.replica.id, message=message))
+
+    def release(self) -> None:
+        """End the request: the adapter is no longer held for it. Releasing again does nothing."""
+        if self._how is None or self._left:
+            return
+        self._left = True
+        self._fleet._send(Released(ticket=self.ticket))
+
     def __repr__(self) -> str:
         how = self._how.value if self._how is not None else None
-        return f"Lease(replica={self.replica.id!r}, adapter={self.adapter!r}, how={how!r})"
+        replica = getattr(self, "replica", None)
+        rid = replica.id if replica is not None else None
+        return f"{type(self).__name__}(replica={rid!r}, adapter={self.adapter!r}, how={how!r})"
 
     async def __aenter__(self) -> Lease:
         fleet = self._fleet
@@ -571,5 +938,51 @@ class Lease:
     async def __aexit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
+        if not self._left:
+            self._left = True
+            self._fleet._send(Released(ticket=self.ticket))
+
+
+class Route(Lease):
+    """A request for an adapter wherever placement puts it: what ``Fleet.route`` gives.
+
+    Await it for the lease (itself, granted), held until ``release()``, until the fleet closes, or
+    until it is garbage collected; or enter it with ``async with``, which releases it at the end.
+    ``replica``, ``how``, ``placed`` and ``ticket`` are set once granted.
+    """
+
+    __slots__ = ("_entered", "_model", "placed")
+
+    def __init__(self, fleet: Fleet, adapter: str, model: str | None) -> None:
+        self._fleet = fleet
+        self.adapter = adapter
+        self._model = model
+        self._path = ""
+        self._how = None
+        self._left = False
+        self._entered = False
+        self.ticket = 0
+        self.placed: Placed | None = None
+        """What placement found on the replica: held, loading, free, evict, over or wait."""
+
+    def __await__(self) -> Generator[Any, None, Route]:
+        return self._fleet._route(self).__await__()
+
+    def release(self) -> None:
+        """End the request: the adapter is no longer held for it. Releasing again does nothing."""
+        if self._how is None or self._left:
+            return
         self._left = True
-        self._fleet._send(Released(ticket=self.ticket))
+        self._fleet._release_routed(self.ticket)
+
+    def __del__(self) -> None:
+        if self._how is not None and not self._left:
+            self._fleet._orphan(self.ticket)
+
+    async def __aenter__(self) -> Route:
+        return await self._fleet._route(self)
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.release()

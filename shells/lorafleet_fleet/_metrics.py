@@ -3,20 +3,24 @@
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
-from lorafleet import How, Statistics
+from lorafleet import Fault, How, Placed
 
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
 
+    from ._fleet import Fleet
+
 
 class FleetMetrics(Protocol):
-    """What a fleet gives its metrics: a way to read its counts, and how long each load took."""
+    """What a fleet gives its metrics: itself, to read whenever its counts are wanted, and load times."""
 
-    def watch(self, statistics: Callable[[], Statistics]) -> None:
-        """The fleet's ``statistics``, to read whenever its counts are wanted (called by ``Fleet()``)."""
+    def watch(self, fleet: Fleet) -> None:
+        """The fleet to read (``statistics()``, ``placements()``) when counts are wanted.
+
+        ``Fleet()`` calls it.
+        """
 
     def load_took(self, model: str, seconds: float) -> None:
         """A load on a replica of ``model`` was answered (or failed, or timed out) after ``seconds``."""
@@ -25,13 +29,23 @@ class FleetMetrics(Protocol):
 class PrometheusMetrics:
     """Exports a fleet's counts with prometheus-client (install lorafleet[prometheus]).
 
+    Counters:
+
     - ``lorafleet_grants_total{how}``: requests granted their adapter, by hit, joined, loaded;
+    - ``lorafleet_placements_total{placed}``: placements ``Fleet.route`` acted on, by what the request
+      found: held, loading, free (a free slot), evict, over (past the limit), wait (at the cap);
+    - ``lorafleet_failures_total{fault}``: requests failed, by adapter or replica fault;
     - ``lorafleet_loads_total{model,outcome}`` and ``lorafleet_load_seconds{model}`` (a histogram);
     - ``lorafleet_evictions_total{model,outcome}``.
 
-    The counts are the machine's own (``Fleet.statistics()``), read when Prometheus scrapes, so nothing
-    is counted twice and a request's path pays nothing for them. One exporter may watch several fleets:
-    it gives their sums.
+    Gauges, per replica in use: ``lorafleet_adapters_held{replica}``, ``lorafleet_adapters_in_use``,
+    ``lorafleet_requests_in_flight`` (this router's, waiting or granted) and
+    ``lorafleet_replica_healthy`` (0 while placement avoids it after a failure).
+
+    Everything but the latency is read from the fleet when Prometheus scrapes, so nothing is counted
+    twice and a request's path pays nothing for it. One exporter may watch several fleets: it gives
+    their sums (a replica is healthy if every fleet finds it so). Scrape from the fleet's event loop
+    (the router's own ``/metrics`` route), not from another thread.
 
     Args:
         registry: where to register (prometheus-client's default registry when None).
@@ -42,8 +56,8 @@ class PrometheusMetrics:
         from prometheus_client import REGISTRY, Histogram
 
         registry = registry if registry is not None else REGISTRY
-        self._sources: list[Callable[[], Statistics]] = []
-        registry.register(_StatisticsCollector(self._sources, prefix))
+        self._fleets: list[Fleet] = []
+        registry.register(_FleetCollector(self._fleets, prefix))
         self._latency = Histogram(
             f"{prefix}_load_seconds",
             "How long a load took, from the call to its answer",
@@ -52,51 +66,101 @@ class PrometheusMetrics:
             registry=registry,
         )
 
-    def watch(self, statistics: Callable[[], Statistics]) -> None:
-        self._sources.append(statistics)
+    def watch(self, fleet: Fleet) -> None:
+        self._fleets.append(fleet)
 
     def load_took(self, model: str, seconds: float) -> None:
         self._latency.labels(model=model).observe(seconds)
 
 
-class _StatisticsCollector:
-    """Reads the watched fleets' statistics at each scrape and exports their counts as counters."""
+class _FleetCollector:
+    """Reads the watched fleets at each scrape and exports their counts and per-replica figures."""
 
-    def __init__(self, sources: list[Callable[[], Statistics]], prefix: str) -> None:
-        self._sources = sources
+    def __init__(self, fleets: list[Fleet], prefix: str) -> None:
+        self._fleets = fleets
         self._prefix = prefix
 
     def describe(self) -> list[Any]:
-        return self._families()
+        return list(self._families().values())
 
     def collect(self) -> list[Any]:
         grants: Counter[str] = Counter(dict.fromkeys((how.value for how in How), 0))
+        placements: Counter[str] = Counter(dict.fromkeys((placed.value for placed in Placed), 0))
+        failures: Counter[str] = Counter(dict.fromkeys((fault.value for fault in Fault), 0))
         loads: Counter[tuple[str, str]] = Counter()
         evictions: Counter[tuple[str, str]] = Counter()
-        for statistics in self._sources:
-            snapshot = statistics()
+        held: Counter[str] = Counter()
+        in_use: Counter[str] = Counter()
+        in_flight: Counter[str] = Counter()
+        healthy: dict[str, bool] = {}
+        for fleet in self._fleets:
+            snapshot = fleet.statistics()
             grants.update(snapshot.grants)
+            placements.update(fleet.placements())
+            failures.update(snapshot.failures)
             loads.update(snapshot.loads)
             evictions.update(snapshot.evictions)
+            for rid, replica in snapshot.replicas.items():
+                held[rid] += len(replica.held)
+                in_use[rid] += sum(1 for uses in replica.held.values() if uses)
+                in_flight[rid] += replica.in_flight
+                healthy[rid] = healthy.get(rid, True) and replica.failing_until is None
         families = self._families()
         for how, count in grants.items():
-            families[0].add_metric([how], count)
+            families["grants"].add_metric([how], count)
+        for placed, count in placements.items():
+            families["placements"].add_metric([placed], count)
+        for fault, count in failures.items():
+            families["failures"].add_metric([fault], count)
         for (model, outcome), count in sorted(loads.items()):
-            families[1].add_metric([model, outcome], count)
+            families["loads"].add_metric([model, outcome], count)
         for (model, outcome), count in sorted(evictions.items()):
-            families[2].add_metric([model, outcome], count)
-        return families
+            families["evictions"].add_metric([model, outcome], count)
+        for rid in sorted(healthy):
+            families["held"].add_metric([rid], held[rid])
+            families["in_use"].add_metric([rid], in_use[rid])
+            families["in_flight"].add_metric([rid], in_flight[rid])
+            families["healthy"].add_metric([rid], 1 if healthy[rid] else 0)
+        return list(families.values())
 
-    def _families(self) -> list[Any]:
-        from prometheus_client.core import CounterMetricFamily
+    def _families(self) -> dict[str, Any]:
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
         prefix = self._prefix
-        return [
-            CounterMetricFamily(f"{prefix}_grants", "Requests granted their adapter, by how", labels=["how"]),
-            CounterMetricFamily(
+        return {
+            "grants": CounterMetricFamily(
+                f"{prefix}_grants", "Requests granted their adapter, by how", labels=["how"]
+            ),
+            "placements": CounterMetricFamily(
+                f"{prefix}_placements",
+                "Placements route() acted on, by what the request found on the replica",
+                labels=["placed"],
+            ),
+            "failures": CounterMetricFamily(
+                f"{prefix}_failures", "Requests failed, by whose fault", labels=["fault"]
+            ),
+            "loads": CounterMetricFamily(
                 f"{prefix}_loads", "Adapter loads, by model and outcome", labels=["model", "outcome"]
             ),
-            CounterMetricFamily(
+            "evictions": CounterMetricFamily(
                 f"{prefix}_evictions", "Adapters unloaded to make room", labels=["model", "outcome"]
             ),
-        ]
+            "held": GaugeMetricFamily(
+                f"{prefix}_adapters_held", "Adapters a replica holds", labels=["replica"]
+            ),
+            "in_use": GaugeMetricFamily(
+                f"{prefix}_adapters_in_use",
+                "Adapters a replica holds that requests are running on",
+                labels=["replica"],
+            ),
+            "in_flight": GaugeMetricFamily(
+                f"{prefix}_requests_in_flight",
+                "This router's requests on a replica, waiting or granted",
+                labels=["replica"],
+            ),
+            "healthy": GaugeMetricFamily(
+                f"{prefix}_replica_healthy",
+                "1 while placement uses the replica, 0 while it avoids it after a failure",
+                labels=["replica"],
+            ),
+        }

@@ -92,9 +92,13 @@ class FleetClosedError(FleetError):
 class LoadError(FleetError):
     """An adapter could not be made ready on a replica; see the two kinds below."""
 
-    def __init__(self, replica: Replica, adapter: str, message: str, *, timeout: float | None = None) -> None:
-        super().__init__(f"{adapter!r} on replica {replica.id!r}: {message}")
+    def __init__(
+        self, replica: Replica | None, adapter: str, message: str, *, timeout: float | None = None
+    ) -> None:
+        where = f" on replica {replica.id!r}" if replica is not None else ""
+        super().__init__(f"{adapter!r}{where}: {message}")
         self.replica = replica
+        """The replica that failed; None when no replica was asked (``Fleet.route``)."""
         self.adapter = adapter
         self.message = message
         """The engine's words, or what went wrong on the way to it."""
@@ -105,15 +109,30 @@ class LoadError(FleetError):
 class AdapterError(LoadError):
     """The adapter itself is wrong (missing, rank too high, not a LoRA for this model...).
 
-    Every replica would refuse it: do not retry it elsewhere.
+    Every replica would refuse it: do not retry it elsewhere. ``replica`` is None for a name the
+    fleet's adapter source does not know (no replica was asked).
     """
 
 
 class ReplicaError(LoadError):
     """This replica failed (an error, a timeout, no answer, a misconfiguration, removed).
 
-    Another replica may well serve the request.
+    Another replica may well serve the request. From ``Fleet.route``, which tries other replicas
+    itself, it means that no healthy replica was left to try: ``replica`` is None and ``tried`` holds
+    the error of each replica tried, in order.
     """
+
+    def __init__(
+        self,
+        replica: Replica | None,
+        adapter: str,
+        message: str,
+        *,
+        timeout: float | None = None,
+        tried: tuple[ReplicaError, ...] = (),
+    ) -> None:
+        super().__init__(replica, adapter, message, timeout=timeout)
+        self.tried = tried
 
 
 # -- the router's own misuse --------------------------------------------------------------------

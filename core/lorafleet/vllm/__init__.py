@@ -8,8 +8,10 @@ what each release line says is in ``_wording``.
     request = vllm.http_request(command, api_key)          # make it, read at most request.max_answer_bytes
     event = vllm.answer_event(command, status, body, truncated=cut)
     event = vllm.failure_event(command, "no answer within 5 s")   # timed out, refused, dropped
+    vllm.adapter_missing(status, body, "sql")              # a forwarded request's "does not exist"
 """
 
+from ._answers import adapter_missing as adapter_missing
 from ._answers import answer_event as answer_event
 from ._answers import failure_event as failure_event
 from ._requests import MAX_LISTING_BYTES as MAX_LISTING_BYTES

@@ -21,6 +21,7 @@ from ._wording import (
     ADAPTER_AT_FAULT,
     ALREADY_LOADED,
     LORA_DISABLED,
+    MODEL_DOES_NOT_EXIST,
     NOT_FOUND_ON_UNLOAD,
     error_message,
     model_not_found,
@@ -107,6 +108,26 @@ def listing_answer(
         if parent:
             adapters.append(card["id"])
     return ListingReceived(listing=listing, adapters=tuple(adapters))
+
+
+def adapter_missing(status: int, body: bytes, adapter: str) -> bool:
+    """Whether a forwarded request's answer says the replica does not have ``adapter``.
+
+    vLLM answers a request that names a model it does not serve with 404 "The model `x` does not
+    exist." (flat or nested, with "Valid aliases: ..." from 0.32, a string ``model_not_found`` code
+    from the Rust frontend), before any stream starts. Then report ``AdapterMissing``.
+
+    Args:
+        status: the answer's HTTP status.
+        body: the start of its body (the first 4 KiB are plenty).
+        adapter: the adapter the request named.
+    """
+    if status != 404 or no_such_route(status, body):
+        return False
+    message = error_message(body)
+    if MODEL_DOES_NOT_EXIST.format(adapter) in message:
+        return True
+    return model_not_found(body) and f"`{adapter}`" in message
 
 
 @overload

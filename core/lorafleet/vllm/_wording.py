@@ -21,6 +21,8 @@ from ._requests import MAX_ANSWER_BYTES
 ALREADY_LOADED = ("has already been loaded", "has already beenloaded", "is already loaded")
 NOT_FOUND_ON_UNLOAD = "cannot be found"
 LORA_DISABLED = "LoRA is not enabled"
+MODEL_DOES_NOT_EXIST = "The model `{}` does not exist"
+"""A request naming a model the server does not serve (every version; 0.32+ adds "Valid aliases")."""
 
 ADAPTER_AT_FAULT = (
     "No adapter found",  # missing path, no adapter_config.json, unknown hub id
