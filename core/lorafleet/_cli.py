@@ -33,10 +33,10 @@ class Subcommand:
 SUBCOMMANDS = (
     Subcommand(
         name="demo",
-        summary="drive a skewed request stream through a shell, against stand-in vLLM replicas",
+        summary="lorafleet's router against a least-loaded one, on stand-in vLLM replicas",
         module="lorafleet_standin._demo",
-        needs="the stand-in and a shell",
-        install="pip install 'lorafleet[standin,trio]'",
+        needs="the stand-in and the reference router",
+        install="pip install 'lorafleet[standin,serve,trio]'",
     ),
     Subcommand(
         name="simulate",

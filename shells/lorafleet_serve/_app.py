@@ -25,7 +25,7 @@ import anyio
 import attrs
 import httpx
 
-from lorafleet_fleet import AdapterError, Fleet, FleetClosedError, Replica, ReplicaError
+from lorafleet_fleet import AdapterError, Fleet, FleetClosedError, Replica, ReplicaError, Route
 
 from ._catalog import Catalog
 from ._config import Config
@@ -81,7 +81,10 @@ class _Record:
     stream: bool = False
     error: str | None = None
     end: str = "done"
-    adapter_ms: float = 0.0
+    adapter_ms: float | None = None
+    """Milliseconds spent getting the adapter ready (routing, loads), for requests that name one."""
+    answered: bool = False
+    """The answer's last message is being sent: a disconnect from now on is the client being done."""
 
     def line(self) -> str:
         fields: list[tuple[str, object]] = [
@@ -93,7 +96,7 @@ class _Record:
             ("status", self.status),
             ("attempts", self.attempts),
             ("stream", "true" if self.stream else "false"),
-            ("adapter_ms", f"{self.adapter_ms:.1f}"),
+            ("adapter_ms", f"{self.adapter_ms:.1f}" if self.adapter_ms is not None else None),
             ("ms", f"{(time.perf_counter() - self.started) * 1000:.1f}"),
             ("end", self.end),
             ("error", self.error),
@@ -200,7 +203,8 @@ class Router:
             record.status, record.error = refusal.status, refusal.code
             await refuse(send, refusal)
         finally:
-            if path != "/metrics" and path != "/health":  # scraped and probed often: not worth a line
+            # /metrics and /health are scraped and probed often: not worth a line each.
+            if path != "/metrics" and path != "/health" and log.isEnabledFor(logging.INFO):
                 log.info(record.line())
 
     # -- completions --------------------------------------------------------------------------
@@ -250,11 +254,13 @@ class Router:
                 metrics.in_flight.dec()
                 metrics.requests.labels(route, str(record.status)).inc()
                 metrics.seconds.labels(route).observe(time.perf_counter() - record.started)
-            log.info(record.line())
+            if log.isEnabledFor(logging.INFO):
+                log.info(record.line())
 
     @staticmethod
     async def _refuse(send: Send, refusal: RefusedError, record: _Record) -> None:
         record.status, record.error = refusal.status, refusal.code
+        record.answered = True
         await refuse(send, refusal)
 
     async def _adapter_request(self, name: str, path: str, raw: bytes, send: Send, record: _Record) -> None:
@@ -288,7 +294,7 @@ class Router:
                 raise RefusedError(
                     503, "The router is shutting down", "shutting_down", kind="server_error"
                 ) from None
-            record.adapter_ms += (time.perf_counter() - asked) * 1000
+            record.adapter_ms = (record.adapter_ms or 0.0) + (time.perf_counter() - asked) * 1000
             try:
                 replica = lease.replica
                 record.replica, record.how = replica.id, lease.how.value
@@ -370,7 +376,7 @@ class Router:
         send: Send,
         record: _Record,
         extra: list[tuple[bytes, bytes]],
-        lease: Any,
+        lease: Route | None,
         may_retry_missing: bool,
     ) -> _Outcome:
         """Forward the request to ``replica`` and relay its answer; the outcome says what to do next."""
@@ -427,13 +433,14 @@ class Router:
                 self._replica_failed(replica, lease, f"cut mid-answer: {type(exc).__name__}: {exc}")
                 record.end = "cut"
                 return _Outcome.DONE
+            record.answered = True
             await send({"type": "http.response.body", "body": b"", "more_body": False})
             return _Outcome.DONE
         finally:
             with anyio.CancelScope(shield=True):
                 await response.aclose()
 
-    def _replica_failed(self, replica: Replica, lease: Any, message: str) -> None:
+    def _replica_failed(self, replica: Replica, lease: Route | None, message: str) -> None:
         """Tell the fleet ``replica`` failed, so that placement avoids it for a while."""
         if lease is not None:
             lease.replica_failed(message)  # the fleet logs it
@@ -618,8 +625,9 @@ async def _watch_for_disconnect(receive: Receive, scope: anyio.CancelScope, reco
     while True:
         message = await receive()
         if message["type"] == "http.disconnect":
-            record.end = "client_gone"
-            scope.cancel()
+            if not record.answered:
+                record.end = "client_gone"
+                scope.cancel()
             return
 
 

@@ -67,9 +67,7 @@ class Catalog:
             except OSError:
                 entries = []
             names.update(
-                e.name
-                for e in entries
-                if ADAPTER_NAME.fullmatch(e.name) and (e / CONFIG_FILE).is_file()
+                e.name for e in entries if ADAPTER_NAME.fullmatch(e.name) and (e / CONFIG_FILE).is_file()
             )
         return sorted(names - self.bases)
 

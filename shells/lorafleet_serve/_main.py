@@ -12,7 +12,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import anyio
+
 from ._config import Config, ConfigError, build, pair_flag, read_toml, replica_flag, resolve
+from ._server import ListenError, RouterServer
 
 PROG = "lorafleet serve"
 DESCRIPTION = """\
@@ -208,10 +211,6 @@ def main(argv: list[str]) -> int:
     logging.basicConfig(
         level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr
     )
-    import anyio
-
-    from ._server import ListenError
-
     try:
         anyio.run(_serve, config, backend=args.runtime)
     except ListenError as exc:
@@ -242,10 +241,6 @@ def summary(config: Config) -> str:
 
 
 async def _serve(config: Config) -> None:
-    import anyio
-
-    from ._server import RouterServer
-
     with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
         async with RouterServer(config) as server:
             log.info("lorafleet serve: %s", summary(config))

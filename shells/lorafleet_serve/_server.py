@@ -13,6 +13,8 @@ import anyio
 import anyio.abc
 import httpx
 import sniffio
+from hypercorn.config import Config as HypercornConfig
+from prometheus_client import CollectorRegistry
 
 from lorafleet_fleet import Fleet, PrometheusMetrics
 
@@ -64,8 +66,6 @@ class RouterServer:
         return self.router.fleet
 
     async def __aenter__(self) -> Self:
-        from prometheus_client import CollectorRegistry
-
         config = self.config
         check(config)
         self._stop = anyio.Event()
@@ -141,8 +141,6 @@ class RouterServer:
             await self._stack.aclose()
 
     async def _serve(self, sock: socket.socket) -> None:
-        from hypercorn.config import Config as HypercornConfig
-
         assert self._stop is not None
 
         config = HypercornConfig()

@@ -207,9 +207,13 @@ async def _lorafleet_router(replicas: list[ReplicaConfig], root: Path) -> AsyncI
 
 @asynccontextmanager
 async def _least_loaded_router(replicas: list[ReplicaConfig], root: Path) -> AsyncIterator[str]:
-    async with httpx.AsyncClient(timeout=60, limits=httpx.Limits(max_connections=1000)) as client:
-        async with _served(LeastLoadedProxy(replicas, root, client)) as url:
-            yield url
+    """The demo's least-loaded proxy, served as lorafleet's router is."""
+    limits = httpx.Limits(max_connections=1000)
+    async with (
+        httpx.AsyncClient(timeout=60, limits=limits) as client,
+        _served(LeastLoadedProxy(replicas, root, client)) as url,
+    ):
+        yield url
 
 
 _Scope = MutableMapping[str, Any]
