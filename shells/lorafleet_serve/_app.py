@@ -13,12 +13,16 @@ Everything about adapters is the fleet's; this module only parses, forwards, rel
 
 from __future__ import annotations
 
+import bisect
 import enum
 import hmac
+import http.cookiejar
+import itertools
 import json
 import logging
 import re
 import time
+from collections import Counter
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -57,6 +61,20 @@ HOP_BY_HOP = frozenset(
 _PLAIN = re.compile(r"[A-Za-z0-9_.:/@+\-]+")
 
 
+class NoCookies(http.cookiejar.CookieJar):
+    """The cookie jar of the client a router forwards with: it keeps nothing.
+
+    A router relays its replicas' answers to many clients; a cookie one answer set must never ride
+    along on another client's request. (It also spares httpx's cookie handling on every answer.)
+    """
+
+    def extract_cookies(self, response: Any, request: Any) -> None:
+        return
+
+    def set_cookie(self, cookie: http.cookiejar.Cookie) -> None:
+        return
+
+
 class _Outcome(enum.Enum):
     DONE = enum.auto()
     """The answer was relayed (or the client went away while it was)."""
@@ -87,21 +105,19 @@ class _Record:
     """The answer's last message is being sent: a disconnect from now on is the client being done."""
 
     def line(self) -> str:
-        fields: list[tuple[str, object]] = [
-            ("method", self.method),
-            ("path", self.path),
-            ("model", self.model),
-            ("replica", self.replica),
-            ("how", self.how),
-            ("status", self.status),
-            ("attempts", self.attempts),
-            ("stream", "true" if self.stream else "false"),
-            ("adapter_ms", f"{self.adapter_ms:.1f}" if self.adapter_ms is not None else None),
-            ("ms", f"{(time.perf_counter() - self.started) * 1000:.1f}"),
-            ("end", self.end),
-            ("error", self.error),
-        ]
-        return " ".join(f"{k}={_logfmt(v)}" for k, v in fields if v is not None)
+        """The log line: logfmt, ``key=value`` pairs, values a client chose quoted when not plain."""
+        text = f"method={self.method} path={_logfmt(self.path)}"
+        if self.model is not None:
+            text += f" model={_logfmt(self.model)}"
+        if self.replica is not None:
+            text += f" replica={_logfmt(self.replica)} how={self.how}"
+        text += f" status={self.status} attempts={self.attempts} stream={'true' if self.stream else 'false'}"
+        if self.adapter_ms is not None:
+            text += f" adapter_ms={self.adapter_ms:.1f}"
+        text += f" ms={(time.perf_counter() - self.started) * 1000:.1f} end={self.end}"
+        if self.error is not None:
+            text += f" error={self.error}"
+        return text
 
 
 def _logfmt(value: object) -> str:
@@ -122,7 +138,7 @@ class Router:
         fleet: an entered fleet that knows ``replicas`` and resolves adapters with ``catalog``.
         replicas: the replicas, with their keys.
         catalog: the adapters served.
-        client: the httpx client requests are forwarded with.
+        client: the httpx client requests are forwarded with (give it ``cookies=NoCookies()``).
         config: timeouts, bounds and attempts.
         client_key: the key this router's clients must send (None: none).
         registry: where the router's own metrics go, beside the fleet's (None: no metrics of its own).
@@ -153,6 +169,7 @@ class Router:
         """Base-model requests in flight per replica: the fleet counts only the adapters' requests."""
         self._turn = 0
         self._headers = {r.id: self._upstream_headers(r) for r in replicas}
+        self._urls = {(r.id, path): httpx.URL(r.url + path) for r in replicas for path in COMPLETIONS}
         self._created = int(time.time())
         self._registry = registry
         self._metrics = _Metrics(registry) if registry is not None else None
@@ -213,7 +230,7 @@ class Router:
         record = _Record("POST", scope["path"], time.perf_counter())
         metrics = self._metrics
         if metrics is not None:
-            metrics.in_flight.inc()
+            metrics.in_flight += 1
         try:
             try:
                 self._authorize(scope)
@@ -248,12 +265,14 @@ class Router:
                     else:
                         record.end = "cut"  # part of the answer went out: ending now cuts it
                 finally:
-                    tasks.cancel_scope.cancel()
+                    if not record.answered:
+                        tasks.cancel_scope.cancel()
+                    # Else the watcher ends by itself: once the answer is sent, the next message an ASGI
+                    # server gives is http.disconnect, at once (cheaper than cancelling it).
         finally:
             if metrics is not None:
-                metrics.in_flight.dec()
-                metrics.requests.labels(route, str(record.status)).inc()
-                metrics.seconds.labels(route).observe(time.perf_counter() - record.started)
+                metrics.in_flight -= 1
+                metrics.answered(route, record.status, time.perf_counter() - record.started)
             if log.isEnabledFor(logging.INFO):
                 log.info(record.line())
 
@@ -382,7 +401,7 @@ class Router:
         """Forward the request to ``replica`` and relay its answer; the outcome says what to do next."""
         client = self._client
         request = client.build_request(
-            "POST", replica.url + path, content=raw, headers=self._headers[replica.id]
+            "POST", self._urls[replica.id, path], content=raw, headers=self._headers[replica.id]
         )
         try:
             response = await client.send(request, stream=True)
@@ -451,7 +470,7 @@ class Router:
 
     def _count_retry(self, reason: str) -> None:
         if self._metrics is not None:
-            self._metrics.retries.labels(reason).inc()
+            self._metrics.retries[reason] += 1
 
     # -- requests, read -----------------------------------------------------------------------
 
@@ -558,34 +577,71 @@ class _ClientGoneError(Exception):
     """The client went away before its request was read."""
 
 
+BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
+"""Upper bounds, in seconds, of the request latency histogram's buckets."""
+
+
 class _Metrics:
-    """The router's own metrics, beside the fleet's."""
+    """The router's own metrics, beside the fleet's: counted in plain ints on the request's path and
+    exported when Prometheus scrapes (prometheus-client's metric objects take a lock per update).
+
+    - ``lorafleet_serve_requests_total{route,status}``: completion requests answered (status 0: the
+      client went away before an answer began);
+    - ``lorafleet_serve_request_seconds{route}``: a histogram, from arrival to the last byte relayed;
+    - ``lorafleet_serve_retries_total{reason}``: requests placed again (``replica_failed``,
+      ``adapter_missing``);
+    - ``lorafleet_serve_requests_in_flight``: completion requests being served.
+    """
 
     def __init__(self, registry: CollectorRegistry) -> None:
-        from prometheus_client import Counter, Gauge, Histogram
+        self.in_flight = 0
+        self.requests: Counter[tuple[str, int]] = Counter()
+        self.retries: Counter[str] = Counter({"replica_failed": 0, "adapter_missing": 0})
+        self.buckets: dict[str, list[int]] = {}
+        self.sums: dict[str, float] = {}
+        registry.register(self)
 
-        self.requests = Counter(
+    def answered(self, route: str, status: int, seconds: float) -> None:
+        self.requests[route, status] += 1
+        counts = self.buckets.get(route)
+        if counts is None:
+            counts = self.buckets[route] = [0] * (len(BUCKETS) + 1)
+        counts[bisect.bisect_left(BUCKETS, seconds)] += 1
+        self.sums[route] = self.sums.get(route, 0.0) + seconds
+
+    def describe(self) -> list[Any]:
+        return []
+
+    def collect(self) -> list[Any]:
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
+
+        requests = CounterMetricFamily(
             "lorafleet_serve_requests",
             "Completion requests answered, by route and status (0: the client went away first)",
-            ["route", "status"],
-            registry=registry,
+            labels=["route", "status"],
         )
-        self.seconds = Histogram(
+        for (route, status), count in sorted(self.requests.items()):
+            requests.add_metric([route, str(status)], count)
+        seconds = HistogramMetricFamily(
             "lorafleet_serve_request_seconds",
             "Completion requests, from arrival to the last byte relayed",
-            ["route"],
-            buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300),
-            registry=registry,
+            labels=["route"],
         )
-        self.retries = Counter(
+        for route, counts in sorted(self.buckets.items()):
+            cumulative = list(itertools.accumulate(counts))
+            bounds = [*(repr(float(b)) for b in BUCKETS), "+Inf"]
+            seconds.add_metric([route], list(zip(bounds, cumulative, strict=True)), self.sums[route])
+        retries = CounterMetricFamily(
             "lorafleet_serve_retries",
             "Requests placed again: a replica failed before answering, or had lost the adapter",
-            ["reason"],
-            registry=registry,
+            labels=["reason"],
         )
-        self.in_flight = Gauge(
-            "lorafleet_serve_requests_in_flight", "Completion requests being served", registry=registry
+        for reason, count in sorted(self.retries.items()):
+            retries.add_metric([reason], count)
+        in_flight = GaugeMetricFamily(
+            "lorafleet_serve_requests_in_flight", "Completion requests being served", value=self.in_flight
         )
+        return [requests, seconds, retries, in_flight]
 
 
 def _model_of(raw: bytes) -> tuple[str, bool]:

@@ -211,6 +211,9 @@ def main(argv: list[str]) -> int:
     logging.basicConfig(
         level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr
     )
+    if args.log_level != "DEBUG":
+        # httpx logs every request it makes at INFO: the router's own line per request says more.
+        logging.getLogger("httpx").setLevel(logging.WARNING)
     try:
         anyio.run(_serve, config, backend=args.runtime)
     except ListenError as exc:

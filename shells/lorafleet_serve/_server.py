@@ -18,7 +18,7 @@ from prometheus_client import CollectorRegistry
 
 from lorafleet_fleet import Fleet, PrometheusMetrics
 
-from ._app import Router
+from ._app import NoCookies, Router
 from ._catalog import Catalog
 from ._config import Config, check, resolve
 
@@ -81,6 +81,7 @@ class RouterServer:
         try:
             client = await self._stack.enter_async_context(
                 httpx.AsyncClient(
+                    cookies=NoCookies(),
                     timeout=httpx.Timeout(
                         connect=config.connect_timeout,
                         read=config.read_timeout,
