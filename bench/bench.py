@@ -14,6 +14,7 @@ import argparse
 import asyncio
 import datetime
 import gc
+import math
 import os
 import platform
 import sys
@@ -201,44 +202,84 @@ def placement(replicas: int, holders: bool) -> Callable[[int], None]:
     return run
 
 
+def routed_hit_path(replicas: int) -> Callable[[int], None]:
+    """``place_hit`` + release: a warm request placed by the machine, on 2 idle holders among ``replicas``."""
+    m = fleet_machine(replicas, 4)  # every replica holds a0..a3: keep the holders of a1 to two
+    for r in range(2, replicas):
+        m.adapter_missing(replica=f"r{r}", adapter="a1")
+
+    def run(n: int) -> None:
+        place_hit, release = m.place_hit, m.release
+        ticket = m.next_ticket
+        for t in range(ticket, ticket + n):
+            place_hit(t, adapter="a1")
+            release(t)
+
+    return run
+
+
 # -- the shells ------------------------------------------------------------------------------
 
 
-def shell_hit(runtime: str, n: int) -> float:
-    """acquire + release of a held adapter: no HTTP (the stand-in only answers the first listing)."""
+def shell_hits(runtime: str, n: int) -> dict[str, float]:
+    """A hit through the shell, by acquire and by route, in turns: no HTTP (only the first listings).
+
+    "acquire": ``async with fleet.acquire(replica, name, path)``, on the router's own choice of replica;
+    "route": ``async with fleet.route(name)``, placement's choice among 3 replicas, 2 of them holders
+    (a tie the rendezvous weight breaks). Turns in each run, and the best of each over 5 runs, so that
+    the two see the same machine.
+    """
     from prometheus_client import CollectorRegistry
 
     from lorafleet_fleet import PrometheusMetrics, Replica
     from lorafleet_standin import StandInServer
 
-    with StandInServer() as server:
+    with StandInServer() as server, StandInServer() as other, StandInServer() as third:
         server.app.register("a0", "/adapters/a0")
-        replica = Replica("r0", server.url, "tiny", 4)
+        other.app.register("a0", "/adapters/a0")
+        replicas = [Replica(f"r{i}", s.url, "tiny", 4) for i, s in enumerate((server, other, third))]
+        replica = replicas[0]
 
-        async def main(fleet_type: Any) -> float:
-            async with fleet_type(metrics=PrometheusMetrics(CollectorRegistry())) as fleet:
-                await fleet.sync_unknown([replica])
-                acquire = fleet.acquire
-                for _ in range(n // 10):
-                    async with acquire(replica, "a0", "/adapters/a0"):
-                        pass
-                started = time.perf_counter()
-                for _ in range(n):
-                    async with acquire(replica, "a0", "/adapters/a0"):
-                        pass
-                elapsed = (time.perf_counter() - started) / n
-                assert fleet.statistics().grants["hit"] >= n
-                return elapsed
+        async def main(fleet_type: Any) -> dict[str, float]:
+            async with fleet_type(
+                metrics=PrometheusMetrics(CollectorRegistry()),
+                replicas=replicas,
+                adapters={"a0": "/adapters/a0"},
+            ) as fleet:
+                acquire, route = fleet.acquire, fleet.route
+
+                async def by_acquire(count: int) -> None:
+                    for _ in range(count):
+                        async with acquire(replica, "a0", "/adapters/a0"):
+                            pass
+
+                async def by_route(count: int) -> None:
+                    for _ in range(count):
+                        async with route("a0"):
+                            pass
+
+                best = {"acquire": math.inf, "route": math.inf}
+                await by_acquire(n // 10)
+                await by_route(n // 10)
+                for _ in range(3):
+                    for call, hits in (("acquire", by_acquire), ("route", by_route)):
+                        started = time.perf_counter()
+                        await hits(n)
+                        best[call] = min(best[call], (time.perf_counter() - started) / n)
+                assert fleet.statistics().grants["hit"] >= 6 * n
+                return best
 
         if runtime == "trio":
             import trio
 
             import lorafleet_trio
 
-            return min(trio.run(main, lorafleet_trio.Fleet) for _ in range(5))
-        import lorafleet_asyncio
+            runs = [trio.run(main, lorafleet_trio.Fleet) for _ in range(5)]
+        else:
+            import lorafleet_asyncio
 
-        return min(asyncio.run(main(lorafleet_asyncio.Fleet)) for _ in range(5))
+            runs = [asyncio.run(main(lorafleet_asyncio.Fleet)) for _ in range(5)]
+        return {call: min(run[call] for run in runs) for call in ("acquire", "route")}
 
 
 def shell_cold(runtime: str, n: int) -> float:
@@ -349,6 +390,11 @@ def main() -> int:
                 best(placement(replicas, holders), n(100_000 if holders else 100_000 // replicas)),
                 "lru",
             )
+    routed = add(
+        "core routed hit (place_hit + release), 2 holders of 10 replicas",
+        best(routed_hit_path(10), n(300_000)),
+        "lru",
+    )
     hits = {}
     for replicas, held in ((1, 4), (10, 10), (100, 64), (1_000, 64), (10_000, 64), (10_000, 10)):
         hits[(replicas, held)] = add(
@@ -364,12 +410,12 @@ def main() -> int:
             best(cycle, n(30_000)),
             "lru",
         )
-    asyncio_hit = add(
-        "asyncio shell hit (acquire + release, metrics on)", shell_hit("asyncio", n(100_000)), "future"
-    )
-    trio_hit = add(
-        "trio shell hit (acquire + release, metrics on)", shell_hit("trio", n(100_000)), "checkpoint"
-    )
+    hits_asyncio = shell_hits("asyncio", n(50_000))
+    asyncio_hit = add("asyncio shell hit (acquire + release, metrics on)", hits_asyncio["acquire"], "future")
+    hits_trio = shell_hits("trio", n(50_000))
+    trio_hit = add("trio shell hit (acquire + release, metrics on)", hits_trio["acquire"], "checkpoint")
+    asyncio_route = add("asyncio shell hit by route (place + hit + release)", hits_asyncio["route"], "future")
+    trio_route = add("trio shell hit by route (place + hit + release)", hits_trio["route"], "checkpoint")
     add(
         "asyncio shell cold load + eviction via the stand-in (loopback)",
         shell_cold("asyncio", n(300)),
@@ -398,6 +444,19 @@ def main() -> int:
         ("view over 1,000 candidates ≤ 230 µs", f"{view_1000 * 1e6:.0f} µs", view_1000 <= 230e-6),
         ("asyncio shell hit ≤ 2.2 µs", f"{asyncio_hit * 1e6:.2f} µs", asyncio_hit <= 2.2e-6),
         ("trio shell hit ≤ 6 µs", f"{trio_hit * 1e6:.2f} µs", trio_hit <= 6e-6),
+        (
+            "asyncio route hit ≤ 8x the LRU floor",
+            f"{asyncio_route / floors['lru']:.1f}x",
+            asyncio_route <= 8 * floors["lru"],
+        ),
+        (
+            "trio route hit ≤ 1.3x the checkpoint floor",
+            f"{trio_route / floors['checkpoint']:.2f}x",
+            trio_route <= 1.3 * floors["checkpoint"],
+        ),
+        ("core routed hit / core hit", f"{routed / hit_small:.2f}x", None),
+        ("asyncio route hit / acquire hit", f"{asyncio_route / asyncio_hit:.2f}x", None),
+        ("trio route hit / acquire hit", f"{trio_route / trio_hit:.2f}x", None),
     ]
     print()
     for what, figure, ok in verdicts:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from lorafleet import (
     AdapterMissing,
     AdapterPinned,
@@ -11,6 +13,7 @@ from lorafleet import (
     Fault,
     Grant,
     How,
+    InvalidValueError,
     IssueLoad,
     IssueUnload,
     LimitSet,
@@ -28,6 +31,7 @@ from lorafleet import (
     ReplicasRemoved,
     ReplicaStatistics,
     Requested,
+    TicketOrderError,
     TimeAdvanced,
     UnloadFinished,
     UnloadOutcome,
@@ -518,6 +522,44 @@ def test_place_breaks_ties_by_rendezvous_hash_the_same_way_every_time() -> None:
     assert len(set(chosen.values())) > 1  # different adapters spread over different replicas
     again = Scenario.with_replicas(*((f"r{i}", 2) for i in reversed(range(8))))
     assert {name: again.machine.place(name).replica for name in chosen} == chosen
+
+
+def test_place_hit_grants_a_hit_where_place_would_and_changes_nothing_otherwise() -> None:
+    s = Scenario.with_replicas(("r0", 2), ("r1", 2), ("r2", 2))
+    s.expect(ReplicaAdded(replica="q", model="other", limit=2), ReadListing(listing=4, replica="q"))
+    for replica in ("r0", "r1"):
+        s.expect(Released(ticket=s.load(replica, "a")))
+    tied = s.machine.place("a").replica  # both idle: the rendezvous weight decides
+    s.ticket += 1
+    assert s.machine.place_hit(s.ticket, adapter="a") == tied
+    assert held(s, tied) == {"a": 1}  # type: ignore[arg-type]
+    # The least busy holder is now the other one.
+    other = s.machine.place("a").replica
+    assert other != tied
+    s.ticket += 1
+    assert s.machine.place_hit(s.ticket, adapter="a") == other
+    assert s.machine.statistics().grants["hit"] == 2
+    assert s.machine.statistics().replicas[other].in_flight == 1  # type: ignore[index]
+    s.expect(Released(ticket=s.ticket))
+    s.machine.check_invariants()
+    # Loading only, held only by a replica of another model, or nowhere: nothing changes.
+    s.request("r2", "b")
+    before = s.machine.statistics()
+    assert s.machine.place("b") == Placement(replica="r2", placed=Placed.LOADING)
+    assert s.machine.place_hit(s.ticket + 1, adapter="b") is None
+    assert s.machine.place_hit(s.ticket + 1, adapter="a", model="other") is None
+    assert s.machine.place_hit(s.ticket + 1, adapter="z") is None
+    assert s.machine.statistics() == before
+    assert s.machine.next_ticket == s.ticket + 1
+    # A failing holder is avoided, as place avoids it.
+    s.expect(ReplicaFailed(replica=other))  # type: ignore[arg-type]
+    assert s.machine.place_hit(s.ticket + 1, adapter="a") == tied
+    # Misuse, as hit and place would refuse it.
+    with pytest.raises(TicketOrderError):
+        s.machine.place_hit(s.ticket, adapter="a")
+    with pytest.raises(InvalidValueError):
+        s.machine.place_hit(s.ticket + 5, adapter="")
+    s.machine.check_invariants()
 
 
 def test_place_only_among_replicas_of_the_model_and_never_a_removed_one() -> None:

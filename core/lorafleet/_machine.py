@@ -66,6 +66,7 @@ a removal and a re-add.
 
 from __future__ import annotations
 
+import functools
 import heapq
 import math
 from collections import OrderedDict
@@ -119,6 +120,7 @@ REPLICA_REMOVED = "the replica was removed while the request waited"
 """The message of the ``Fail`` a removal gives every request waiting on the replica."""
 
 _HIT = How.HIT  # looked up once: the hit path is every warm request's
+_NOWHERE: dict[str, _Replica] = {}
 
 
 def load_failed_message(adapter: str, replica: str) -> str:
@@ -409,6 +411,32 @@ class AdapterStateMachine:
         self._take(ticket, rep, held)
         return True
 
+    def place_hit(self, ticket: int, *, adapter: str, model: str | None = None) -> str | None:
+        """[place] then [hit] in one call, for a shell's fast path: the replica granted, or None.
+
+        When placement (nothing excluded, no load reported) would send a request for ``adapter`` to a
+        replica that holds it, the request is granted there, exactly as ``hit(ticket, replica=...,
+        adapter=adapter)`` with ``place(adapter, model=model)``'s replica would, and that replica's
+        id is returned. Otherwise nothing changes and it returns None: then ``place`` and send
+        ``Requested``.
+
+        Raises:
+            UsageError: as ``hit`` would for the ticket, and ``place`` for the adapter name.
+        """
+        if type(adapter) is not str or not adapter:
+            raise _invalid("adapter", adapter, "adapter name must be a non-empty str")
+        self._check_ticket(ticket)
+        rep = self._holder(adapter, model, (), None)
+        if rep is None:
+            return None
+        held = rep.held.get(adapter)
+        if held is None:
+            return None  # placement chose a replica loading it: the request joins, through Requested
+        self._last_ticket = ticket
+        rep.in_flight += 1
+        self._take(ticket, rep, held)
+        return rep.id
+
     def _requested(self, event: Requested) -> list[Command]:
         """[hit], [join], [wait-unload] or [cold]: ``Grant(HIT)`` at once, or the request waits."""
         ticket, adapter, path = event.ticket, event.adapter, event.path
@@ -428,16 +456,19 @@ class AdapterStateMachine:
 
     def _replica_for(self, ticket: int, replica: str) -> _Replica:
         """The replica a new request names, once its ticket and replica are known to be good."""
+        self._check_ticket(ticket)
+        rep = self._replicas.get(replica) if type(replica) is str else None
+        if rep is None or rep.removed:
+            raise UnknownReplicaError(f"replica {replica!r} was never added, or was removed", replica=replica)
+        return rep
+
+    def _check_ticket(self, ticket: int) -> None:
         if type(ticket) is not int or ticket <= self._last_ticket:
             raise TicketOrderError(
                 f"ticket {ticket!r} must be an int above {self._last_ticket}, the highest seen so far",
                 ticket=ticket,
                 highest=self._last_ticket,
             )
-        rep = self._replicas.get(replica) if type(replica) is str else None
-        if rep is None or rep.removed:
-            raise UnknownReplicaError(f"replica {replica!r} was never added, or was removed", replica=replica)
-        return rep
 
     def _take(self, ticket: int, rep: _Replica, held: _Held) -> None:
         """[hit]: the request uses a held adapter, which is then in use and no eviction candidate."""
@@ -993,18 +1024,35 @@ class AdapterStateMachine:
             raise _invalid("adapter", adapter, "adapter name must be a non-empty str")
         skip = exclude if isinstance(exclude, set | frozenset | dict) else set(exclude)
         extra = load or {}
-        best: _Replica | None = None
-        best_key: tuple[float, int] = (0.0, 0)
-        clock = self._clock
-        for rep in self._where.get(adapter, {}).values():
-            if rep.id in skip or rep.avoid_until > clock or (model is not None and rep.model != model):
-                continue
-            key = (rep.in_flight + extra.get(rep.id, 0), -_rendezvous(adapter, rep.id))
-            if best is None or key < best_key:
-                best, best_key = rep, key
+        best = self._holder(adapter, model, skip, extra)
         if best is not None:
             return Placement(replica=best.id, placed=Placed.HELD if adapter in best.held else Placed.LOADING)
         return self._place_cold(adapter, model, skip, extra)
+
+    def _holder(
+        self, adapter: str, model: str | None, skip: Container[str], extra: Mapping[str, float] | None
+    ) -> _Replica | None:
+        """[place]'s first choice: the least busy holder (held or loading), ties by rendezvous weight.
+
+        The weights are computed only for a tie: a warm request's placement is its hot path.
+        """
+        best: _Replica | None = None
+        best_busy = 0.0
+        best_weight = -1
+        clock = self._clock
+        for rep in self._where.get(adapter, _NOWHERE).values():
+            if rep.avoid_until > clock or rep.id in skip or (model is not None and rep.model != model):
+                continue
+            busy = rep.in_flight + extra.get(rep.id, 0) if extra else rep.in_flight
+            if best is None or busy < best_busy:
+                best, best_busy, best_weight = rep, busy, -1
+            elif busy == best_busy:
+                if best_weight < 0:
+                    best_weight = _rendezvous(adapter, best.id)
+                weight = _rendezvous(adapter, rep.id)
+                if weight > best_weight:
+                    best, best_weight = rep, weight
+        return best
 
     def _place_cold(
         self, adapter: str, model: str | None, skip: Container[str], extra: Mapping[str, float]
@@ -1297,6 +1345,7 @@ class AdapterStateMachine:
             del self._where[adapter]
 
 
+@functools.lru_cache(maxsize=4096)  # pure, and a tie among a hot adapter's holders is every request's
 def _rendezvous(adapter: str, replica: str) -> int:
     """FNV-1a (64 bits) of the UTF-8 bytes of ``adapter``, a zero byte, and ``replica``.
 

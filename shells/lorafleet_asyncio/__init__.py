@@ -1,18 +1,20 @@
 """lorafleet for asyncio routers: which vLLM replica holds which LoRA adapter, over HTTP.
 
-async with lorafleet_asyncio.Fleet() as fleet:
-    await fleet.sync_unknown(replicas)
-    async with fleet.acquire(replica, "sql", "/adapters/sql") as lease:
-        ...  # forward the request; lease.how is "hit", "joined" or "loaded"
+async with lorafleet_asyncio.Fleet(replicas=replicas, adapters="/adapters") as fleet:
+    async with fleet.route("sql") as lease:
+        ...  # forward the request to lease.replica; lease.how is "hit", "joined" or "loaded"
 
 The same names as lorafleet_fleet, whose one Fleet runs under trio and asyncio alike.
 """
 
+from lorafleet_fleet import ATTEMPTS as ATTEMPTS
+from lorafleet_fleet import HEADROOM as HEADROOM
 from lorafleet_fleet import LISTING_INTERVAL as LISTING_INTERVAL
 from lorafleet_fleet import LISTING_TIMEOUT as LISTING_TIMEOUT
 from lorafleet_fleet import LOAD_TIMEOUT as LOAD_TIMEOUT
 from lorafleet_fleet import REPLICA_REMOVED as REPLICA_REMOVED
 from lorafleet_fleet import AdapterError as AdapterError
+from lorafleet_fleet import AdapterSource as AdapterSource
 from lorafleet_fleet import EnteredTwiceError as EnteredTwiceError
 from lorafleet_fleet import Fleet as Fleet
 from lorafleet_fleet import FleetClosedError as FleetClosedError
@@ -23,8 +25,11 @@ from lorafleet_fleet import InvalidValueError as InvalidValueError
 from lorafleet_fleet import Lease as Lease
 from lorafleet_fleet import LoadError as LoadError
 from lorafleet_fleet import OutsideBlockError as OutsideBlockError
+from lorafleet_fleet import Placed as Placed
 from lorafleet_fleet import PrometheusMetrics as PrometheusMetrics
 from lorafleet_fleet import Replica as Replica
 from lorafleet_fleet import ReplicaConflictError as ReplicaConflictError
 from lorafleet_fleet import ReplicaError as ReplicaError
+from lorafleet_fleet import ReplicaStatistics as ReplicaStatistics
+from lorafleet_fleet import Route as Route
 from lorafleet_fleet import UsageError as UsageError

@@ -16,7 +16,7 @@ import contextlib
 import logging
 import math
 import sys
-from collections.abc import Awaitable, Callable, Generator, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Generator, Iterable, Mapping
 from types import MappingProxyType, TracebackType
 from typing import Any, Self
 
@@ -82,10 +82,12 @@ LOAD_TIMEOUT = 120.0
 """An adapter is tens to hundreds of MB read from local disk: one taking minutes is a replica in trouble."""
 LISTING_TIMEOUT = 5.0
 LISTING_INTERVAL = 30.0
-HEADROOM = 1
-"""How far over its limit ``Fleet.route`` lets a replica go when all its adapters are in use ([cap]).
+HEADROOM = 2
+"""How far over its limit a replica may go when all its adapters are in use ([cap]).
 
-README.md, "In a router", gives the simulator's figures behind it."""
+The smallest that cost nothing measurable in the simulator where a replica's limit covers what it runs
+at once, while it halves the issue's runaway burst; README.md, "In a router", gives the figures
+(``bench/headroom.py``)."""
 ATTEMPTS = 3
 """Replicas ``Fleet.route`` tries for one request (ModelMesh: at most 3 failures per request)."""
 
@@ -188,11 +190,14 @@ class Fleet:
         for replica in self._first:
             if not isinstance(replica, Replica):
                 raise _invalid("replicas", replica, "replicas must be Replica values")
+        self._known: Mapping[str, str] | None = None
+        """Adapter names to paths, looked in first; None when the fleet has no adapters."""
         self._resolve: Resolver | None = None
+        """For names not in ``_known``: the folder or the router's callable."""
         self._unknown = ""
-        """Why a name the resolver does not know fails."""
+        """Why a name the adapters do not have fails."""
         if adapters is not None:
-            self._resolve, self._unknown = resolver(adapters)
+            self._known, self._resolve, self._unknown = resolver(adapters)
         self._first_pins = self._resolve_pins(pins)
         self._attempts = attempts
         self._placed = dict.fromkeys(Placed, 0)
@@ -230,9 +235,10 @@ class Fleet:
                 raise _invalid("pins", {name: copies}, "a pin's copies must be an int of at least 1")
             if type(name) is not str or not name:
                 raise _invalid("pins", name, "a pinned adapter's name must be a non-empty str")
-            path = self._resolve(name) if self._resolve is not None else None
-            if path is None:
-                raise _invalid("pins", name, "a pinned adapter must be among the fleet's adapters")
+            try:
+                path = self._path_of(name)
+            except (UsageError, AdapterError):
+                raise _invalid("pins", name, "a pinned adapter must be among the fleet's adapters") from None
             resolved[name] = (path, copies)
         return resolved
 
@@ -360,7 +366,9 @@ class Fleet:
 
         Raises:
             FleetClosedError: the fleet is closed, or closed meanwhile.
-            UsageError: as ``route`` raises them.
+            InvalidValueError: a name is not a non-empty str.
+            UsageError: the fleet has no ``adapters``.
+            OutsideBlockError: the fleet was never entered.
         """
         failed: dict[str, LoadError] = {}
         closed: list[FleetError] = []
@@ -375,8 +383,14 @@ class Fleet:
                 closed.append(exc)
 
         self._check_open()
+        if self._known is None:
+            raise UsageError("prewarming by name needs the fleet's adapters: Fleet(adapters=...)")
+        names = list(dict.fromkeys(adapters))
+        for name in names:  # misuse is raised here, not from inside the task group
+            if type(name) is not str or not name:
+                raise _invalid("adapters", name, "adapter names must be non-empty strs")
         async with anyio.create_task_group() as tasks:
-            for name in dict.fromkeys(adapters):
+            for name in names:
                 tasks.start_soon(load, name)
         if closed:
             raise FleetClosedError("the fleet was closed while adapters were being prewarmed")
@@ -525,12 +539,14 @@ class Fleet:
             InvalidValueError: ``adapter`` is not a non-empty str.
             UsageError: the fleet has no adapters.
         """
-        resolve = self._resolve
-        if resolve is None:
+        known = self._known
+        if known is None:
             raise UsageError("routing by name needs the fleet's adapters: Fleet(adapters=...)")
         if type(adapter) is not str or not adapter:
             raise _invalid("adapter", adapter, "adapter name must be a non-empty str")
-        path = resolve(adapter)
+        path = known.get(adapter)
+        if path is None and self._resolve is not None:
+            path = self._resolve(adapter)
         if path is None:
             raise AdapterError(None, adapter, self._unknown)
         return path
@@ -546,24 +562,24 @@ class Fleet:
             raise EnteredTwiceError("a route is awaited or entered once: call fleet.route() for each request")
         lease._entered = True
         adapter = lease.adapter
-        path = self._path_of(adapter)
+        known = self._known
+        path = known.get(adapter) if known is not None and type(adapter) is str else None
+        if path is None:
+            path = self._path_of(adapter)
         model = lease._model
         if model is not None and (type(model) is not str or not model):
             raise _invalid("model", model, "model must be a non-empty str or None")
         machine = self._machine
-        placement = machine.place(adapter, model=model)
-        if placement.placed is _HELD:
-            rid = placement.replica
-            assert rid is not None
-            ticket = machine.next_ticket
-            if machine.hit(ticket, replica=rid, adapter=adapter):
-                lease.replica = self._replicas[rid]
-                lease.ticket = ticket
-                lease.placed = _HELD
-                lease._how = _HIT
-                self._placed[_HELD] += 1
-                self._leased.add(ticket)
-                return lease
+        ticket = machine.next_ticket
+        rid = machine.place_hit(ticket, adapter=adapter, model=model)
+        if rid is not None:
+            lease.replica = self._replicas[rid]
+            lease.ticket = ticket
+            lease.placed = _HELD
+            lease._how = _HIT
+            self._placed[_HELD] += 1
+            self._leased.add(ticket)
+            return lease
         lease._path = path
         return await self._route_cold(lease)
 
@@ -608,10 +624,11 @@ class Fleet:
         return ReplicaError(None, adapter, message, tried=tuple(tried))
 
     def _release_routed(self, ticket: int) -> None:
-        leased = self._leased
-        if ticket in leased:  # else the fleet closed, and released it then
-            leased.remove(ticket)
-            self._send(Released(ticket=ticket))
+        try:
+            self._leased.remove(ticket)
+        except KeyError:
+            return  # the fleet closed, and released it then
+        self._send(Released(ticket=ticket))
 
     def _orphan(self, ticket: int) -> None:
         """A routed lease was garbage collected unreleased: release it soon, from the timer task.
@@ -979,10 +996,12 @@ class Route(Lease):
         if self._how is not None and not self._left:
             self._fleet._orphan(self.ticket)
 
-    async def __aenter__(self) -> Route:
-        return await self._fleet._route(self)
+    def __aenter__(self) -> Coroutine[Any, Any, Route]:
+        return self._fleet._route(self)  # the coroutine itself: one frame less on every request
 
     async def __aexit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
-        self.release()
+        if not self._left:
+            self._left = True
+            self._fleet._release_routed(self.ticket)

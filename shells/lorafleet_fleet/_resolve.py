@@ -23,8 +23,11 @@ AdapterSource = Mapping[str, str] | str | os.PathLike[str] | Callable[[str], str
 Resolver = Callable[[str], "str | None"]
 
 
-def resolver(source: AdapterSource) -> tuple[Resolver, str]:
-    """The function that resolves a name with ``source``, and how to say that a name is not in it.
+def resolver(source: AdapterSource) -> tuple[Mapping[str, str], Resolver | None, str]:
+    """How to resolve a name with ``source``: a mapping to look in first, a function for names it lacks.
+
+    Returns the mapping, the function (None: the mapping is all), and how to say that a name is not
+    among the adapters. A warm request's name is found in the mapping, by one dict lookup.
 
     Raises:
         InvalidValueError: ``source`` is none of the three kinds, a mapping holds a name or path that
@@ -34,12 +37,12 @@ def resolver(source: AdapterSource) -> tuple[Resolver, str]:
         for name, path in source.items():
             if type(name) is not str or not name or type(path) is not str or not path:
                 raise _invalid("adapters", {name: path}, "adapter names and paths must be non-empty strs")
-        return _checked(source.get), "it is not among the fleet's adapters"
+        return source, None, "it is not among the fleet's adapters"
     if isinstance(source, str | os.PathLike):
         folder = _Folder(source)
-        return folder.resolve, f"there is no adapter folder of that name in {folder.root}"
+        return folder.found, folder.resolve, f"there is no adapter folder of that name in {folder.root}"
     if callable(source):
-        return _checked(source), "the fleet's adapter source does not know it"
+        return {}, _checked(source), "the fleet's adapter source does not know it"
     raise _invalid(
         "adapters", source, "adapters must be a mapping of names to paths, a folder, or a callable"
     )
@@ -60,7 +63,7 @@ def _checked(resolve: Callable[[str], object]) -> Resolver:
 class _Folder:
     """A folder with one folder per adapter, named as the adapter."""
 
-    __slots__ = ("_found", "root")
+    __slots__ = ("found", "root")
 
     def __init__(self, root: str | os.PathLike[str]) -> None:
         path = os.fspath(root)
@@ -68,20 +71,18 @@ class _Folder:
             raise _invalid("adapters", root, "an adapter folder must be an existing directory")
         # Absolute: a replica resolves a relative path against its own working directory.
         self.root = os.path.abspath(path)
-        self._found: dict[str, str] = {}
+        self.found: dict[str, str] = {}
         """Names whose folder was there: a warm request looks no further (an adapter whose folder
         went away fails at its next load, as the adapter's fault)."""
 
     def resolve(self, name: str) -> str | None:
-        path = self._found.get(name)
-        if path is not None:
-            return path
+        """The folder of adapter ``name``, if ``name`` is one path component and its folder exists."""
         if not _one_component(name):
             return None
         path = os.path.join(self.root, name)
         if not os.path.isdir(path):
             return None  # not remembered: the folder may be added later
-        self._found[name] = path
+        self.found[name] = path
         return path
 
 
