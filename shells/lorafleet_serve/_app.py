@@ -23,6 +23,7 @@ import logging
 import re
 import time
 from collections import Counter
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -138,7 +139,9 @@ class Router:
         fleet: an entered fleet that knows ``replicas`` and resolves adapters with ``catalog``.
         replicas: the replicas, with their keys.
         catalog: the adapters served.
-        client: the httpx client requests are forwarded with (give it ``cookies=NoCookies()``).
+        clients: the httpx client each replica's requests are forwarded with, by replica id (give them
+            ``cookies=NoCookies()``). One pool per replica: httpx looks over every connection of its
+            pool for each request, so many replicas' connections in one pool cost every request.
         config: timeouts, bounds and attempts.
         client_key: the key this router's clients must send (None: none).
         registry: where the router's own metrics go, beside the fleet's (None: no metrics of its own).
@@ -150,14 +153,14 @@ class Router:
         *,
         replicas: list[Replica],
         catalog: Catalog,
-        client: httpx.AsyncClient,
+        clients: Mapping[str, httpx.AsyncClient],
         config: Config,
         client_key: str | None = None,
         registry: CollectorRegistry | None = None,
     ) -> None:
         self.fleet = fleet
         self._catalog = catalog
-        self._client = client
+        self._clients = dict(clients)
         self._key = client_key.encode() if client_key is not None else None
         self._max_body = config.max_body_bytes
         self._attempts = config.attempts
@@ -399,7 +402,7 @@ class Router:
         may_retry_missing: bool,
     ) -> _Outcome:
         """Forward the request to ``replica`` and relay its answer; the outcome says what to do next."""
-        client = self._client
+        client = self._clients[replica.id]
         request = client.build_request(
             "POST", self._urls[replica.id, path], content=raw, headers=self._headers[replica.id]
         )

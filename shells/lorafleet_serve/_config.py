@@ -82,7 +82,7 @@ class Config:
     attempts: int = 3
     """Replicas one request may try, for loads and for forwarding alike."""
     max_connections: int = 1000
-    """Connections to the replicas, all together, open at once."""
+    """Connections to one replica open at once (requests past it wait for one, up to the connect timeout)."""
 
     @property
     def models(self) -> dict[str, list[ReplicaConfig]]:

@@ -122,7 +122,7 @@ def parser() -> argparse.ArgumentParser:
     add("--api-key-env", metavar="VAR", help="environment variable holding the key clients must send")
     add("--api-key", nargs="?", action=_NoKeyHere, help=argparse.SUPPRESS)
     add("--max-body-bytes", metavar="N", type=_whole(1), help="largest request body taken (default 4 MiB)")
-    add("--max-connections", metavar="N", type=_whole(1), help="connections to the replicas at once (1000)")
+    add("--max-connections", metavar="N", type=_whole(1), help="connections to each replica at once (1000)")
     add("--attempts", metavar="N", type=_whole(1), help="replicas one request may try (default 3)")
     add("--headroom", metavar="N", type=_whole(0), help="adapters over its limit a busy replica may take")
     for name, default in (

@@ -14,6 +14,7 @@ says what lorafleet saved: loads, the latency loads added, requests per second.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib.util
 import json
 import math
@@ -85,8 +86,8 @@ def parse(argv: list[str]) -> argparse.Namespace:
         "--requests",
         metavar="N",
         type=_at_least_one,
-        default=2000,
-        help="requests to send through each router (default 2000)",
+        default=1000,
+        help="requests to send through each router (default 1000)",
     )
     add(
         "--skew",
@@ -106,8 +107,9 @@ def parse(argv: list[str]) -> argparse.Namespace:
         "--load-ms",
         metavar="MS",
         type=_finite_not_negative,
-        default=20.0,
-        help="how long a stand-in takes to load an adapter, in ms (default 20)",
+        default=100.0,
+        help="how long a stand-in takes to load an adapter, in ms (default 100; a real one takes from "
+        "about that, for a small adapter on a local disk, to seconds)",
     )
     default_runtime = "trio" if _installed("trio") else "asyncio"
     add(
@@ -207,13 +209,16 @@ async def _lorafleet_router(replicas: list[ReplicaConfig], root: Path) -> AsyncI
 
 @asynccontextmanager
 async def _least_loaded_router(replicas: list[ReplicaConfig], root: Path) -> AsyncIterator[str]:
-    """The demo's least-loaded proxy, served as lorafleet's router is."""
-    limits = httpx.Limits(max_connections=1000)
-    async with (
-        httpx.AsyncClient(timeout=60, limits=limits) as client,
-        _served(LeastLoadedProxy(replicas, root, client)) as url,
-    ):
-        yield url
+    """The demo's least-loaded proxy, served as lorafleet's router is (one client per replica too)."""
+    async with contextlib.AsyncExitStack() as stack:
+        clients = {
+            r.id: await stack.enter_async_context(
+                httpx.AsyncClient(timeout=60, limits=httpx.Limits(max_connections=1000))
+            )
+            for r in replicas
+        }
+        async with _served(LeastLoadedProxy(replicas, root, clients)) as url:
+            yield url
 
 
 _Scope = MutableMapping[str, Any]
@@ -246,10 +251,12 @@ class LeastLoadedProxy:
     long the request waited for it (``server-timing: adapter;dur=<ms>``).
     """
 
-    def __init__(self, replicas: list[ReplicaConfig], root: Path, client: httpx.AsyncClient) -> None:
+    def __init__(
+        self, replicas: list[ReplicaConfig], root: Path, clients: dict[str, httpx.AsyncClient]
+    ) -> None:
         self._replicas = [_Replica(r) for r in replicas]
         self._root = root
-        self._client = client
+        self._clients = clients
         self._turn = 0
 
     async def __call__(self, scope: _Scope, receive: _Receive, send: _Send) -> None:
@@ -284,7 +291,7 @@ class LeastLoadedProxy:
                 return
             waited = (time.perf_counter() - asked) * 1000
             try:
-                answer = await self._client.post(
+                answer = await self._clients[replica.config.id].post(
                     replica.config.url + scope["path"],
                     content=raw,
                     headers={"content-type": "application/json"},
@@ -326,12 +333,12 @@ class LeastLoadedProxy:
                     victims.append(idle)
                 for victim in victims:
                     try:
-                        await self._client.post(
+                        await self._clients[replica.config.id].post(
                             replica.config.url + "/v1/unload_lora_adapter", json={"lora_name": victim}
                         )
                     finally:
                         replica.unloading.pop(victim).set()
-                answer = await self._client.post(
+                answer = await self._clients[replica.config.id].post(
                     replica.config.url + "/v1/load_lora_adapter",
                     json={"lora_name": name, "lora_path": str(self._root / name)},
                 )
@@ -423,10 +430,9 @@ async def send_stream(url: str, stream: list[str], concurrency: int, progress: P
     """Send a completion for each adapter of ``stream`` to ``url``, ``concurrency`` at a time."""
     outcomes: list[Outcome] = []
     send, receive = anyio.create_memory_object_stream[str](concurrency)
-    limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
-    async with httpx.AsyncClient(base_url=url, timeout=120, limits=limits) as client:
+    async with contextlib.AsyncExitStack() as stack:
 
-        async def worker() -> None:
+        async def worker(client: httpx.AsyncClient) -> None:
             async with receive.clone() as jobs:
                 async for adapter in jobs:
                     body = {"model": adapter, "prompt": "hello", "max_tokens": 4}
@@ -447,10 +453,16 @@ async def send_stream(url: str, stream: list[str], concurrency: int, progress: P
                         )
                     progress.step()
 
+        # A client per worker: httpx looks over every connection of a pool for each request.
+        tls = httpx.create_ssl_context()  # one for all: each reads the CA bundle
+        clients = [
+            await stack.enter_async_context(httpx.AsyncClient(base_url=url, timeout=120, verify=tls))
+            for _ in range(concurrency)
+        ]
         started = time.perf_counter()
         async with anyio.create_task_group() as tasks:
-            for _ in range(concurrency):
-                tasks.start_soon(worker)
+            for client in clients:
+                tasks.start_soon(worker, client)
             async with send:
                 for adapter in stream:
                     await send.send(adapter)
@@ -484,36 +496,43 @@ def comparison(ours: Run, theirs: Run) -> list[str]:
     """The table of what lorafleet saved against the least-loaded router, one row per figure."""
     rows: list[tuple[str, str, str, str]] = []
 
-    def fewer(a: float, b: float) -> str:
-        if b <= 0 or math.isnan(a) or math.isnan(b):
+    def change(a: float, b: float, fewer: str = "fewer", more: str = "more") -> str:
+        if b <= 0 or math.isnan(a) or math.isnan(b) or a == b:
             return ""
-        return f"{(1 - a / b) * 100:.0f}% less" if a <= b else f"{(a / b - 1) * 100:.0f}% more"
+        return f"{(1 - a / b) * 100:.0f}% {fewer}" if a < b else f"{(a / b - 1) * 100:.0f}% {more}"
 
-    loads = (sum(ours.loads.values()), sum(theirs.loads.values()))
-    evictions = (sum(ours.evictions.values()), sum(theirs.evictions.values()))
-    waited = (len(ours.waits()), len(theirs.waits()))
-    rows.append(("loads", str(loads[0]), str(loads[1]), fewer(*loads)))
-    rows.append(("evictions", str(evictions[0]), str(evictions[1]), fewer(*evictions)))
-    rows.append(("requests that waited for a load", str(waited[0]), str(waited[1]), fewer(*waited)))
+    def count(label: str, a: int, b: int) -> None:
+        rows.append((label, str(a), str(b), change(a, b)))
+
+    def millis(label: str, a: float, b: float) -> None:
+        rows.append((label, f"{a:.1f}", f"{b:.1f}", change(a, b, "less")))
+
+    count("loads", sum(ours.loads.values()), sum(theirs.loads.values()))
+    count("evictions", sum(ours.evictions.values()), sum(theirs.evictions.values()))
+    count("requests that waited for a load", len(ours.waits()), len(theirs.waits()))
     for share, label in ((0.5, "p50"), (0.99, "p99")):
-        # What loads added over the whole stream: the wait of each request, 0 for a hit.
+        # Over the whole stream: each request's wait for its adapter, 0 for a hit.
         a = percentile(sorted(o.waited or 0.0 for o in ours.outcomes), share)
         b = percentile(sorted(o.waited or 0.0 for o in theirs.outcomes), share)
-        rows.append((f"latency loads added, {label} (ms)", f"{a:.1f}", f"{b:.1f}", fewer(a, b)))
+        millis(f"latency loads added, {label} (ms)", a, b)
     for share, label in ((0.5, "p50"), (0.99, "p99")):
-        a, b = percentile(ours.latencies(), share), percentile(theirs.latencies(), share)
-        rows.append((f"request latency, {label} (ms)", f"{a:.1f}", f"{b:.1f}", fewer(a, b)))
-    failed = (
+        millis(
+            f"request latency, {label} (ms)",
+            percentile(ours.latencies(), share),
+            percentile(theirs.latencies(), share),
+        )
+    count(
+        "failed requests",
         sum(o.status != 200 for o in ours.outcomes),
         sum(o.status != 200 for o in theirs.outcomes),
     )
-    rows.append(("failed requests", str(failed[0]), str(failed[1]), ""))
     rate = (ours.rate, theirs.rate)
     gain = f"{rate[0] / rate[1]:.2f}x" if rate[1] > 0 and math.isfinite(rate[0]) else ""
     rows.append(("requests/s", f"{rate[0]:.0f}", f"{rate[1]:.0f}", gain))
     width = max(len(r[0]) for r in rows)
     lines = [f"{'':<{width}}  {LORAFLEET:>12}  {BASELINE:>12}  with lorafleet"]
-    lines += [f"{a:<{width}}  {b:>12}  {c:>12}  {d}" for a, b, c, d in rows]
+    lines += [f"{a:<{width}}  {b:>12}  {c:>12}  {d}".rstrip() for a, b, c, d in rows]
+    lines.append("(latency loads added: how long each request waited for its adapter, 0 for a hit)")
     return lines
 
 
@@ -599,8 +618,8 @@ class Report:
             p50 = waits[len(waits) // 2] * 1000
             p99 = waits[min(len(waits) - 1, int(len(waits) * 0.99))] * 1000
             out.write(
-                f"\nlatency the loads added, over the {len(waits)} requests that waited for one: "
-                f"p50 {p50:.1f} ms, p99 {p99:.1f} ms\n"
+                f"\nthe {len(waits)} requests that waited for a load: "
+                f"wait p50 {p50:.1f} ms, p99 {p99:.1f} ms\n"
             )
 
 
