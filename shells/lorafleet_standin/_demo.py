@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import importlib.util
+import io
 import json
 import math
 import random
@@ -36,6 +37,7 @@ import httpx
 import sniffio
 
 from lorafleet import How
+from lorafleet_fleet import HEADROOM
 from lorafleet_serve import Config, ReplicaConfig, RouterServer
 from lorafleet_standin import StandInServer, VllmStandIn
 
@@ -159,23 +161,27 @@ def main(argv: list[str]) -> int:
                 ReplicaConfig(id=f"replica-{i}", url=s.url, model="tiny", limit=args.limit)
                 for i, s in enumerate(servers)
             ]
-            runs = {}
-            for name, serving in ((LORAFLEET, _lorafleet_router), (BASELINE, _least_loaded_router)):
-                for server in servers:
-                    server.app.restart()  # both routers start from replicas that hold nothing
-                calls = [_lora_calls(s) for s in servers]
-                progress = Progress(args.requests, sys.stderr, label=f"{name} router")
-
-                async def drive(serving: _Serving = serving, progress: Progress = progress) -> Run:
-                    async with serving(replicas, root) as url:
-                        return await send_stream(url, stream, args.concurrency, progress)
-
-                run: Run = anyio.run(drive, backend=args.runtime)
-                for replica, server, before in zip(replicas, servers, calls, strict=True):
-                    loads, unloads = _lora_calls(server)
-                    run.loads[replica.id] = loads - before[0]
-                    run.evictions[replica.id] = unloads - before[1]
-                runs[name] = run
+            routers: list[tuple[str, _Serving]] = [
+                (LORAFLEET, _lorafleet_router),
+                (BASELINE, _least_loaded_router),
+            ]
+            # A short stream through each first, thrown away: whichever ran first would otherwise pay
+            # for the process's first imports, connections and code paths alone.
+            warm_up = stream[: min(len(stream), 4 * args.concurrency)]
+            for _, serving in routers:
+                _run(args, serving, replicas, servers, root, warm_up, Progress(len(warm_up), io.StringIO()))
+            runs = {
+                name: _run(
+                    args,
+                    serving,
+                    replicas,
+                    servers,
+                    root,
+                    stream,
+                    Progress(args.requests, sys.stderr, label=f"{name} router"),
+                )
+                for name, serving in routers
+            }
         except KeyboardInterrupt:
             sys.stderr.write(f"\n{PROG}: interrupted\n")
             return 130
@@ -187,6 +193,32 @@ def main(argv: list[str]) -> int:
     report.print(args, sys.stdout)
     sys.stdout.write("\n" + "\n".join(comparison(runs[LORAFLEET], runs[BASELINE])) + "\n")
     return 0
+
+
+def _run(
+    args: argparse.Namespace,
+    serving: _Serving,
+    replicas: list[ReplicaConfig],
+    servers: list[StandInServer],
+    root: Path,
+    stream: list[str],
+    progress: Progress,
+) -> Run:
+    """``stream`` through the router ``serving`` makes, in front of ``servers`` restarted empty."""
+    for server in servers:
+        server.app.restart()  # every run starts from replicas that hold nothing
+    calls = [_lora_calls(s) for s in servers]
+
+    async def drive() -> Run:
+        async with serving(replicas, root) as url:
+            return await send_stream(url, stream, args.concurrency, progress)
+
+    run: Run = anyio.run(drive, backend=args.runtime)
+    for replica, server, before in zip(replicas, servers, calls, strict=True):
+        loads, unloads = _lora_calls(server)
+        run.loads[replica.id] = loads - before[0]
+        run.evictions[replica.id] = unloads - before[1]
+    return run
 
 
 def _lora_calls(server: StandInServer) -> tuple[int, int]:
@@ -236,6 +268,12 @@ class _Replica:
     """Adapter to the requests running on it, least recently used first."""
     loading: dict[str, anyio.Event] = attrs.field(factory=dict)
     unloading: dict[str, anyio.Event] = attrs.field(factory=dict)
+    room: anyio.Event = attrs.field(factory=anyio.Event)
+    """Set when an adapter may have become evictable (its last request ended, or a load ended)."""
+
+    def freed(self) -> None:
+        self.room.set()
+        self.room = anyio.Event()
 
 
 class LeastLoadedProxy:
@@ -245,7 +283,8 @@ class LeastLoadedProxy:
     router that knows nothing of adapters sends it; the adapter is then loaded there if that replica
     does not hold it. It is otherwise careful: one load per adapter and replica, shared by the
     requests that want it; at the limit the least recently used idle adapter is unloaded first; an
-    adapter in use is never unloaded. So the difference it shows is placement's alone. It serves
+    adapter in use is never unloaded; past the limit it goes no further than lorafleet's cap (the
+    fleet's default headroom), and waits for room there. So the difference it shows is placement's. It serves
     ``POST /v1/completions`` and ``/v1/chat/completions`` and says, as lorafleet's router does, which
     replica served (``x-lorafleet-replica``), how the adapter was there (``x-lorafleet-how``) and how
     long the request waited for it (``server-timing: adapter;dur=<ms>``).
@@ -298,6 +337,8 @@ class LeastLoadedProxy:
                 )
             finally:
                 replica.loaded[name] -= 1
+                if replica.loaded[name] == 0:
+                    replica.freed()
             headers = [
                 (b"content-type", answer.headers.get("content-type", "application/json").encode()),
                 (b"x-lorafleet-replica", replica.config.id.encode()),
@@ -321,13 +362,19 @@ class LeastLoadedProxy:
                 joined = joined or name in replica.loading
                 await wait.wait()
                 continue
+            count = len(replica.loaded) + len(replica.loading)
+            if count >= replica.config.limit + HEADROOM and all(replica.loaded.values()):
+                # At the cap lorafleet keeps (its default headroom over the limit) and every adapter
+                # in use: wait for room, as lorafleet does, rather than push vLLM past --max-cpu-loras.
+                await replica.room.wait()
+                continue
             done = replica.loading[name] = anyio.Event()
             try:
                 victims = []
                 while len(replica.loaded) + len(replica.loading) > replica.config.limit:
                     idle = next((n for n, users in replica.loaded.items() if users == 0), None)
                     if idle is None:
-                        break  # everything held is in use: over the limit, as lorafleet goes too
+                        break  # everything held is in use: over the limit, up to the cap
                     del replica.loaded[idle]
                     replica.unloading[idle] = anyio.Event()
                     victims.append(idle)
@@ -346,6 +393,7 @@ class LeastLoadedProxy:
             finally:
                 del replica.loading[name]
                 done.set()
+                replica.freed()
             replica.loaded[name] = 1
             return How.LOADED.value
 
