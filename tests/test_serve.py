@@ -211,6 +211,19 @@ async def test_a_client_gone_while_its_adapter_loads_leaves_the_load_to_finish(
     assert len(standin.app.calls_to("load")) == 1
 
 
+@pytest.mark.anyio
+@pytest.mark.usefixtures("no_task_left_running")
+async def test_prewarmed_adapters_are_loaded_before_the_first_request(
+    serve: Serve, adapter_dir: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    standin = serve()
+    async with routing([standin], adapter_dir, prewarm=("a1", "rank64")) as (_, client):
+        assert sorted(c.body["lora_name"] for c in standin.app.calls_to("load")) == ["a1", "rank64"]
+        answer = await client.post("/v1/completions", json={"model": "a1", **HELLO})
+        assert served_by(answer) == ("r0", "hit")
+    assert any("could not prewarm adapter 'rank64'" in r.message for r in caplog.records)
+
+
 # -- replicas in trouble -------------------------------------------------------------------------------
 
 

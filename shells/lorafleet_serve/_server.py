@@ -110,7 +110,9 @@ class RouterServer:
                 )
             )
             if config.prewarm:
-                await fleet.prewarm(config.prewarm)
+                for name, error in (await fleet.prewarm(config.prewarm)).items():
+                    # Not fatal: the router serves the rest, and requests for it get the error then.
+                    log.warning("could not prewarm adapter %r: %s", name, error)
             self._router = Router(
                 fleet,
                 replicas=replicas,
