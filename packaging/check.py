@@ -47,6 +47,8 @@ INSTALLS = (
     Install("standin", "standin", "smoke_standin.py"),
     # Prometheus is an add-on to a shell; nothing else in this install brings prometheus-client.
     Install("prometheus", "asyncio,standin,prometheus", "smoke_prometheus.py"),
+    # The router alone: its extra must carry all it runs on (the stand-in it talks to needs no more).
+    Install("serve", "serve", "smoke_serve.py"),
 )
 
 

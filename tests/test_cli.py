@@ -27,7 +27,14 @@ def modules() -> Iterator[None]:
 def hide(*names: str) -> None:
     """Make the packages ``names`` look not installed, and forget lorafleet's shells and stand-in so
     that a subcommand imports them again (``modules`` puts everything back)."""
-    ours = ("lorafleet_standin", "lorafleet_trio", "lorafleet_asyncio", "lorafleet_fleet", "lorafleet_sim")
+    ours = (
+        "lorafleet_standin",
+        "lorafleet_trio",
+        "lorafleet_asyncio",
+        "lorafleet_fleet",
+        "lorafleet_sim",
+        "lorafleet_serve",
+    )
     for name in list(sys.modules):
         if name.partition(".")[0] in (*ours, *names):
             del sys.modules[name]
@@ -72,14 +79,27 @@ def test_version(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 @pytest.mark.usefixtures("modules")
-@pytest.mark.parametrize("missing", ["hypercorn", "httpx", "anyio"])
+@pytest.mark.parametrize("missing", ["hypercorn", "httpx", "anyio", "prometheus_client"])
 def test_demo_without_its_extras_names_them(missing: str, capsys: pytest.CaptureFixture[str]) -> None:
     hide(missing)
     assert main(["demo"]) == 2
     captured = capsys.readouterr()
     assert captured.err == (
-        f"lorafleet demo needs the stand-in and a shell ({missing} is not installed): "
-        "pip install 'lorafleet[standin,trio]'\n"
+        f"lorafleet demo needs the stand-in and the reference router ({missing} is not installed): "
+        "pip install 'lorafleet[standin,serve,trio]'\n"
+    )
+    assert captured.out == ""
+
+
+@pytest.mark.usefixtures("modules")
+@pytest.mark.parametrize("missing", ["hypercorn", "httpx", "anyio", "prometheus_client"])
+def test_serve_without_its_extras_names_them(missing: str, capsys: pytest.CaptureFixture[str]) -> None:
+    hide(missing)
+    assert main(["serve", "--help"]) == 2
+    captured = capsys.readouterr()
+    assert captured.err == (
+        f"lorafleet serve needs the reference router's server and a shell ({missing} is not installed): "
+        "pip install 'lorafleet[serve]'\n"
     )
     assert captured.out == ""
 
@@ -173,7 +193,10 @@ def test_demo_help_describes_it_and_what_the_seed_fixes(capsys: pytest.CaptureFi
     assert exited.value.code == 0
     out = " ".join(capsys.readouterr().out.split())
     assert out.startswith("usage: lorafleet demo ")
-    assert "A router on lorafleet, against stand-in vLLM replicas on 127.0.0.1." in out
+    assert (
+        "lorafleet's router against a least-loaded one, in front of stand-in vLLM replicas on 127.0.0.1."
+        in out
+    )
     assert "not the timing of a run over real HTTP" in out
 
 
@@ -294,8 +317,15 @@ def test_the_demo_runs_end_to_end(runtime: str, capsys: pytest.CaptureFixture[st
     assert main(["demo", *flags, "--concurrency", "4", "--runtime", runtime]) == 0
     captured = capsys.readouterr()
     assert "\r" not in captured.err  # captured output is not a terminal
-    assert captured.err.splitlines()[-1] == "lorafleet demo: 40/40 requests done"
+    done = [line for line in captured.err.splitlines() if line.endswith("40/40 requests done")]
+    assert done == [
+        "lorafleet demo: lorafleet router: 40/40 requests done",
+        "lorafleet demo: least-loaded router: 40/40 requests done",
+    ]
     rows = {cells(line)[0]: cells(line) for line in captured.out.splitlines() if line.strip()}
-    assert set(rows) >= {"replica", "replica-0", "replica-1", "all"}
+    assert set(rows) >= {"replica", "replica-0", "replica-1", "all", "loads", "evictions", "requests/s"}
     assert rows["all"][1] == "40"
-    assert f"{runtime} shell" in captured.out
+    assert rows["all"][-1] == "0"  # no failures
+    assert f"through lorafleet's router ({runtime})" in captured.out
+    table = [line.split("  ") for line in captured.out.splitlines() if line.startswith("failed requests")]
+    assert [cell.strip() for cell in table[0] if cell.strip()] == ["failed requests", "0", "0"]

@@ -6,6 +6,7 @@ engine-side validation and its greedy output per adapter are vLLM's own.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from typing import Any
 
@@ -15,6 +16,7 @@ import pytest
 
 from lorafleet import How
 from lorafleet_fleet import AdapterError, Fleet, Replica, ReplicaError
+from lorafleet_serve import Config, ReplicaConfig, RouterServer
 from lorafleet_standin import StandInServer
 
 from conftest import KEY, Target, eventually, quiet
@@ -222,3 +224,72 @@ async def test_a_missing_adapter_is_the_adapters_fault(
             async with fleet.acquire(r, "gone", target.adapter(folder)):
                 pass
         quiet(fleet)
+
+
+# -- lorafleet serve, the reference router, in front of the engine ---------------------------------
+
+
+async def chat_stream(client: httpx.AsyncClient, model: str) -> tuple[str, str]:
+    """A streamed greedy chat completion through ``client``: the text, and how the router had the adapter."""
+    body = {
+        "model": model,
+        "messages": [{"role": "user", "content": "hello world"}],
+        "max_tokens": 6,
+        "temperature": 0,
+        "stream": True,
+    }
+    text = []
+    async with client.stream("POST", "/v1/chat/completions", json=body) as answer:
+        assert answer.status_code == 200, await answer.aread()
+        assert answer.headers["content-type"].startswith("text/event-stream")
+        how = answer.headers["x-lorafleet-how"]
+        done = False
+        async for line in answer.aiter_lines():
+            if line == "data: [DONE]":
+                done = True
+            elif line.startswith("data: "):
+                for choice in json.loads(line.removeprefix("data: "))["choices"]:
+                    text.append(choice["delta"].get("content") or "")
+        assert done
+    return "".join(text), how
+
+
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])  # the router's default; test_serve.py runs both
+async def test_a_streamed_chat_through_the_router_is_served_by_the_adapter_it_names(target: Target) -> None:
+    replica = ReplicaConfig(id="r0", url=target.url, model="tiny", limit=2, api_key_env="LORAFLEET_TEST_KEY")
+    config = Config(replicas=(replica,), adapter_root=target.adapters, port=0, shutdown_timeout=1.0)
+    async with (
+        RouterServer(config, environ={"LORAFLEET_TEST_KEY": KEY}) as server,
+        httpx.AsyncClient(base_url=server.url, timeout=120) as client,
+    ):
+        through = {name: await chat_stream(client, name) for name in ("lora-0", "lora-1", "tiny")}
+        again = await chat_stream(client, "lora-0")
+        await eventually(lambda: server.fleet.statistics().leases == 0)
+    headers = {"Authorization": f"Bearer {KEY}"}
+    async with httpx.AsyncClient(base_url=target.url, headers=headers, timeout=120) as engine:
+        direct = await chat_stream_direct(engine, "lora-0")
+    assert [how for _, how in through.values()] == ["loaded", "loaded", "base"]
+    assert again == (through["lora-0"][0], "hit")
+    # Greedy output is fixed per adapter: the router's answer for lora-0 is lora-0's, not another's.
+    assert through["lora-0"][0] == direct
+    assert len({text for text, _ in through.values()}) == 3
+    assert target.listed() == {"lora-0", "lora-1"}
+
+
+async def chat_stream_direct(engine: httpx.AsyncClient, model: str) -> str:
+    """The same request as ``chat_stream``, to the engine itself (no router, so no headers of its own)."""
+    body = {
+        "model": model,
+        "messages": [{"role": "user", "content": "hello world"}],
+        "max_tokens": 6,
+        "temperature": 0,
+        "stream": True,
+    }
+    text = []
+    async with engine.stream("POST", "/v1/chat/completions", json=body) as answer:
+        assert answer.status_code == 200
+        async for line in answer.aiter_lines():
+            if line.startswith("data: ") and line != "data: [DONE]":
+                for choice in json.loads(line.removeprefix("data: "))["choices"]:
+                    text.append(choice["delta"].get("content") or "")
+    return "".join(text)

@@ -33,17 +33,23 @@ class Subcommand:
 SUBCOMMANDS = (
     Subcommand(
         name="demo",
-        summary="drive a skewed request stream through a shell, against stand-in vLLM replicas",
+        summary="lorafleet's router against a least-loaded one, on stand-in vLLM replicas",
         module="lorafleet_standin._demo",
-        needs="the stand-in and a shell",
-        install="pip install 'lorafleet[standin,trio]'",
+        needs="the stand-in and the reference router",
+        install="pip install 'lorafleet[standin,serve,trio]'",
     ),
     Subcommand(
         name="simulate",
         summary="replay a workload in virtual time against the real machine and simulated replicas",
         module="lorafleet_sim",
     ),
-    # `serve`, the reference router, goes here when it exists.
+    Subcommand(
+        name="serve",
+        summary="an OpenAI-compatible router in front of vLLM replicas, built on a fleet",
+        module="lorafleet_serve._main",
+        needs="the reference router's server and a shell",
+        install="pip install 'lorafleet[serve]'",
+    ),
 )
 
 USAGE = "usage: lorafleet [-h] [--version] COMMAND [ARGS ...]"

@@ -1,35 +1,44 @@
-"""A router on lorafleet, against stand-in vLLM replicas on 127.0.0.1.
+"""lorafleet's router against a least-loaded one, in front of stand-in vLLM replicas on 127.0.0.1.
 
-Requests for many adapters, skewed as real traffic is (Zipf), go through one of the shells: each
-acquires its adapter on a replica the scheduler picks from fleet.view, then is forwarded to that
-replica as a completion. The summary says what it cost: hits, joins, loads, evictions, and the latency
-that loads added to the requests that waited for them.
+Requests for many adapters, skewed as real traffic is (Zipf), go over HTTP through lorafleet's
+reference router (``lorafleet serve``), which sends each to a replica that holds its adapter or
+loads it where that costs least. Then the same stream, on the same replicas restarted empty, goes
+through a router that sends each request to the replica with the fewest requests in flight and
+loads the adapter there (the usual choice of a router that knows nothing of adapters). The summary
+says what lorafleet saved: loads, the latency loads added, requests per second.
 """
 
 # The demo lives beside the stand-in, on the testing side, so that a router's install of the core
-# and a shell carries no test server. It uses the shell's public API only.
+# and a shell carries no test server. It uses the public APIs of the router and the stand-in only.
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib.util
+import io
 import json
 import math
 import random
+import socket
 import sys
 import tempfile
 import time
-from collections import Counter
-from collections.abc import Callable, Coroutine
+from collections import Counter, OrderedDict
+from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
+from contextlib import asynccontextmanager
 from importlib import import_module
 from pathlib import Path
 from typing import Any, TextIO
 
 import anyio
+import attrs
 import httpx
+import sniffio
 
 from lorafleet import How
-from lorafleet_fleet import Fleet, LoadError, Replica
+from lorafleet_fleet import HEADROOM
+from lorafleet_serve import Config, ReplicaConfig, RouterServer
 from lorafleet_standin import StandInServer, VllmStandIn
 
 PROG = "lorafleet demo"
@@ -38,6 +47,8 @@ ROWS = 16
 FIRST = 10
 PROGRESS_EVERY = 2.0
 """Seconds between progress lines when stderr is not a terminal."""
+LORAFLEET = "lorafleet"
+BASELINE = "least-loaded"
 
 
 def _at_least_one(text: str) -> int:
@@ -73,7 +84,13 @@ def parse(argv: list[str]) -> argparse.Namespace:
     add("--replicas", metavar="N", type=_at_least_one, default=3, help="stand-in vLLM replicas (default 3)")
     add("--limit", metavar="N", type=_at_least_one, default=4, help="adapters a replica may hold (default 4)")
     add("--adapters", metavar="N", type=_at_least_one, default=40, help="distinct adapters (default 40)")
-    add("--requests", metavar="N", type=_at_least_one, default=2000, help="requests to send (default 2000)")
+    add(
+        "--requests",
+        metavar="N",
+        type=_at_least_one,
+        default=1000,
+        help="requests to send through each router (default 1000)",
+    )
     add(
         "--skew",
         metavar="ALPHA",
@@ -92,15 +109,16 @@ def parse(argv: list[str]) -> argparse.Namespace:
         "--load-ms",
         metavar="MS",
         type=_finite_not_negative,
-        default=20.0,
-        help="how long a stand-in takes to load an adapter, in ms (default 20)",
+        default=100.0,
+        help="how long a stand-in takes to load an adapter, in ms (default 100; a real one takes from "
+        "about that, for a small adapter on a local disk, to seconds)",
     )
     default_runtime = "trio" if _installed("trio") else "asyncio"
     add(
         "--runtime",
         choices=["trio", "asyncio"],
         default=default_runtime,
-        help="which shell (default trio, or asyncio when trio is not installed)",
+        help="the event loop the routers run on (default trio, or asyncio when trio is not installed)",
     )
     add(
         "--seed",
@@ -117,12 +135,15 @@ def main(argv: list[str]) -> int:
     """Run ``lorafleet demo`` with the flags after ``demo``; returns the exit status."""
     args = parse(argv)
     try:
-        fleet_type = _fleet_type(args.runtime)
+        import_module(args.runtime)  # ModuleNotFoundError names what to install
     except ModuleNotFoundError as exc:
         sys.stderr.write(
             f"{PROG} --runtime {args.runtime} needs {exc.name}: pip install 'lorafleet[{args.runtime}]'\n"
         )
         return 2
+    rng = random.Random(args.seed)
+    weights = [1 / (k + 1) ** args.skew for k in range(args.adapters)]
+    stream = [f"adapter-{k:03d}" for k in rng.choices(range(args.adapters), weights=weights, k=args.requests)]
     with tempfile.TemporaryDirectory(prefix="lorafleet-demo-") as tmp:
         root = Path(tmp)
         for i in range(args.adapters):
@@ -137,53 +158,459 @@ def main(argv: list[str]) -> int:
             for server in servers:
                 server.app.delay("load", args.load_ms / 1000, times=None)
             replicas = [
-                Replica(id=f"replica-{i}", url=s.url, model="tiny", limit=args.limit)
+                ReplicaConfig(id=f"replica-{i}", url=s.url, model="tiny", limit=args.limit)
                 for i, s in enumerate(servers)
             ]
-            report = Report([r.id for r in replicas])
-            progress = Progress(args.requests, sys.stderr)
-            started = time.monotonic()
-            run = _runner(args.runtime)
-            run(lambda: drive(args, fleet_type, replicas, root, report, progress))
-            report.elapsed = time.monotonic() - started
-            for replica, server in zip(replicas, servers, strict=True):
-                report.evictions[replica.id] = len(server.app.calls_to("unload"))
+            routers: list[tuple[str, _Serving]] = [
+                (LORAFLEET, _lorafleet_router),
+                (BASELINE, _least_loaded_router),
+            ]
+            # A short stream through each first, thrown away: whichever ran first would otherwise pay
+            # for the process's first imports, connections and code paths alone.
+            warm_up = stream[: min(len(stream), 4 * args.concurrency)]
+            for _, serving in routers:
+                _run(args, serving, replicas, servers, root, warm_up, Progress(len(warm_up), io.StringIO()))
+            runs = {
+                name: _run(
+                    args,
+                    serving,
+                    replicas,
+                    servers,
+                    root,
+                    stream,
+                    Progress(args.requests, sys.stderr, label=f"{name} router"),
+                )
+                for name, serving in routers
+            }
         except KeyboardInterrupt:
             sys.stderr.write(f"\n{PROG}: interrupted\n")
             return 130
         finally:
             for server in servers:
                 server.stop()
+    report = Report([r.id for r in replicas])
+    report.add(runs[LORAFLEET])
     report.print(args, sys.stdout)
+    sys.stdout.write("\n" + "\n".join(comparison(runs[LORAFLEET], runs[BASELINE])) + "\n")
     return 0
 
 
-def _fleet_type(runtime: str) -> type[Fleet]:
-    """The one Fleet, once the runtime it will run under is known to be installed."""
-    import_module(runtime)  # ModuleNotFoundError names what to install
-    return Fleet
+def _run(
+    args: argparse.Namespace,
+    serving: _Serving,
+    replicas: list[ReplicaConfig],
+    servers: list[StandInServer],
+    root: Path,
+    stream: list[str],
+    progress: Progress,
+) -> Run:
+    """``stream`` through the router ``serving`` makes, in front of ``servers`` restarted empty."""
+    for server in servers:
+        server.app.restart()  # every run starts from replicas that hold nothing
+    calls = [_lora_calls(s) for s in servers]
+
+    async def drive() -> Run:
+        async with serving(replicas, root) as url:
+            return await send_stream(url, stream, args.concurrency, progress)
+
+    run: Run = anyio.run(drive, backend=args.runtime)
+    for replica, server, before in zip(replicas, servers, calls, strict=True):
+        loads, unloads = _lora_calls(server)
+        run.loads[replica.id] = loads - before[0]
+        run.evictions[replica.id] = unloads - before[1]
+    return run
 
 
-def _runner(runtime: str) -> Callable[[Callable[[], Coroutine[Any, Any, None]]], None]:
-    if runtime == "trio":
-        import trio
+def _lora_calls(server: StandInServer) -> tuple[int, int]:
+    """How many loads and unloads ``server`` has been asked for so far."""
+    return len(server.app.calls_to("load")), len(server.app.calls_to("unload"))
 
-        return lambda f: trio.run(f)
-    import asyncio
 
-    return lambda f: asyncio.run(f())
+# -- the two routers ------------------------------------------------------------------------------
+
+_Serving = Callable[[list[ReplicaConfig], Path], Any]
+
+
+@asynccontextmanager
+async def _lorafleet_router(replicas: list[ReplicaConfig], root: Path) -> AsyncIterator[str]:
+    """lorafleet's reference router, as ``lorafleet serve`` runs it, on a free port."""
+    config = Config(replicas=tuple(replicas), adapter_root=root, port=0, shutdown_timeout=1.0)
+    async with RouterServer(config) as server:
+        yield server.url
+
+
+@asynccontextmanager
+async def _least_loaded_router(replicas: list[ReplicaConfig], root: Path) -> AsyncIterator[str]:
+    """The demo's least-loaded proxy, served as lorafleet's router is (one client per replica too)."""
+    async with contextlib.AsyncExitStack() as stack:
+        clients = {
+            r.id: await stack.enter_async_context(
+                httpx.AsyncClient(timeout=60, limits=httpx.Limits(max_connections=1000))
+            )
+            for r in replicas
+        }
+        async with _served(LeastLoadedProxy(replicas, root, clients)) as url:
+            yield url
+
+
+_Scope = MutableMapping[str, Any]
+_Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
+_Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
+
+
+@attrs.define
+class _Replica:
+    """What the least-loaded proxy knows of one replica."""
+
+    config: ReplicaConfig
+    in_flight: int = 0
+    loaded: OrderedDict[str, int] = attrs.field(factory=OrderedDict)
+    """Adapter to the requests running on it, least recently used first."""
+    loading: dict[str, anyio.Event] = attrs.field(factory=dict)
+    unloading: dict[str, anyio.Event] = attrs.field(factory=dict)
+    room: anyio.Event = attrs.field(factory=anyio.Event)
+    """Set when an adapter may have become evictable (its last request ended, or a load ended)."""
+
+    def freed(self) -> None:
+        self.room.set()
+        self.room = anyio.Event()
+
+
+class LeastLoadedProxy:
+    """The demo's comparison, not part of lorafleet: a proxy that routes by least-loaded.
+
+    Each completion goes to the replica with the fewest requests in flight (ties in turn), as a
+    router that knows nothing of adapters sends it; the adapter is then loaded there if that replica
+    does not hold it. It is otherwise careful: one load per adapter and replica, shared by the
+    requests that want it; at the limit the least recently used idle adapter is unloaded first; an
+    adapter in use is never unloaded; past the limit it goes no further than lorafleet's cap (the
+    fleet's default headroom), and waits for room there. So the difference it shows is placement's. It serves
+    ``POST /v1/completions`` and ``/v1/chat/completions`` and says, as lorafleet's router does, which
+    replica served (``x-lorafleet-replica``), how the adapter was there (``x-lorafleet-how``) and how
+    long the request waited for it (``server-timing: adapter;dur=<ms>``).
+    """
+
+    def __init__(
+        self, replicas: list[ReplicaConfig], root: Path, clients: dict[str, httpx.AsyncClient]
+    ) -> None:
+        self._replicas = [_Replica(r) for r in replicas]
+        self._root = root
+        self._clients = clients
+        self._turn = 0
+
+    async def __call__(self, scope: _Scope, receive: _Receive, send: _Send) -> None:
+        if scope["type"] == "lifespan":
+            while True:
+                kind = (await receive())["type"]
+                if kind == "lifespan.startup":
+                    await send({"type": "lifespan.startup.complete"})
+                elif kind == "lifespan.shutdown":
+                    await send({"type": "lifespan.shutdown.complete"})
+                    return
+        chunks = []
+        while True:
+            message = await receive()
+            chunks.append(message.get("body", b""))
+            if not message.get("more_body"):
+                break
+        raw = b"".join(chunks)
+        name = json.loads(raw)["model"]
+        self._turn += 1
+        count = len(self._replicas)
+        replica = min(
+            self._replicas, key=lambda r: (r.in_flight, (self._replicas.index(r) - self._turn) % count)
+        )
+        replica.in_flight += 1
+        try:
+            asked = time.perf_counter()
+            try:
+                how = await self._ensure(replica, name)
+            except httpx.HTTPError as exc:
+                await _answer(send, 502, f"load failed: {exc}".encode(), [])
+                return
+            waited = (time.perf_counter() - asked) * 1000
+            try:
+                answer = await self._clients[replica.config.id].post(
+                    replica.config.url + scope["path"],
+                    content=raw,
+                    headers={"content-type": "application/json"},
+                )
+            finally:
+                replica.loaded[name] -= 1
+                if replica.loaded[name] == 0:
+                    replica.freed()
+            headers = [
+                (b"content-type", answer.headers.get("content-type", "application/json").encode()),
+                (b"x-lorafleet-replica", replica.config.id.encode()),
+                (b"x-lorafleet-how", how.encode()),
+                (b"server-timing", f"adapter;dur={waited:.1f}".encode()),
+            ]
+            await _answer(send, answer.status_code, answer.content, headers)
+        finally:
+            replica.in_flight -= 1
+
+    async def _ensure(self, replica: _Replica, name: str) -> str:
+        """Make ``name`` loaded on ``replica`` and count this request on it; returns how it was there."""
+        joined = False
+        while True:
+            if name in replica.loaded:
+                replica.loaded.move_to_end(name)
+                replica.loaded[name] += 1
+                return How.JOINED.value if joined else How.HIT.value
+            wait = replica.loading.get(name) or replica.unloading.get(name)
+            if wait is not None:
+                joined = joined or name in replica.loading
+                await wait.wait()
+                continue
+            count = len(replica.loaded) + len(replica.loading)
+            if count >= replica.config.limit + HEADROOM and all(replica.loaded.values()):
+                # At the cap lorafleet keeps (its default headroom over the limit) and every adapter
+                # in use: wait for room, as lorafleet does, rather than push vLLM past --max-cpu-loras.
+                await replica.room.wait()
+                continue
+            done = replica.loading[name] = anyio.Event()
+            try:
+                victims = []
+                while len(replica.loaded) + len(replica.loading) > replica.config.limit:
+                    idle = next((n for n, users in replica.loaded.items() if users == 0), None)
+                    if idle is None:
+                        break  # everything held is in use: over the limit, up to the cap
+                    del replica.loaded[idle]
+                    replica.unloading[idle] = anyio.Event()
+                    victims.append(idle)
+                for victim in victims:
+                    try:
+                        await self._clients[replica.config.id].post(
+                            replica.config.url + "/v1/unload_lora_adapter", json={"lora_name": victim}
+                        )
+                    finally:
+                        replica.unloading.pop(victim).set()
+                answer = await self._clients[replica.config.id].post(
+                    replica.config.url + "/v1/load_lora_adapter",
+                    json={"lora_name": name, "lora_path": str(self._root / name)},
+                )
+                answer.raise_for_status()
+            finally:
+                del replica.loading[name]
+                done.set()
+                replica.freed()
+            replica.loaded[name] = 1
+            return How.LOADED.value
+
+
+async def _answer(send: _Send, status: int, body: bytes, headers: list[tuple[bytes, bytes]]) -> None:
+    headers.append((b"content-length", str(len(body)).encode()))
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
+
+
+@asynccontextmanager
+async def _served(app: Any) -> AsyncIterator[str]:
+    """``app`` served by hypercorn on a free port of 127.0.0.1, as lorafleet's router is."""
+    from hypercorn.config import Config as HypercornConfig
+
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(1024)
+    port = sock.getsockname()[1]
+    config = HypercornConfig()
+    config.bind = [f"fd://{sock.detach()}"]
+    config.accesslog = None
+    config.graceful_timeout = 1.0
+    config.include_server_header = False
+    stop = anyio.Event()
+    if sniffio.current_async_library() == "trio":
+        from hypercorn.trio import serve as serve_trio
+
+        serve: Any = serve_trio
+    else:
+        from hypercorn.asyncio import serve as serve_asyncio
+
+        serve = serve_asyncio
+    async with anyio.create_task_group() as tasks:
+        tasks.start_soon(lambda: serve(app, config, shutdown_trigger=stop.wait))
+        try:
+            yield f"http://127.0.0.1:{port}"
+        finally:
+            stop.set()
+
+
+# -- the load, and what it saw --------------------------------------------------------------------
+
+
+@attrs.frozen
+class Outcome:
+    """One request as the load generator saw it."""
+
+    status: int
+    seconds: float
+    replica: str | None
+    how: str | None
+    waited: float | None
+    """Milliseconds the router says the request waited for its adapter."""
+
+
+@attrs.define
+class Run:
+    """One router's run of the stream."""
+
+    outcomes: list[Outcome]
+    elapsed: float
+    loads: dict[str, int] = attrs.field(factory=dict)
+    """Per replica: loads the stand-in was asked for."""
+    evictions: dict[str, int] = attrs.field(factory=dict)
+
+    @property
+    def rate(self) -> float:
+        return len(self.outcomes) / self.elapsed if self.elapsed > 0 else math.inf
+
+    def waits(self) -> list[float]:
+        """Milliseconds waited, over the requests that waited for a load (their own or joined)."""
+        return sorted(
+            o.waited for o in self.outcomes if o.how in ("loaded", "joined") and o.waited is not None
+        )
+
+    def latencies(self) -> list[float]:
+        return sorted(o.seconds * 1000 for o in self.outcomes)
+
+
+async def send_stream(url: str, stream: list[str], concurrency: int, progress: Progress) -> Run:
+    """Send a completion for each adapter of ``stream`` to ``url``, ``concurrency`` at a time."""
+    outcomes: list[Outcome] = []
+    send, receive = anyio.create_memory_object_stream[str](concurrency)
+    async with contextlib.AsyncExitStack() as stack:
+
+        async def worker(client: httpx.AsyncClient) -> None:
+            async with receive.clone() as jobs:
+                async for adapter in jobs:
+                    body = {"model": adapter, "prompt": "hello", "max_tokens": 4}
+                    started = time.perf_counter()
+                    try:
+                        answer = await client.post("/v1/completions", json=body)
+                    except httpx.HTTPError:
+                        outcomes.append(Outcome(0, time.perf_counter() - started, None, None, None))
+                    else:
+                        outcomes.append(
+                            Outcome(
+                                answer.status_code,
+                                time.perf_counter() - started,
+                                answer.headers.get("x-lorafleet-replica"),
+                                answer.headers.get("x-lorafleet-how"),
+                                _adapter_wait(answer.headers.get("server-timing")),
+                            )
+                        )
+                    progress.step()
+
+        # A client per worker: httpx looks over every connection of a pool for each request.
+        tls = httpx.create_ssl_context()  # one for all: each reads the CA bundle
+        clients = [
+            await stack.enter_async_context(httpx.AsyncClient(base_url=url, timeout=120, verify=tls))
+            for _ in range(concurrency)
+        ]
+        started = time.perf_counter()
+        async with anyio.create_task_group() as tasks:
+            for client in clients:
+                tasks.start_soon(worker, client)
+            async with send:
+                for adapter in stream:
+                    await send.send(adapter)
+            receive.close()
+    return Run(outcomes, time.perf_counter() - started)
+
+
+def _adapter_wait(timing: str | None) -> float | None:
+    """The ``dur`` of ``adapter`` in a Server-Timing header, in ms."""
+    for metric in (timing or "").split(","):
+        name, _, params = metric.strip().partition(";")
+        if name == "adapter":
+            for param in params.split(";"):
+                key, _, value = param.strip().partition("=")
+                if key == "dur":
+                    try:
+                        return float(value)
+                    except ValueError:
+                        return None
+    return None
+
+
+def percentile(values: list[float], share: float) -> float:
+    """The value below which ``share`` of the sorted ``values`` lie (nearest rank); nan when empty."""
+    if not values:
+        return math.nan
+    return values[min(len(values) - 1, int(len(values) * share))]
+
+
+def comparison(ours: Run, theirs: Run) -> list[str]:
+    """The table of what lorafleet saved against the least-loaded router, one row per figure."""
+    rows: list[tuple[str, str, str, str]] = []
+
+    def change(a: float, b: float, fewer: str = "fewer", more: str = "more") -> str:
+        if b <= 0 or math.isnan(a) or math.isnan(b) or a == b:
+            return ""
+        return f"{(1 - a / b) * 100:.0f}% {fewer}" if a < b else f"{(a / b - 1) * 100:.0f}% {more}"
+
+    def count(label: str, a: int, b: int) -> None:
+        rows.append((label, str(a), str(b), change(a, b)))
+
+    def millis(label: str, a: float, b: float) -> None:
+        rows.append((label, f"{a:.1f}", f"{b:.1f}", change(a, b, "less")))
+
+    count("loads", sum(ours.loads.values()), sum(theirs.loads.values()))
+    count("evictions", sum(ours.evictions.values()), sum(theirs.evictions.values()))
+    count("requests that waited for a load", len(ours.waits()), len(theirs.waits()))
+    for share, label in ((0.5, "p50"), (0.99, "p99")):
+        # Over the whole stream: each request's wait for its adapter, 0 for a hit.
+        a = percentile(sorted(o.waited or 0.0 for o in ours.outcomes), share)
+        b = percentile(sorted(o.waited or 0.0 for o in theirs.outcomes), share)
+        millis(f"latency loads added, {label} (ms)", a, b)
+    for share, label in ((0.5, "p50"), (0.99, "p99")):
+        millis(
+            f"request latency, {label} (ms)",
+            percentile(ours.latencies(), share),
+            percentile(theirs.latencies(), share),
+        )
+    count(
+        "failed requests",
+        sum(o.status != 200 for o in ours.outcomes),
+        sum(o.status != 200 for o in theirs.outcomes),
+    )
+    rate = (ours.rate, theirs.rate)
+    gain = f"{rate[0] / rate[1]:.2f}x" if rate[1] > 0 and math.isfinite(rate[0]) else ""
+    rows.append(("requests/s", f"{rate[0]:.0f}", f"{rate[1]:.0f}", gain))
+    width = max(len(r[0]) for r in rows)
+    lines = [f"{'':<{width}}  {LORAFLEET:>12}  {BASELINE:>12}  with lorafleet"]
+    lines += [f"{a:<{width}}  {b:>12}  {c:>12}  {d}".rstrip() for a, b, c, d in rows]
+    lines.append("(latency loads added: how long each request waited for its adapter, 0 for a hit)")
+    return lines
 
 
 class Report:
-    """What the demo counted, per replica, and how it prints."""
+    """The lorafleet router's run, per replica, and how it prints."""
 
     def __init__(self, replicas: list[str]) -> None:
         self.replicas = replicas
         self.how: dict[str, Counter[str]] = {r: Counter() for r in replicas}
         self.failures: Counter[str] = Counter()
+        self.unplaced = 0
+        """Requests that failed before a replica was chosen for them."""
         self.waits: list[float] = []
         self.evictions: dict[str, int] = {}
         self.elapsed = 0.0
+
+    def add(self, run: Run) -> None:
+        """Count ``run``'s requests, by the replica and the way the router says served them."""
+        for outcome in run.outcomes:
+            replica = outcome.replica if outcome.replica in self.how else None
+            if outcome.status != 200 or outcome.how is None:
+                if replica is None:
+                    self.unplaced += 1
+                else:
+                    self.failures[replica] += 1
+            elif replica is not None:
+                self.how[replica][How(outcome.how)] += 1
+        self.waits = [w / 1000 for w in run.waits()]
+        self.evictions = dict(run.evictions)
+        self.elapsed = run.elapsed
 
     COLUMNS = ("replica", "requests", "hits", "joins", "loads", "evictions", "failures")
 
@@ -221,15 +648,17 @@ class Report:
                 summed.update(self.row(replica))
             total.update(summed)
             lines.append(line(f"{len(rest)} more", summed))
+        total.update({"requests": self.unplaced, "failures": self.unplaced})
         lines.append(line("all", total))
         return lines
 
     def print(self, args: argparse.Namespace, out: TextIO) -> None:
-        rate = args.requests / self.elapsed if self.elapsed > 0 else math.inf
+        requests = sum(self.row(r)["requests"] for r in self.replicas) + self.unplaced
+        rate = requests / self.elapsed if self.elapsed > 0 else math.inf
         out.write(
-            f"\n{args.requests} requests for {args.adapters} adapters (Zipf {args.skew}) on {args.replicas} "
-            f"replicas of limit {args.limit}, {args.runtime} shell, {args.concurrency} in flight: "
-            f"{self.elapsed:.2f} s ({rate:.0f} requests/s)\n\n"
+            f"\n{requests} requests for {args.adapters} adapters (Zipf {args.skew}) on {args.replicas} "
+            f"replicas of limit {args.limit}, {args.concurrency} in flight, over HTTP through "
+            f"lorafleet's router ({args.runtime}): {self.elapsed:.2f} s ({rate:.0f} requests/s)\n\n"
         )
         out.write("\n".join(self.table()) + "\n")
         if self.waits:
@@ -237,18 +666,19 @@ class Report:
             p50 = waits[len(waits) // 2] * 1000
             p99 = waits[min(len(waits) - 1, int(len(waits) * 0.99))] * 1000
             out.write(
-                f"\nlatency the loads added, over the {len(waits)} requests that waited for one: "
-                f"p50 {p50:.1f} ms, p99 {p99:.1f} ms\n"
+                f"\nthe {len(waits)} requests that waited for a load: "
+                f"wait p50 {p50:.1f} ms, p99 {p99:.1f} ms\n"
             )
 
 
 class Progress:
-    """How far the demo is, on ``out``: a bar redrawn in place on a terminal, else a line every
+    """How far a run is, on ``out``: a bar redrawn in place on a terminal, else a line every
     ``every`` seconds (a log or a pipe would get one endless line of redraws).
 
     Args:
         total: how many requests there are.
         out: where to write (stderr, so the summary on stdout stays clean).
+        label: which run this is.
         clock: monotonic seconds.
         every: seconds between lines when ``out`` is not a terminal.
     """
@@ -258,11 +688,13 @@ class Progress:
         total: int,
         out: TextIO,
         *,
+        label: str = "",
         clock: Callable[[], float] = time.monotonic,
         every: float = PROGRESS_EVERY,
     ) -> None:
         self.total = total
         self.out = out
+        self.label = label
         self.clock = clock
         self.every = every
         self.terminal = out.isatty()
@@ -275,7 +707,8 @@ class Progress:
         if self.terminal:
             if self.done % 50 == 0 or self.done == self.total:
                 filled = 40 * self.done // self.total
-                self.out.write(f"\r[{'#' * filled}{'.' * (40 - filled)}] {self.done}/{self.total}")
+                label = f"{self.label:<22}" if self.label else ""
+                self.out.write(f"\r{label}[{'#' * filled}{'.' * (40 - filled)}] {self.done}/{self.total}")
                 self.out.flush()
                 if self.done == self.total:
                     self.out.write("\n")
@@ -283,60 +716,6 @@ class Progress:
         now = self.clock()
         if now - self._last >= self.every or self.done == self.total:
             self._last = now
-            self.out.write(f"{PROG}: {self.done}/{self.total} requests done\n")
+            label = f" {self.label}:" if self.label else ""
+            self.out.write(f"{PROG}:{label} {self.done}/{self.total} requests done\n")
             self.out.flush()
-
-
-def pick(fleet: Fleet, replicas: list[Replica], adapter: str, rng: random.Random) -> Replica:
-    """The demo's scheduler: a replica holding the adapter, else one with room, else any."""
-    view = fleet.view(replicas, adapter)
-    for group in (view.holders, view.with_room):
-        choices = [r for r in replicas if r.id in group]
-        if choices:
-            return rng.choice(choices)
-    return rng.choice(replicas)
-
-
-async def drive(
-    args: argparse.Namespace,
-    fleet_type: type[Fleet],
-    replicas: list[Replica],
-    root: Path,
-    report: Report,
-    progress: Progress,
-) -> None:
-    """Send the request stream through a fleet of ``fleet_type``, ``args.concurrency`` at a time."""
-    rng = random.Random(args.seed)
-    weights = [1 / (k + 1) ** args.skew for k in range(args.adapters)]
-    stream = rng.choices(range(args.adapters), weights=weights, k=args.requests)
-    send, receive = anyio.create_memory_object_stream[int](args.concurrency)
-    async with httpx.AsyncClient() as client, fleet_type(client=client) as fleet:
-        await fleet.sync_unknown(replicas)
-
-        async def worker() -> None:
-            async with receive.clone() as jobs:
-                async for k in jobs:
-                    adapter = f"adapter-{k:03d}"
-                    replica = pick(fleet, replicas, adapter, rng)
-                    asked = time.monotonic()
-                    try:
-                        async with fleet.acquire(replica, adapter, str(root / adapter)) as lease:
-                            if lease.how is not How.HIT:
-                                report.waits.append(time.monotonic() - asked)
-                            report.how[replica.id][lease.how] += 1
-                            answer = await client.post(
-                                f"{replica.url}/v1/completions",
-                                json={"model": adapter, "prompt": "hello", "max_tokens": 4},
-                            )
-                            answer.raise_for_status()
-                    except LoadError:
-                        report.failures[replica.id] += 1
-                    progress.step()
-
-        async with anyio.create_task_group() as tasks:
-            for _ in range(args.concurrency):
-                tasks.start_soon(worker)
-            async with send:
-                for k in stream:
-                    await send.send(k)
-            receive.close()

@@ -1,0 +1,703 @@
+"""The reference router: an OpenAI-compatible ASGI app in front of vLLM replicas, on a lorafleet Fleet.
+
+A completion names an adapter (or a base model) in its ``model``; the fleet places it on a replica
+and loads it there if need be (``Fleet.route``), and the router forwards the request and relays the
+answer, streamed or not, holding the lease until the last byte is relayed or the client has gone. A
+replica that fails before its answer begins (no connection, a timeout, a 5xx) is reported to the
+fleet, which avoids it for a while, and the request goes to another one; an answer "the model ...
+does not exist" (the replica lost the adapter, e.g. in a restart) is reported on the lease, and the
+request is placed once more, which loads the adapter again.
+
+Everything about adapters is the fleet's; this module only parses, forwards, relays and counts.
+"""
+
+from __future__ import annotations
+
+import bisect
+import enum
+import hmac
+import http.cookiejar
+import itertools
+import json
+import logging
+import re
+import time
+from collections import Counter
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+import anyio
+import attrs
+import httpx
+
+from lorafleet_fleet import AdapterError, Fleet, FleetClosedError, Replica, ReplicaError, Route
+
+from ._catalog import Catalog
+from ._config import Config
+from ._openai import JSON, Receive, RefusedError, Scope, Send, model_not_found, refuse, respond, respond_json
+
+if TYPE_CHECKING:
+    from prometheus_client import CollectorRegistry
+
+log = logging.getLogger("lorafleet.serve")
+
+COMPLETIONS = {"/v1/completions": "completions", "/v1/chat/completions": "chat"}
+ERROR_HEAD_BYTES = 64 << 10
+"""How much of a replica's error answer is read to judge it ("does not exist"?) before relaying it."""
+HOP_BY_HOP = frozenset(
+    {
+        b"connection",
+        b"keep-alive",
+        b"proxy-authenticate",
+        b"proxy-authorization",
+        b"te",
+        b"trailer",
+        b"transfer-encoding",
+        b"upgrade",
+        # The router's server sets its own.
+        b"date",
+        b"server",
+    }
+)
+_PLAIN = re.compile(r"[A-Za-z0-9_.:/@+\-]+")
+
+
+class NoCookies(http.cookiejar.CookieJar):
+    """The cookie jar of the client a router forwards with: it keeps nothing.
+
+    A router relays its replicas' answers to many clients; a cookie one answer set must never ride
+    along on another client's request. (It also spares httpx's cookie handling on every answer.)
+    """
+
+    def extract_cookies(self, response: Any, request: Any) -> None:
+        return
+
+    def set_cookie(self, cookie: http.cookiejar.Cookie) -> None:
+        return
+
+
+class _Outcome(enum.Enum):
+    DONE = enum.auto()
+    """The answer was relayed (or the client went away while it was)."""
+    MISSING = enum.auto()
+    """The replica does not have the adapter: reported, place the request again."""
+    FAULT = enum.auto()
+    """The replica failed before its answer began: reported, try another replica."""
+
+
+@attrs.define
+class _Record:
+    """What one request's log line says."""
+
+    method: str
+    path: str
+    started: float
+    model: str | None = None
+    replica: str | None = None
+    how: str | None = None
+    status: int = 0
+    attempts: int = 0
+    stream: bool = False
+    error: str | None = None
+    end: str = "done"
+    adapter_ms: float | None = None
+    """Milliseconds spent getting the adapter ready (routing, loads), for requests that name one."""
+    answered: bool = False
+    """The answer's last message is being sent: a disconnect from now on is the client being done."""
+
+    def line(self) -> str:
+        """The log line: logfmt, ``key=value`` pairs, values a client chose quoted when not plain."""
+        text = f"method={self.method} path={_logfmt(self.path)}"
+        if self.model is not None:
+            text += f" model={_logfmt(self.model)}"
+        if self.replica is not None:
+            text += f" replica={_logfmt(self.replica)} how={self.how}"
+        text += f" status={self.status} attempts={self.attempts} stream={'true' if self.stream else 'false'}"
+        if self.adapter_ms is not None:
+            text += f" adapter_ms={self.adapter_ms:.1f}"
+        text += f" ms={(time.perf_counter() - self.started) * 1000:.1f} end={self.end}"
+        if self.error is not None:
+            text += f" error={self.error}"
+        return text
+
+
+def _logfmt(value: object) -> str:
+    text = str(value)
+    # A client chose the model name: quoted (newlines escaped) unless plain, so it cannot forge a line.
+    return text if _PLAIN.fullmatch(text) else json.dumps(text)
+
+
+class Router:
+    """lorafleet's reference router, as an ASGI app: serve it with any ASGI server (``RouterServer``
+    serves it with hypercorn).
+
+    Routes: ``POST /v1/completions`` and ``/v1/chat/completions`` (forwarded), ``GET /v1/models``
+    (the base models and the adapters it serves), ``GET /health`` and ``GET /metrics``. With a key,
+    every ``/v1`` route wants ``Authorization: Bearer <key>``; ``/health`` and ``/metrics`` do not.
+
+    Args:
+        fleet: an entered fleet that knows ``replicas`` and resolves adapters with ``catalog``.
+        replicas: the replicas, with their keys.
+        catalog: the adapters served.
+        clients: the httpx client each replica's requests are forwarded with, by replica id (give them
+            ``cookies=NoCookies()``). One pool per replica: httpx looks over every connection of its
+            pool for each request, so many replicas' connections in one pool cost every request.
+        config: timeouts, bounds and attempts.
+        client_key: the key this router's clients must send (None: none).
+        registry: where the router's own metrics go, beside the fleet's (None: no metrics of its own).
+    """
+
+    def __init__(
+        self,
+        fleet: Fleet,
+        *,
+        replicas: list[Replica],
+        catalog: Catalog,
+        clients: Mapping[str, httpx.AsyncClient],
+        config: Config,
+        client_key: str | None = None,
+        registry: CollectorRegistry | None = None,
+    ) -> None:
+        self.fleet = fleet
+        self._catalog = catalog
+        self._clients = dict(clients)
+        self._key = client_key.encode() if client_key is not None else None
+        self._max_body = config.max_body_bytes
+        self._attempts = config.attempts
+        self._replicas = replicas
+        self._by_model: dict[str, list[Replica]] = {}
+        for replica in replicas:
+            self._by_model.setdefault(replica.model, []).append(replica)
+        self._base_busy = dict.fromkeys((r.id for r in replicas), 0)
+        """Base-model requests in flight per replica: the fleet counts only the adapters' requests."""
+        self._turn = 0
+        self._headers = {r.id: self._upstream_headers(r) for r in replicas}
+        self._urls = {(r.id, path): httpx.URL(r.url + path) for r in replicas for path in COMPLETIONS}
+        self._created = int(time.time())
+        self._registry = registry
+        self._metrics = _Metrics(registry) if registry is not None else None
+
+    @staticmethod
+    def _upstream_headers(replica: Replica) -> list[tuple[bytes, bytes]]:
+        headers = [(b"content-type", b"application/json"), (b"accept-encoding", b"identity")]
+        if replica.api_key:
+            headers.append((b"authorization", f"Bearer {replica.api_key}".encode()))
+        return headers
+
+    # -- ASGI ---------------------------------------------------------------------------------
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        kind = scope["type"]
+        if kind == "lifespan":
+            await _lifespan(receive, send)
+            return
+        if kind != "http":
+            return  # websockets: not served; returning closes the connection
+        method: str = scope["method"]
+        path: str = scope["path"]
+        route = COMPLETIONS.get(path)
+        if route is not None and method == "POST":
+            await self._completion(scope, receive, send, route)
+            return
+        record = _Record(method, path, time.perf_counter())
+        try:
+            if path in ("/health", "/metrics", "/v1/models") or route is not None:
+                wanted = "POST" if route is not None else "GET"
+                if method != wanted:
+                    raise RefusedError(
+                        405,
+                        f"Method not allowed ({method} {path}): use {wanted}",
+                        "method_not_allowed",
+                        headers=((b"allow", wanted.encode()),),
+                    )
+                if path == "/health":
+                    record.status = await self._health(send)
+                elif path == "/metrics":
+                    record.status = await self._metrics_page(send)
+                else:
+                    self._authorize(scope)
+                    record.status = await self._models(send)
+                return
+            raise RefusedError(404, f"Invalid URL ({method} {path})", "not_found")
+        except RefusedError as refusal:
+            record.status, record.error = refusal.status, refusal.code
+            await refuse(send, refusal)
+        finally:
+            # /metrics and /health are scraped and probed often: not worth a line each.
+            if path != "/metrics" and path != "/health" and log.isEnabledFor(logging.INFO):
+                log.info(record.line())
+
+    # -- completions --------------------------------------------------------------------------
+
+    async def _completion(self, scope: Scope, receive: Receive, send: Send, route: str) -> None:
+        record = _Record("POST", scope["path"], time.perf_counter())
+        metrics = self._metrics
+        if metrics is not None:
+            metrics.in_flight += 1
+        try:
+            try:
+                self._authorize(scope)
+                raw = await self._read_body(scope, receive)
+                model, record.stream = _model_of(raw)
+            except RefusedError as refusal:
+                await self._refuse(send, refusal, record)
+                return
+            except _ClientGoneError:
+                record.end = "client_gone"
+                return
+            record.model = model
+            async with anyio.create_task_group() as tasks:
+                # The body is read: the next message is the client going away, which ends everything,
+                # a wait for a load included (the load goes on for others) and the lease with it.
+                tasks.start_soon(_watch_for_disconnect, receive, tasks.cancel_scope, record)
+                try:
+                    if model in self._catalog.bases:
+                        await self._base_request(model, scope["path"], raw, send, record)
+                    else:
+                        await self._adapter_request(model, scope["path"], raw, send, record)
+                except RefusedError as refusal:
+                    await self._refuse(send, refusal, record)
+                except Exception:
+                    log.exception("the router failed on a request (%s)", record.line())
+                    record.error = "internal_error"
+                    if record.status == 0:
+                        failure = RefusedError(
+                            500, "The router failed; see its log", "internal_error", kind="server_error"
+                        )
+                        await self._refuse(send, failure, record)
+                    else:
+                        record.end = "cut"  # part of the answer went out: ending now cuts it
+                finally:
+                    if not record.answered:
+                        tasks.cancel_scope.cancel()
+                    # Else the watcher ends by itself: once the answer is sent, the next message an ASGI
+                    # server gives is http.disconnect, at once (cheaper than cancelling it).
+        finally:
+            if metrics is not None:
+                metrics.in_flight -= 1
+                metrics.answered(route, record.status, time.perf_counter() - record.started)
+            if log.isEnabledFor(logging.INFO):
+                log.info(record.line())
+
+    @staticmethod
+    async def _refuse(send: Send, refusal: RefusedError, record: _Record) -> None:
+        record.status, record.error = refusal.status, refusal.code
+        record.answered = True
+        await refuse(send, refusal)
+
+    async def _adapter_request(self, name: str, path: str, raw: bytes, send: Send, record: _Record) -> None:
+        if self._catalog.path(name) is None:
+            raise model_not_found(name)
+        model = self._catalog.model(name)
+        faults = 0
+        missing_again = True
+        while True:
+            record.attempts += 1
+            asked = time.perf_counter()
+            try:
+                lease = await self.fleet.route(name, model=model)
+            except AdapterError:
+                # The engine's words may name a folder on the server: they go to the log (the fleet
+                # logged them), the client learns whose fault it is.
+                raise RefusedError(
+                    400,
+                    f"The adapter `{name}` could not be loaded: the engine refused it",
+                    "adapter_refused",
+                    param="model",
+                ) from None
+            except ReplicaError:
+                raise RefusedError(
+                    503,
+                    f"No replica could serve `{name}` now; try again later",
+                    "no_replica",
+                    kind="server_error",
+                ) from None
+            except FleetClosedError:
+                raise RefusedError(
+                    503, "The router is shutting down", "shutting_down", kind="server_error"
+                ) from None
+            record.adapter_ms = (record.adapter_ms or 0.0) + (time.perf_counter() - asked) * 1000
+            try:
+                replica = lease.replica
+                record.replica, record.how = replica.id, lease.how.value
+                timing = (b"server-timing", f"adapter;dur={record.adapter_ms:.1f}".encode())
+                extra = [
+                    (b"x-lorafleet-replica", replica.id.encode()),
+                    (b"x-lorafleet-how", record.how.encode()),
+                    timing,
+                ]
+                outcome = await self._forward(replica, path, raw, send, record, extra, lease, missing_again)
+            finally:
+                lease.release()
+            if outcome is _Outcome.DONE:
+                return
+            if outcome is _Outcome.MISSING:
+                missing_again = False  # once: the load that follows proves the replica has it
+                self._count_retry("adapter_missing")
+                continue
+            faults += 1
+            if faults >= self._attempts:
+                raise _all_failed(faults)
+            self._count_retry("replica_failed")
+
+    async def _base_request(self, model: str, path: str, raw: bytes, send: Send, record: _Record) -> None:
+        tried: set[str] = set()
+        while True:
+            record.attempts += 1
+            replica = self._least_busy(model, tried)
+            if replica is None:
+                if tried:
+                    raise _all_failed(len(tried))
+                raise RefusedError(
+                    503,
+                    f"No replica of `{model}` is healthy now; try again later",
+                    "no_replica",
+                    kind="server_error",
+                )
+            tried.add(replica.id)
+            record.replica, record.how = replica.id, "base"
+            extra = [(b"x-lorafleet-replica", replica.id.encode()), (b"x-lorafleet-how", b"base")]
+            self._base_busy[replica.id] += 1
+            try:
+                outcome = await self._forward(replica, path, raw, send, record, extra, None, False)
+            finally:
+                self._base_busy[replica.id] -= 1
+            if outcome is _Outcome.DONE:
+                return
+            if len(tried) >= self._attempts:
+                raise _all_failed(len(tried))
+            self._count_retry("replica_failed")
+
+    def _least_busy(self, model: str, tried: set[str]) -> Replica | None:
+        """The healthy replica of ``model`` with the fewest requests in flight, not tried yet.
+
+        Busy counts this router's adapter requests (the fleet's) and base-model requests (its own);
+        ties take turns, so that equal replicas share the base model's traffic.
+        """
+        candidates = self._by_model.get(model, ())
+        count = len(candidates)
+        self._turn += 1
+        best: Replica | None = None
+        best_key = (0, 0)
+        for i, replica in enumerate(candidates):
+            if replica.id in tried:
+                continue
+            stats = self.fleet.replica_statistics(replica.id)
+            if stats is None or stats.failing_until is not None:
+                continue
+            key = (stats.in_flight + self._base_busy[replica.id], (i - self._turn) % count)
+            if best is None or key < best_key:
+                best, best_key = replica, key
+        return best
+
+    async def _forward(
+        self,
+        replica: Replica,
+        path: str,
+        raw: bytes,
+        send: Send,
+        record: _Record,
+        extra: list[tuple[bytes, bytes]],
+        lease: Route | None,
+        may_retry_missing: bool,
+    ) -> _Outcome:
+        """Forward the request to ``replica`` and relay its answer; the outcome says what to do next."""
+        client = self._clients[replica.id]
+        request = client.build_request(
+            "POST", self._urls[replica.id, path], content=raw, headers=self._headers[replica.id]
+        )
+        try:
+            response = await client.send(request, stream=True)
+        except httpx.PoolTimeout:
+            raise RefusedError(
+                503,
+                "The router has too many requests open; try again later",
+                "router_busy",
+                kind="server_error",
+            ) from None
+        except httpx.HTTPError as exc:
+            self._replica_failed(replica, lease, f"no answer: {type(exc).__name__}: {exc}")
+            return _Outcome.FAULT
+        try:
+            status = response.status_code
+            head = b""
+            chunks = response.aiter_raw()
+            if status >= 400:
+                try:
+                    async for chunk in chunks:
+                        head += chunk
+                        if len(head) >= ERROR_HEAD_BYTES:
+                            break
+                except httpx.HTTPError as exc:
+                    self._replica_failed(
+                        replica, lease, f"HTTP {status}, then cut: {type(exc).__name__}: {exc}"
+                    )
+                    return _Outcome.FAULT
+                if status >= 500:
+                    self._replica_failed(
+                        replica, lease, f"HTTP {status}: {head[:200].decode('utf-8', 'replace')}"
+                    )
+                    return _Outcome.FAULT
+                if lease is not None and lease.check_answer(status, head) and may_retry_missing:
+                    return _Outcome.MISSING
+            headers = [(k, v) for k, v in response.headers.raw if k.lower() not in HOP_BY_HOP]
+            headers.extend(extra)
+            record.status = status
+            await send({"type": "http.response.start", "status": status, "headers": headers})
+            if head:
+                await send({"type": "http.response.body", "body": head, "more_body": True})
+            try:
+                async for chunk in chunks:
+                    await send({"type": "http.response.body", "body": chunk, "more_body": True})
+            except httpx.HTTPError as exc:
+                # Too late to go elsewhere: the client has part of the answer. Ending without the last
+                # message makes the server close the connection, so the client sees it cut short.
+                self._replica_failed(replica, lease, f"cut mid-answer: {type(exc).__name__}: {exc}")
+                record.end = "cut"
+                return _Outcome.DONE
+            record.answered = True
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+            return _Outcome.DONE
+        finally:
+            with anyio.CancelScope(shield=True):
+                await response.aclose()
+
+    def _replica_failed(self, replica: Replica, lease: Route | None, message: str) -> None:
+        """Tell the fleet ``replica`` failed, so that placement avoids it for a while."""
+        if lease is not None:
+            lease.replica_failed(message)  # the fleet logs it
+        else:
+            # A base-model request holds no lease; the fleet hears of the replica's trouble from its
+            # own calls (listings, loads), and this request tries the next replica.
+            log.warning("replica %s gave a forwarded request no answer: %s", replica.id, message)
+
+    def _count_retry(self, reason: str) -> None:
+        if self._metrics is not None:
+            self._metrics.retries[reason] += 1
+
+    # -- requests, read -----------------------------------------------------------------------
+
+    def _authorize(self, scope: Scope) -> None:
+        key = self._key
+        if key is None:
+            return
+        for name, value in scope["headers"]:
+            if name == b"authorization":
+                scheme, _, token = value.partition(b" ")
+                if scheme.lower() == b"bearer" and hmac.compare_digest(token.strip(), key):
+                    return
+                break
+        raise RefusedError(
+            401,
+            "Incorrect API key provided, or none: send Authorization: Bearer <key>",
+            "invalid_api_key",
+            headers=((b"www-authenticate", b"Bearer"),),
+        )
+
+    async def _read_body(self, scope: Scope, receive: Receive) -> bytes:
+        limit = self._max_body
+        for name, value in scope["headers"]:
+            if name == b"content-length":
+                try:
+                    declared = int(value)
+                except ValueError:
+                    raise RefusedError(
+                        400, "The Content-Length header is not a number", "invalid_request"
+                    ) from None
+                if declared > limit:
+                    raise _too_large(limit)
+                break
+        chunks: list[bytes] = []
+        size = 0
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                raise _ClientGoneError
+            body: bytes = message.get("body", b"")
+            size += len(body)
+            if size > limit:
+                raise _too_large(limit)
+            chunks.append(body)
+            if not message.get("more_body"):
+                return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+
+    # -- the other routes ---------------------------------------------------------------------
+
+    async def _models(self, send: Send) -> int:
+        cards: list[dict[str, Any]] = [
+            {
+                "id": model,
+                "object": "model",
+                "created": self._created,
+                "owned_by": "lorafleet",
+                "parent": None,
+            }
+            for model in sorted(self._by_model)
+        ]
+        catalog = self._catalog
+        for name in catalog.names():
+            cards.append(
+                {
+                    "id": name,
+                    "object": "model",
+                    "created": self._created,
+                    "owned_by": "lorafleet",
+                    "parent": catalog.parent(name),
+                }
+            )
+        await respond_json(send, 200, {"object": "list", "data": cards})
+        return 200
+
+    async def _health(self, send: Send) -> int:
+        states: dict[str, str] = {}
+        for replica in self._replicas:
+            stats = self.fleet.replica_statistics(replica.id)
+            if stats is None:
+                states[replica.id] = "removed"
+            elif stats.failing_until is not None:
+                states[replica.id] = "failing"
+            elif not stats.met:
+                states[replica.id] = "starting"
+            else:
+                states[replica.id] = "ok"
+        status = 200 if "ok" in states.values() else 503
+        await respond_json(
+            send, status, {"status": "ok" if status == 200 else "unavailable", "replicas": states}
+        )
+        return status
+
+    async def _metrics_page(self, send: Send) -> int:
+        if self._registry is None:
+            raise RefusedError(404, "This router exports no metrics", "not_found")
+        from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+        body = generate_latest(self._registry)
+        await respond(send, 200, body, [(b"content-type", CONTENT_TYPE_LATEST.encode())])
+        return 200
+
+
+class _ClientGoneError(Exception):
+    """The client went away before its request was read."""
+
+
+BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
+"""Upper bounds, in seconds, of the request latency histogram's buckets."""
+
+
+class _Metrics:
+    """The router's own metrics, beside the fleet's: counted in plain ints on the request's path and
+    exported when Prometheus scrapes (prometheus-client's metric objects take a lock per update).
+
+    - ``lorafleet_serve_requests_total{route,status}``: completion requests answered (status 0: the
+      client went away before an answer began);
+    - ``lorafleet_serve_request_seconds{route}``: a histogram, from arrival to the last byte relayed;
+    - ``lorafleet_serve_retries_total{reason}``: requests placed again (``replica_failed``,
+      ``adapter_missing``);
+    - ``lorafleet_serve_requests_in_flight``: completion requests being served.
+    """
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.in_flight = 0
+        self.requests: Counter[tuple[str, int]] = Counter()
+        self.retries: Counter[str] = Counter({"replica_failed": 0, "adapter_missing": 0})
+        self.buckets: dict[str, list[int]] = {}
+        self.sums: dict[str, float] = {}
+        registry.register(self)
+
+    def answered(self, route: str, status: int, seconds: float) -> None:
+        self.requests[route, status] += 1
+        counts = self.buckets.get(route)
+        if counts is None:
+            counts = self.buckets[route] = [0] * (len(BUCKETS) + 1)
+        counts[bisect.bisect_left(BUCKETS, seconds)] += 1
+        self.sums[route] = self.sums.get(route, 0.0) + seconds
+
+    def describe(self) -> list[Any]:
+        return []
+
+    def collect(self) -> list[Any]:
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
+
+        requests = CounterMetricFamily(
+            "lorafleet_serve_requests",
+            "Completion requests answered, by route and status (0: the client went away first)",
+            labels=["route", "status"],
+        )
+        for (route, status), count in sorted(self.requests.items()):
+            requests.add_metric([route, str(status)], count)
+        seconds = HistogramMetricFamily(
+            "lorafleet_serve_request_seconds",
+            "Completion requests, from arrival to the last byte relayed",
+            labels=["route"],
+        )
+        for route, counts in sorted(self.buckets.items()):
+            cumulative = list(itertools.accumulate(counts))
+            bounds = [*(repr(float(b)) for b in BUCKETS), "+Inf"]
+            seconds.add_metric([route], list(zip(bounds, cumulative, strict=True)), self.sums[route])
+        retries = CounterMetricFamily(
+            "lorafleet_serve_retries",
+            "Requests placed again: a replica failed before answering, or had lost the adapter",
+            labels=["reason"],
+        )
+        for reason, count in sorted(self.retries.items()):
+            retries.add_metric([reason], count)
+        in_flight = GaugeMetricFamily(
+            "lorafleet_serve_requests_in_flight", "Completion requests being served", value=self.in_flight
+        )
+        return [requests, seconds, retries, in_flight]
+
+
+def _model_of(raw: bytes) -> tuple[str, bool]:
+    """The ``model`` a completion's body names, and whether it asks for a stream."""
+    try:
+        body = json.loads(raw)
+    except ValueError:
+        raise RefusedError(400, "The body is not valid JSON", "invalid_json") from None
+    if not isinstance(body, dict):
+        raise RefusedError(400, "The body must be a JSON object", "invalid_request")
+    model = body.get("model")
+    if model is None:
+        raise RefusedError(400, "You must provide a model parameter.", "missing_model", param="model")
+    if not isinstance(model, str) or not model:
+        raise RefusedError(
+            400, "The model parameter must be a non-empty string", "invalid_model", param="model"
+        )
+    return model, body.get("stream") is True
+
+
+def _too_large(limit: int) -> RefusedError:
+    return RefusedError(
+        413, f"The request body is larger than this router takes ({limit} bytes)", "request_too_large"
+    )
+
+
+def _all_failed(tried: int) -> RefusedError:
+    return RefusedError(
+        502,
+        f"The request failed on {tried} replica{'s' if tried != 1 else ''}; try again later",
+        "replica_failed",
+        kind="server_error",
+    )
+
+
+async def _watch_for_disconnect(receive: Receive, scope: anyio.CancelScope, record: _Record) -> None:
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            if not record.answered:
+                record.end = "client_gone"
+                scope.cancel()
+            return
+
+
+async def _lifespan(receive: Receive, send: Send) -> None:
+    while True:
+        message = await receive()
+        if message["type"] == "lifespan.startup":
+            await send({"type": "lifespan.startup.complete"})
+        elif message["type"] == "lifespan.shutdown":
+            await send({"type": "lifespan.shutdown.complete"})
+            return
+
+
+__all__ = ["JSON", "Router"]

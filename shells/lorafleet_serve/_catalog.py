@@ -1,0 +1,76 @@
+"""Which adapters the router serves: names to folders, from a table and/or a directory root."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from ._config import ADAPTER_NAME, Config
+
+CONFIG_FILE = "adapter_config.json"
+
+
+class Catalog:
+    """The adapters a router can serve, by name: what the fleet's resolver and ``/v1/models`` read.
+
+    A name in the table is served from its folder. Under a root, a name is served when it is one path
+    component (no ``/``, no dot first) and the root has a folder of that name holding an
+    ``adapter_config.json``, looked up at each request: adapters added to the root are served at once,
+    and a name that reaches outside the root never resolves.
+    """
+
+    def __init__(self, config: Config) -> None:
+        self._paths = {name: os.path.abspath(path) for name, path in config.adapter_paths.items()}
+        self._models = dict(config.adapter_models)
+        # Absolute: a replica resolves a relative path against its own working directory.
+        self._root = config.adapter_root.absolute() if config.adapter_root is not None else None
+        self._found: dict[str, str] = {}
+        """Names whose folder was there: a warm request looks no further (a folder removed since
+        fails at its next load, as the adapter's fault)."""
+        models = {r.model for r in config.replicas}
+        default = config.adapter_model
+        if default is None and len(models) == 1:
+            default = next(iter(models))  # one base model: every adapter is its
+        self._default_model = default
+        self._route_model = config.adapter_model
+        self.bases = frozenset(models)
+
+    def path(self, name: str) -> str | None:
+        """The folder of adapter ``name``, or None when this router does not serve it."""
+        path = self._paths.get(name) or self._found.get(name)
+        if path is not None:
+            return path
+        root = self._root
+        if root is None or not ADAPTER_NAME.fullmatch(name):
+            return None
+        folder = root / name
+        if not (folder / CONFIG_FILE).is_file():
+            return None
+        path = self._found[name] = str(folder)
+        return path
+
+    def model(self, name: str) -> str | None:
+        """The base model a request for adapter ``name`` must go to (None: any replica's)."""
+        return self._models.get(name, self._route_model)
+
+    def parent(self, name: str) -> str | None:
+        """The base model ``/v1/models`` names as the adapter's parent, when it is known."""
+        return self._models.get(name, self._default_model)
+
+    def names(self) -> list[str]:
+        """Every adapter served now, sorted: the table's, and the root's folders that resolve."""
+        names = set(self._paths)
+        root = self._root
+        if root is not None:
+            try:
+                entries = list(root.iterdir())
+            except OSError:
+                entries = []
+            names.update(
+                e.name for e in entries if ADAPTER_NAME.fullmatch(e.name) and (e / CONFIG_FILE).is_file()
+            )
+        return sorted(names - self.bases)
+
+    @property
+    def root(self) -> Path | None:
+        return self._root

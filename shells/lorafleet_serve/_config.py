@@ -1,0 +1,460 @@
+"""What ``lorafleet serve`` is told: a TOML file and flags, checked into one ``Config``.
+
+Every mistake is a ``ConfigError`` whose message names the setting (``replicas[1].limit``, ``--pin``)
+and says what was expected; nothing here raises anything else for a bad value. Keys live in
+environment variables, which the config names: a key is never read from a file or a flag, so it can
+never land in a shell history, a process listing or a config repository.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+import tomllib
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import attrs
+
+from lorafleet import InvalidValueError
+from lorafleet_fleet import Replica
+
+DEFAULT_PORT = 8000
+DEFAULT_MAX_BODY_BYTES = 4 << 20
+"""4 MiB: a prompt of 100,000 tokens or so. Past the bound a request is answered 413, unread."""
+
+ADAPTER_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.\-]{0,127}")
+"""A name a directory root resolves: one path component, no dot first (so never ``..`` or hidden)."""
+
+ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+class ConfigError(Exception):
+    """The configuration is wrong; the message says which setting and how."""
+
+
+@attrs.frozen(kw_only=True)
+class ReplicaConfig:
+    """One vLLM replica as configured: its key is named (``api_key_env``), never given."""
+
+    id: str
+    url: str
+    model: str
+    limit: int
+    api_key_env: str | None = None
+
+
+@attrs.frozen(kw_only=True)
+class Config:
+    """Everything ``lorafleet serve`` runs with, checked (see ``check``); keys are resolved later.
+
+    Adapters come from a table (``adapter_paths``, name to folder, with an optional base model per
+    name in ``adapter_models``) and/or a directory root (an adapter is a folder of the root holding an
+    ``adapter_config.json``); the table wins where both name an adapter. ``adapter_model`` is the base
+    model of every adapter the table does not give one to (None: any replica's).
+    """
+
+    replicas: tuple[ReplicaConfig, ...]
+    adapter_root: Path | None = None
+    adapter_paths: Mapping[str, str] = attrs.field(factory=dict)
+    adapter_models: Mapping[str, str] = attrs.field(factory=dict)
+    adapter_model: str | None = None
+    pins: Mapping[str, int] = attrs.field(factory=dict)
+    prewarm: tuple[str, ...] = ()
+    host: str = "127.0.0.1"
+    port: int = DEFAULT_PORT
+    api_key_env: str | None = None
+    """The environment variable holding the key this router's own clients must send (None: no key)."""
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+    load_timeout: float = 120.0
+    listing_timeout: float = 5.0
+    listing_interval: float = 30.0
+    connect_timeout: float = 5.0
+    """Seconds to connect to a replica before it counts as failed and the request goes elsewhere."""
+    read_timeout: float = 600.0
+    """Seconds a replica may stay silent (before its answer starts, or between two chunks)."""
+    shutdown_timeout: float = 10.0
+    """Seconds running requests get to finish when the router is told to stop."""
+    headroom: int | None = None
+    """Adapters over its limit a replica may take when all it holds are in use (None: the fleet's default)."""
+    attempts: int = 3
+    """Replicas one request may try, for loads and for forwarding alike."""
+    max_connections: int = 1000
+    """Connections to one replica open at once (requests past it wait for one, up to the connect timeout)."""
+
+    @property
+    def models(self) -> dict[str, list[ReplicaConfig]]:
+        """Base model name to its replicas, in the order configured."""
+        by_model: dict[str, list[ReplicaConfig]] = {}
+        for replica in self.replicas:
+            by_model.setdefault(replica.model, []).append(replica)
+        return by_model
+
+
+# -- the TOML file ---------------------------------------------------------------------------------
+
+_TOP = {"server", "fleet", "timeouts", "adapters", "pins", "replicas"}
+_SERVER = {"host", "port", "api_key_env", "max_body_bytes", "max_connections"}
+_FLEET = {"headroom", "attempts", "prewarm"}
+_TIMEOUTS = {"load", "listing", "listing_interval", "connect", "read", "shutdown"}
+_ADAPTERS = {"root", "model", "paths"}
+_REPLICA = {"id", "url", "model", "limit", "api_key_env"}
+_SECRET_KEYS = {"api_key", "key", "token", "password"}
+_NO_SECRETS = (
+    "a key is never written in the configuration: put it in an environment variable and name that "
+    "variable with api_key_env"
+)
+
+
+def read_toml(path: Path) -> dict[str, Any]:
+    """The settings of a TOML file, in the keyword names of ``Config`` (not yet checked together).
+
+    Raises:
+        ConfigError: the file cannot be read, is not TOML, or has a setting of the wrong kind.
+    """
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ConfigError(
+            f"cannot read the configuration file {str(path)!r}: {exc.strerror or exc}"
+        ) from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"{path}: not a UTF-8 text file") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: not valid TOML: {exc}") from None
+    return settings_of(data, str(path), base=path.parent)
+
+
+def settings_of(data: Mapping[str, Any], source: str, *, base: Path | None = None) -> dict[str, Any]:
+    """``data`` (a parsed TOML document) as ``Config`` keyword arguments.
+
+    Args:
+        source: what messages name as the settings' origin (the file).
+        base: what relative adapter folders are relative to (the file's folder), if not the current one.
+    """
+    _known(data, _TOP, source, "")
+    out: dict[str, Any] = {}
+    server = _table(data, "server", source)
+    _known(server, _SERVER, source, "server.")
+    for key in ("host", "api_key_env"):
+        if key in server:
+            out[key] = _str(server[key], f"{source}: server.{key}")
+    for key in ("port", "max_body_bytes", "max_connections"):
+        if key in server:
+            out[key] = _int(server[key], f"{source}: server.{key}")
+    fleet = _table(data, "fleet", source)
+    _known(fleet, _FLEET, source, "fleet.")
+    for key in ("headroom", "attempts"):
+        if key in fleet:
+            out[key] = _int(fleet[key], f"{source}: fleet.{key}")
+    if "prewarm" in fleet:
+        names = fleet["prewarm"]
+        where = f"{source}: fleet.prewarm"
+        if not isinstance(names, list):
+            raise ConfigError(f"{where} must be a list of adapter names, not {_shown(names)}")
+        out["prewarm"] = tuple(_str(n, f"{where}[{i}]") for i, n in enumerate(names))
+    timeouts = _table(data, "timeouts", source)
+    _known(timeouts, _TIMEOUTS, source, "timeouts.")
+    for key, value in timeouts.items():
+        name = "listing_interval" if key == "listing_interval" else f"{key}_timeout"
+        out[name] = _seconds(value, f"{source}: timeouts.{key}")
+    adapters = _table(data, "adapters", source)
+    _known(adapters, _ADAPTERS, source, "adapters.")
+    if "root" in adapters:
+        out["adapter_root"] = _under(base, _str(adapters["root"], f"{source}: adapters.root"))
+    if "model" in adapters:
+        out["adapter_model"] = _str(adapters["model"], f"{source}: adapters.model")
+    if "paths" in adapters:
+        paths, models = _adapter_table(adapters["paths"], f"{source}: adapters.paths")
+        out["adapter_paths"] = {name: str(_under(base, path)) for name, path in paths.items()}
+        out["adapter_models"] = models
+    if "pins" in data:
+        pins = _table(data, "pins", source)
+        out["pins"] = {name: _int(copies, f"{source}: pins.{name}") for name, copies in pins.items()}
+    if "replicas" in data:
+        out["replicas"] = _replicas(data["replicas"], source)
+    return out
+
+
+def _under(base: Path | None, path: str) -> Path:
+    folder = Path(path).expanduser()
+    return folder if base is None or folder.is_absolute() else base / folder
+
+
+def _adapter_table(value: object, where: str) -> tuple[dict[str, str], dict[str, str]]:
+    if not isinstance(value, dict):
+        raise ConfigError(f"{where} must be a table of adapter name = folder, not {_shown(value)}")
+    paths: dict[str, str] = {}
+    models: dict[str, str] = {}
+    for name, entry in value.items():
+        if isinstance(entry, dict):
+            _known(entry, {"path", "model"}, where, f"{name}.")
+            if "path" not in entry:
+                raise ConfigError(f"{where}.{name} needs a path")
+            paths[name] = _str(entry["path"], f"{where}.{name}.path")
+            if "model" in entry:
+                models[name] = _str(entry["model"], f"{where}.{name}.model")
+        else:
+            paths[name] = _str(entry, f"{where}.{name}")
+    return paths, models
+
+
+def _replicas(value: object, source: str) -> tuple[ReplicaConfig, ...]:
+    if not isinstance(value, list) or not all(isinstance(v, dict) for v in value):
+        raise ConfigError(
+            f"{source}: replicas must be an array of tables ([[replicas]]), not {_shown(value)}"
+        )
+    out = []
+    for i, entry in enumerate(value):
+        where = f"{source}: replicas[{i}]"
+        _known(entry, _REPLICA, where, "")
+        for key in ("id", "url", "model", "limit"):
+            if key not in entry:
+                raise ConfigError(f"{where} needs {key}")
+        out.append(
+            ReplicaConfig(
+                id=_str(entry["id"], f"{where}.id"),
+                url=_str(entry["url"], f"{where}.url"),
+                model=_str(entry["model"], f"{where}.model"),
+                limit=_int(entry["limit"], f"{where}.limit"),
+                api_key_env=_str(entry["api_key_env"], f"{where}.api_key_env")
+                if "api_key_env" in entry
+                else None,
+            )
+        )
+    return tuple(out)
+
+
+def _table(data: Mapping[str, Any], key: str, source: str) -> dict[str, Any]:
+    value = data.get(key, {})
+    if not isinstance(value, dict):
+        raise ConfigError(f"{source}: {key} must be a table ([{key}]), not {_shown(value)}")
+    return value
+
+
+def _known(table: Mapping[str, Any], known: set[str], source: str, prefix: str) -> None:
+    for key in table:
+        if key in _SECRET_KEYS:
+            raise ConfigError(f"{source}: {prefix}{key}: {_NO_SECRETS}")
+        if key not in known:
+            raise ConfigError(
+                f"{source}: unknown setting {prefix}{key} (known here: {', '.join(sorted(known))})"
+            )
+
+
+# -- the flags ------------------------------------------------------------------------------------
+
+
+def replica_flag(text: str) -> ReplicaConfig:
+    """One ``--replica id=gpu-0,url=http://10.0.0.5:8000,model=llama,limit=4[,api_key_env=VAR]``."""
+    fields: dict[str, str] = {}
+    for part in text.split(","):
+        key, eq, value = part.partition("=")
+        key = key.strip()
+        if not eq:
+            raise ConfigError(f"--replica {text!r}: {part!r} is not key=value")
+        if key in _SECRET_KEYS:
+            raise ConfigError(f"--replica: {key}: {_NO_SECRETS}")
+        if key not in _REPLICA:
+            raise ConfigError(
+                f"--replica {text!r}: unknown field {key!r} (known: {', '.join(sorted(_REPLICA))})"
+            )
+        fields[key] = value.strip()
+    for key in ("id", "url", "model", "limit"):
+        if key not in fields:
+            raise ConfigError(f"--replica {text!r} needs {key}=")
+    try:
+        limit = int(fields["limit"])
+    except ValueError:
+        raise ConfigError(
+            f"--replica {text!r}: limit must be a whole number, not {fields['limit']!r}"
+        ) from None
+    return ReplicaConfig(
+        id=fields["id"],
+        url=fields["url"],
+        model=fields["model"],
+        limit=limit,
+        api_key_env=fields.get("api_key_env"),
+    )
+
+
+def pair_flag(flag: str, text: str) -> tuple[str, str]:
+    """``NAME=VALUE`` of a repeated flag such as ``--adapter sql=/adapters/sql``."""
+    name, eq, value = text.partition("=")
+    if not eq or not name.strip() or not value.strip():
+        raise ConfigError(f"{flag} {text!r}: expected NAME=VALUE")
+    return name.strip(), value.strip()
+
+
+# -- checking it all together -----------------------------------------------------------------------
+
+
+def build(settings: Mapping[str, Any]) -> Config:
+    """The ``Config`` of ``settings`` (file values overridden by flags), checked.
+
+    Raises:
+        ConfigError: a setting is out of range, or the settings contradict each other.
+    """
+    if not settings.get("replicas"):
+        raise ConfigError("no replicas: give at least one ([[replicas]] in the file, or --replica)")
+    try:
+        config = Config(**settings)
+    except TypeError as exc:  # a programming error in the caller, not the user's; keep it loud
+        raise AssertionError(f"unknown Config settings: {exc}") from exc
+    check(config)
+    return config
+
+
+def check(config: Config) -> None:
+    """Raise ConfigError unless ``config`` makes sense as a whole."""
+    ids: set[str] = set()
+    limits: dict[str, int] = {}
+    for i, replica in enumerate(config.replicas):
+        where = f"replicas[{i}] ({replica.id!r})" if replica.id else f"replicas[{i}]"
+        try:
+            Replica(id=replica.id, url=replica.url, model=replica.model, limit=replica.limit)
+        except InvalidValueError as exc:
+            raise ConfigError(f"{where}: {exc}") from None
+        if replica.id in ids:
+            raise ConfigError(f"{where}: the id {replica.id!r} is used twice; every replica needs its own")
+        ids.add(replica.id)
+        if replica.api_key_env is not None:
+            _env_name(replica.api_key_env, f"{where}.api_key_env")
+        known = limits.setdefault(replica.model, replica.limit)
+        if known != replica.limit:
+            raise ConfigError(
+                f"{where}: limit {replica.limit}, but another replica of {replica.model!r} has {known}: "
+                "a limit belongs to the model, give its replicas the same one"
+            )
+    models = set(limits)
+    if config.adapter_root is None and not config.adapter_paths:
+        raise ConfigError(
+            "no adapters: give a directory root (adapters.root, --adapters-root) or a table "
+            "of name = folder (adapters.paths, --adapter NAME=FOLDER)"
+        )
+    if config.adapter_root is not None and not config.adapter_root.is_dir():
+        raise ConfigError(f"adapters.root {str(config.adapter_root)!r} is not a directory")
+    for name, path in config.adapter_paths.items():
+        if not name:
+            raise ConfigError("adapters.paths: an adapter name is empty")
+        if name in models:
+            raise ConfigError(
+                f"adapters.paths.{name}: {name!r} is a base model's name; an adapter needs another"
+            )
+        if not path:
+            raise ConfigError(f"adapters.paths.{name}: the folder is empty")
+    for name, model in config.adapter_models.items():
+        if model not in models:
+            raise ConfigError(f"adapters.paths.{name}.model: no replica serves {model!r} ({_listed(models)})")
+    if config.adapter_model is not None and config.adapter_model not in models:
+        raise ConfigError(f"adapters.model: no replica serves {config.adapter_model!r} ({_listed(models)})")
+    for name, copies in config.pins.items():
+        if type(copies) is not int or copies < 1:
+            raise ConfigError(f"pins.{name}: copies must be a whole number of at least 1, not {copies!r}")
+        _adapter_known(config, name, f"pins.{name}")
+    for name in config.prewarm:
+        _adapter_known(config, name, f"fleet.prewarm {name!r}")
+    if not 0 <= config.port <= 65535:
+        raise ConfigError(f"server.port must be between 0 and 65535, not {config.port}")
+    if not config.host:
+        raise ConfigError("server.host is empty")
+    if config.api_key_env is not None:
+        _env_name(config.api_key_env, "server.api_key_env")
+    for name, value, least in (
+        ("server.max_body_bytes", config.max_body_bytes, 1),
+        ("server.max_connections", config.max_connections, 1),
+        ("fleet.attempts", config.attempts, 1),
+    ):
+        if value < least:
+            raise ConfigError(f"{name} must be at least {least}, not {value}")
+    if config.headroom is not None and config.headroom < 0:
+        raise ConfigError(f"fleet.headroom must be 0 or more, not {config.headroom}")
+    for name, seconds in (
+        ("timeouts.load", config.load_timeout),
+        ("timeouts.listing", config.listing_timeout),
+        ("timeouts.listing_interval", config.listing_interval),
+        ("timeouts.connect", config.connect_timeout),
+        ("timeouts.read", config.read_timeout),
+        ("timeouts.shutdown", config.shutdown_timeout),
+    ):
+        if not 0 < seconds < math.inf:
+            raise ConfigError(f"{name} must be a positive number of seconds, not {seconds!r}")
+
+
+def _adapter_known(config: Config, name: str, where: str) -> None:
+    if name in config.adapter_paths:
+        return
+    root = config.adapter_root
+    if root is not None and ADAPTER_NAME.fullmatch(name) and (root / name / "adapter_config.json").is_file():
+        return
+    raise ConfigError(f"{where}: no adapter of that name in adapters.paths or under adapters.root")
+
+
+def _env_name(name: str, where: str) -> None:
+    if not ENV_NAME.fullmatch(name):
+        raise ConfigError(f"{where} must name an environment variable (letters, digits, _), not {name!r}")
+
+
+def _listed(models: set[str]) -> str:
+    return "the replicas serve " + ", ".join(repr(m) for m in sorted(models))
+
+
+# -- keys, from the environment ------------------------------------------------------------------
+
+
+def resolve(config: Config, environ: Mapping[str, str] | None = None) -> tuple[list[Replica], str | None]:
+    """The replicas with their keys read from ``environ``, and this router's own clients' key.
+
+    Raises:
+        ConfigError: a variable the configuration names is unset or empty.
+    """
+    env = os.environ if environ is None else environ
+
+    def key(name: str | None, where: str) -> str | None:
+        if name is None:
+            return None
+        value = env.get(name)
+        if not value:
+            state = "empty" if value == "" else "not set"
+            raise ConfigError(f"{where} names the environment variable {name}, which is {state}")
+        return value
+
+    replicas = [
+        Replica(
+            id=r.id,
+            url=r.url,
+            model=r.model,
+            limit=r.limit,
+            api_key=key(r.api_key_env, f"replica {r.id!r}'s api_key_env"),
+        )
+        for r in config.replicas
+    ]
+    return replicas, key(config.api_key_env, "server.api_key_env")
+
+
+# -- small checks -----------------------------------------------------------------------------------
+
+
+def _shown(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _str(value: object, where: str) -> str:
+    if not isinstance(value, str):
+        raise ConfigError(f"{where} must be a string, not {_shown(value)}")
+    return value
+
+
+def _int(value: object, where: str) -> int:
+    if type(value) is not int:
+        raise ConfigError(f"{where} must be a whole number, not {_shown(value)}")
+    return value
+
+
+def _seconds(value: object, where: str) -> float:
+    if type(value) not in (int, float) or not 0 < value < math.inf:  # type: ignore[operator]
+        raise ConfigError(f"{where} must be a positive number of seconds, not {_shown(value)}")
+    return float(value)  # type: ignore[arg-type]

@@ -1,0 +1,257 @@
+"""``lorafleet serve``: the reference router on the command line."""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import logging
+import math
+import os
+import signal
+import sys
+from pathlib import Path
+from typing import Any
+
+import anyio
+
+from ._config import Config, ConfigError, build, pair_flag, read_toml, replica_flag, resolve
+from ._server import ListenError, RouterServer
+
+PROG = "lorafleet serve"
+DESCRIPTION = """\
+An OpenAI-compatible router in front of vLLM replicas: each completion goes to a replica that holds
+the adapter its "model" names, loaded there first if need be. Settings come from a TOML file
+(--config) and flags; a flag replaces the file's value of the same setting (a repeated flag, the
+file's whole list). Keys are read from environment variables the settings name, never from a flag.
+"""
+log = logging.getLogger("lorafleet.serve")
+
+EXAMPLE = """\
+example:
+  export VLLM_KEY=...            # the replicas' --api-key, if they have one
+  lorafleet serve --replica id=gpu-0,url=http://10.0.0.5:8000,model=llama,limit=4,api_key_env=VLLM_KEY \\
+                  --adapters-root /srv/adapters --port 8000
+
+The same as a file (lorafleet serve --config router.toml):
+  [server]
+  host = "127.0.0.1"
+  port = 8000
+  # api_key_env = "ROUTER_KEY"   # clients must then send Authorization: Bearer $ROUTER_KEY
+
+  [[replicas]]
+  id = "gpu-0"
+  url = "http://10.0.0.5:8000"
+  model = "llama"
+  limit = 4
+  api_key_env = "VLLM_KEY"
+
+  [adapters]
+  root = "/srv/adapters"         # or a table: [adapters.paths] sql = "/srv/adapters/sql"
+
+  [pins]
+  sql = 2                        # keep "sql" loaded on two replicas
+
+  [fleet]
+  prewarm = ["chat"]             # loaded before the router takes requests
+  # attempts = 3, headroom = ...
+
+  [timeouts]                     # seconds: load, listing, listing_interval, connect, read, shutdown
+  load = 120
+"""
+
+
+def _whole(least: int) -> Any:
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+        if value < least:
+            raise argparse.ArgumentTypeError(f"must be at least {least}, not {value}")
+        return value
+
+    return parse
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if not 0 < value < math.inf:
+        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, not {text}")
+    return value
+
+
+class _NoKeyHere(argparse.Action):
+    """``--api-key``: refused without echoing its value, which would then sit in a log or a terminal."""
+
+    def __call__(self, parser: argparse.ArgumentParser, *args: Any, **kwargs: Any) -> None:
+        parser.error(
+            "a key is never given on the command line: put it in an environment variable and name "
+            "the variable with --api-key-env (or api_key_env= in --replica)"
+        )
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog=PROG,
+        description=DESCRIPTION,
+        epilog=EXAMPLE,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        # Abbreviations off: "--api-key sk-..." must not pass for --api-key-env and put a key in a message.
+        allow_abbrev=False,
+    )
+    add = p.add_argument
+    add("--config", metavar="FILE", type=Path, help="a TOML file of settings (see the example below)")
+    add(
+        "--replica",
+        metavar="SPEC",
+        action="append",
+        help="a vLLM replica: id=ID,url=URL,model=MODEL,limit=N[,api_key_env=VAR] (repeat for each)",
+    )
+    add("--adapters-root", metavar="DIR", type=Path, help="serve every adapter folder under DIR, by its name")
+    add("--adapter", metavar="NAME=FOLDER", action="append", help="serve one adapter (repeatable)")
+    add(
+        "--adapter-model", metavar="MODEL", help="the base model of the adapters, when replicas serve several"
+    )
+    add("--pin", metavar="NAME=COPIES", action="append", help="keep an adapter loaded on COPIES replicas")
+    add("--prewarm", metavar="NAME", action="append", help="load an adapter before taking requests")
+    add("--host", help="address to listen on (default 127.0.0.1)")
+    add("--port", type=_whole(0), help="port to listen on (default 8000; 0 for a free one)")
+    add("--api-key-env", metavar="VAR", help="environment variable holding the key clients must send")
+    add("--api-key", nargs="?", action=_NoKeyHere, help=argparse.SUPPRESS)
+    add("--max-body-bytes", metavar="N", type=_whole(1), help="largest request body taken (default 4 MiB)")
+    add("--max-connections", metavar="N", type=_whole(1), help="connections to each replica at once (1000)")
+    add("--attempts", metavar="N", type=_whole(1), help="replicas one request may try (default 3)")
+    add("--headroom", metavar="N", type=_whole(0), help="adapters over its limit a busy replica may take")
+    for name, default in (
+        ("load", 120),
+        ("listing", 5),
+        ("connect", 5),
+        ("read", 600),
+        ("shutdown", 10),
+    ):
+        add(f"--{name}-timeout", metavar="S", type=_seconds, help=f"seconds (default {default})")
+    add("--listing-interval", metavar="S", type=_seconds, help="seconds between listings (default 30)")
+    add(
+        "--runtime",
+        choices=["asyncio", "trio"],
+        default="asyncio",
+        help="the event loop to run on (default asyncio)",
+    )
+    add("--log-level", choices=["DEBUG", "INFO", "WARNING", "ERROR"], default="INFO", help="(default INFO)")
+    add("--check", action="store_true", help="check the settings and the keys' variables, then exit")
+    return p
+
+
+def config_of(args: argparse.Namespace) -> Config:
+    """The ``Config`` the file and the flags make together.
+
+    Raises:
+        ConfigError: a setting is wrong.
+    """
+    settings: dict[str, Any] = read_toml(args.config) if args.config is not None else {}
+    if args.replica:
+        settings["replicas"] = tuple(replica_flag(spec) for spec in args.replica)
+    if args.adapters_root is not None:
+        settings["adapter_root"] = args.adapters_root
+    if args.adapter:
+        pairs = (pair_flag("--adapter", text) for text in args.adapter)
+        settings["adapter_paths"] = {name: os.path.abspath(folder) for name, folder in pairs}
+        settings["adapter_models"] = {}
+    if args.pin:
+        pins = {}
+        for text in args.pin:
+            name, copies = pair_flag("--pin", text)
+            try:
+                pins[name] = int(copies)
+            except ValueError:
+                raise ConfigError(f"--pin {text!r}: COPIES must be a whole number") from None
+        settings["pins"] = pins
+    if args.prewarm:
+        settings["prewarm"] = tuple(args.prewarm)
+    for flag, key in (
+        ("adapter_model", "adapter_model"),
+        ("host", "host"),
+        ("port", "port"),
+        ("api_key_env", "api_key_env"),
+        ("max_body_bytes", "max_body_bytes"),
+        ("max_connections", "max_connections"),
+        ("attempts", "attempts"),
+        ("headroom", "headroom"),
+        ("load_timeout", "load_timeout"),
+        ("listing_timeout", "listing_timeout"),
+        ("listing_interval", "listing_interval"),
+        ("connect_timeout", "connect_timeout"),
+        ("read_timeout", "read_timeout"),
+        ("shutdown_timeout", "shutdown_timeout"),
+    ):
+        value = getattr(args, flag)
+        if value is not None:
+            settings[key] = value
+    return build(settings)
+
+
+def main(argv: list[str]) -> int:
+    """Run ``lorafleet serve`` with the flags after ``serve``; returns the exit status."""
+    args = parser().parse_args(argv)
+    try:
+        config = config_of(args)
+        resolve(config)  # every key's variable is set, or say so now rather than at the first request
+    except ConfigError as exc:
+        sys.stderr.write(f"{PROG}: error: {exc}\n")
+        return 2
+    if args.check:
+        sys.stdout.write(summary(config) + "\n")
+        return 0
+    if args.runtime == "trio" and importlib.util.find_spec("trio") is None:
+        sys.stderr.write(f"{PROG} --runtime trio needs trio: pip install 'lorafleet[serve,trio]'\n")
+        return 2
+    logging.basicConfig(
+        level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr
+    )
+    if args.log_level != "DEBUG":
+        # httpx logs every request it makes at INFO: the router's own line per request says more.
+        logging.getLogger("httpx").setLevel(logging.WARNING)
+    try:
+        anyio.run(_serve, config, backend=args.runtime)
+    except ListenError as exc:
+        sys.stderr.write(f"{PROG}: error: {exc}\n")
+        return 1
+    return 0
+
+
+def summary(config: Config) -> str:
+    """One line on what ``config`` serves, for ``--check`` and the start-up log."""
+    models = config.models
+    replicas = ", ".join(f"{len(rs)} of {model!r}" for model, rs in models.items())
+    sources = []
+    if config.adapter_paths:
+        sources.append(f"{len(config.adapter_paths)} named")
+    if config.adapter_root is not None:
+        sources.append(f"those under {str(config.adapter_root)!r}")
+    extras = []
+    if config.pins:
+        extras.append(f"{len(config.pins)} pinned")
+    if config.prewarm:
+        extras.append(f"{len(config.prewarm)} to prewarm")
+    key = f", clients' key from ${config.api_key_env}" if config.api_key_env else ", no key for clients"
+    return (
+        f"replicas: {replicas}; adapters: {' and '.join(sources)}"
+        f"{' (' + ', '.join(extras) + ')' if extras else ''}; listening on {config.host}:{config.port}{key}"
+    )
+
+
+async def _serve(config: Config) -> None:
+    with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        async with RouterServer(config) as server:
+            log.info("lorafleet serve: %s", summary(config))
+            log.info("lorafleet serve: ready on %s (Ctrl-C stops it)", server.url)
+            async for signum in signals:
+                log.info(
+                    "lorafleet serve: %s: stopping; running requests get %g s",
+                    signal.Signals(signum).name,
+                    config.shutdown_timeout,
+                )
+                break
