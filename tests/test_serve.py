@@ -424,7 +424,8 @@ async def test_requests_the_router_answers_itself(
         answer = await client.request(method, path, content=content)
     assert answer.status_code == status
     assert error_of(answer)["code"] == code
-    assert [c.path for c in standin.app.calls] == ["/v1/models"]  # the fleet's listing, nothing else
+    # The fleet's listing and its reading of the running gauge ([elsewhere]): nothing was forwarded.
+    assert {c.path for c in standin.app.calls} <= {"/v1/models", "/metrics"}
 
 
 @pytest.mark.anyio
