@@ -243,6 +243,8 @@ class Findings:
     """The most adapters an engine held, sampled as each load came."""
     loads: int
     unloads: int
+    unloads_of_nothing: int
+    """Unloads of an adapter the engine did not have (another router's unload, or a restart, was first)."""
 
 
 def findings(engines: dict[str, list[Call]], routers: list[dict[str, Any]]) -> Findings:
@@ -250,7 +252,7 @@ def findings(engines: dict[str, list[Call]], routers: list[dict[str, Any]]) -> F
     named: list[str] = []
     unmatched: list[str] = []
     strange: list[str] = []
-    under = after = max_held = loads = unloads = 0
+    under = after = max_held = loads = unloads = nothing = 0
     by_router = {result["router"]: result for result in routers}
     for rid, calls in engines.items():
         for call in calls:
@@ -269,6 +271,7 @@ def findings(engines: dict[str, list[Call]], routers: list[dict[str, Any]]) -> F
             for call in (c for c in mine if c.path == "/v1/unload_lora_adapter"):
                 unloads += 1
                 adapter = call.body["lora_name"]
+                nothing += adapter not in call.registered
                 readings = decided.get(adapter, [])
                 if seen[adapter] >= len(readings):
                     unmatched.append(f"{router} unloaded {adapter} on {rid} with no decision")
@@ -292,7 +295,7 @@ def findings(engines: dict[str, list[Call]], routers: list[dict[str, Any]]) -> F
                     strange.append(f"{router} read {reading} on {rid}, which the gauge never said then")
                     break
                 at += 1
-    return Findings(under, named, after, unmatched, strange, max_held, loads, unloads)
+    return Findings(under, named, after, unmatched, strange, max_held, loads, unloads, nothing)
 
 
 def hold_completions(server: Any, holds: Sequence[float]) -> None:

@@ -78,7 +78,8 @@ def check(found: Findings, routers: list[dict[str, Any]], seed: int) -> None:
     completed = sum(result["outcomes"].get("completed", 0) for result in routers)
     named = sum(bool(reading) for result in routers for r in result["readings"].values() for reading in r)
     print(
-        f"seed {seed}: {found.loads} loads, {found.unloads} unloads, {found.under_running} on a running "
+        f"seed {seed}: {found.loads} loads, {found.unloads} unloads ({found.unloads_of_nothing} of nothing), "
+        f"{found.under_running} on a running "
         f"request: {len(found.named)} named by the last reading, {found.after_reading} started after it; "
         f"most held {found.max_held} (README {README_BOUND}, bound {BOUND}); "
         f"{completed} completed, {named} readings named adapters; "
