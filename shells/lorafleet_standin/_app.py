@@ -39,6 +39,10 @@ class Call:
     body: Any
     """The JSON body, or None."""
     authorization: str | None
+    running: tuple[str, ...] = ()
+    """The adapters with completions in flight when the call came, in the order they started."""
+    registered: tuple[str, ...] = ()
+    """The adapters registered when the call came, in registration order."""
 
 
 class VllmStandIn:
@@ -182,8 +186,11 @@ class VllmStandIn:
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
         body = json_or_none(raw)
         route = ROUTES.get(path)
+        engine = self._engine
+        # What the engine has when the call comes: what an unload lands on, what a load adds to.
+        running, registered = engine.running(), tuple(engine.adapters)
         with self._calls_lock:
-            self._calls.append(Call(method, path, body, headers.get("authorization")))
+            self._calls.append(Call(method, path, body, headers.get("authorization"), running, registered))
             self._calls_lock.notify_all()
             misbehaviour = self._misbehaviours.take(route) if route else None
         if path in ("/health", "/ping"):
@@ -212,7 +219,6 @@ class VllmStandIn:
         if method != expected:
             await respond_json(send, 405, {"detail": "Method Not Allowed"})
             return
-        engine = self._engine
         if route == "models":
             await respond_json(send, 200, _lora.listing(engine))
         elif route == "load":

@@ -102,6 +102,11 @@ class Engine:
                 del self._running[adapter]
             self._step()
 
+    def running(self) -> tuple[str, ...]:
+        """The adapters with completions in flight, in the order first seen."""
+        with self._lock:
+            return tuple(name for name in self._running if name is not None)
+
     def running_series(self) -> list[tuple[tuple[str, ...], float]]:
         """``vllm:lora_requests_info``'s series: (adapters, when last current), in the order first seen.
 
