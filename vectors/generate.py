@@ -176,6 +176,9 @@ class Run:
         kinds = sorted({type(c).__name__ for c in commands})
         if tag != "setup":
             self.tags.append(f"{tag}->{'+'.join(kinds) or 'nothing'}")
+            failed_on = {self.requests[c.ticket][0] for c in commands if isinstance(c, Fail)}
+            if tag == "replicas removed" and len(failed_on) > 1:
+                self.tags.append("replicas removed with waiters on several")
             for rid, rep in after.replicas.items():
                 old = before.replicas.get(rid)
                 if old is not None and tag.startswith("listing"):
@@ -233,10 +236,11 @@ class Run:
             self.send(lambda: m.release(ticket), "release")
             self.send(lambda: m.adapter_missing(replica=replica, adapter=adapter), "adapter missing")
         elif kind == "remove" and self.active:
-            replica = sorted(self.active)[a % len(self.active)]
-            self.active.discard(replica)
-            self.granted = [g for g in self.granted if g[1] != replica]
-            self.send(lambda: m.remove_replicas([replica]), "replicas removed")
+            # An odd b removes every replica in use at once: their waiters fail together, in ticket order.
+            ids = sorted(self.active) if b % 2 else [sorted(self.active)[a % len(self.active)]]
+            self.active -= set(ids)
+            self.granted = [g for g in self.granted if g[1] not in ids]
+            self.send(lambda: m.remove_replicas(ids), "replicas removed")
         elif kind == "add" and len(self.active) < len(REPLICAS):
             replica = sorted(set(REPLICAS) - self.active)[0]
             self.active.add(replica)
