@@ -102,9 +102,12 @@ def test_belady_with_fixed_capacity_is_the_textbook_figure() -> None:
 
 
 def run(workload: Workload, fleet: Fleet, policy: str = "round-robin") -> Simulation:
+    return run_figures(workload, fleet, policy)[0]
+
+
+def run_figures(workload: Workload, fleet: Fleet, policy: str) -> tuple[Simulation, ls.Figures]:
     simulation = Simulation(workload, fleet, POLICIES[policy], check=True)
-    simulation.run()
-    return simulation
+    return simulation, simulation.run()
 
 
 def test_replica_runs_at_most_c_first_come_first_served_after_the_load() -> None:
@@ -159,6 +162,73 @@ def test_several_routers_meet_through_404s_and_listings() -> None:
     figures = s.run()
     assert figures.missing > 0  # another router's eviction, seen by a forwarded request
     assert all(start >= arrival for start, arrival in zip(s.started, w.times, strict=True))
+
+
+# Router B (1) runs x for a long time on the one replica; router A (0) lists the replica at t=1 and
+# t=2 (x held, idle as far as A knows), then at t=2.5 is asked for y with the replica at its limit.
+UNDER_B = Workload(times=(0.0, 2.5), adapters=("x", "y"), durations=(100.0, 1.0), routers=(1, 0))
+UNDER_B_FLEET = Fleet(replicas=1, limit=1, concurrency=4, load_time=0.1, routers=2, listing_interval=1.0)
+
+
+def test_without_the_running_report_a_router_unloads_under_anothers_request() -> None:
+    s, figures = run_figures(UNDER_B, UNDER_B_FLEET, "lorafleet")
+    # A evicts x, the only adapter its listing showed, while B's request runs on it.
+    assert s.evictions == 1
+    assert figures.unloads_under_others == 1
+    assert figures.unloads_under_own == 0
+    assert s.started == [0.1, 2.6]
+
+
+def test_with_the_running_report_it_goes_over_the_limit_instead() -> None:
+    s, figures = run_figures(UNDER_B, attrs.evolve(UNDER_B_FLEET, read_running=True), "lorafleet")
+    # A's last report named x (B's request on it): no victim, so y's load goes over the limit.
+    assert s.evictions == 0
+    assert figures.unloads_under_others == figures.unloads_under_own == 0
+    assert figures.held_max == 2
+    assert s.started == [0.1, 2.6]
+
+
+@pytest.mark.parametrize("read_running", [False, True])
+def test_an_unload_under_a_routers_own_forgotten_request_is_counted_as_its_own(read_running: bool) -> None:
+    # A (0) runs x to t=10.1. Without the report, B (1) evicts x at t=1.5 for z (its listing at t=1
+    # showed x, idle for all B knows); A's listing at t=2 no longer names x, so A forgets it, lease
+    # and all; A loads x again for its request at t=2.5 and evicts that copy at t=3.5 for w, under
+    # its own first request, still running. With the report B keeps x and A never forgets it.
+    w = Workload(
+        times=(0.0, 0.5, 1.5, 2.5, 3.5),
+        adapters=("x", "y", "z", "x", "w"),
+        durations=(10.0, 0.1, 0.1, 0.1, 0.1),
+        routers=(0, 1, 1, 0, 0),
+    )
+    fleet = attrs.evolve(UNDER_B_FLEET, read_running=read_running)
+    figures = run_figures(w, fleet, "lorafleet")[1]
+    expected = 0 if read_running else 1
+    assert figures.unloads_under_others == figures.unloads_under_own == expected
+    assert figures.loads == 4 + expected  # x again, without the report
+
+
+@pytest.mark.parametrize("read_running", [False, True])
+def test_several_routers_count_unloads_under_requests(read_running: bool) -> None:
+    w = Synthetic(
+        adapters=30, skew=1.0, rate=30.0, service=0.5, requests=2000, routers=3, replicas=4
+    ).generate(2)
+    fleet = Fleet(
+        replicas=4,
+        limit=3,
+        concurrency=4,
+        load_time=0.2,
+        routers=3,
+        listing_interval=5.0,
+        read_running=read_running,
+    )
+    figures = Simulation(w, fleet, POLICIES["lorafleet"], check=True).run()
+    alone = Simulation(
+        attrs.evolve(w, routers=(0,) * len(w)), attrs.evolve(fleet, routers=1), POLICIES["lorafleet"]
+    ).run()
+    assert figures.unloads_under_others > 0  # a sample misses requests started after it
+    assert alone.unloads_under_others == 0
+    assert alone.unloads_under_own == 0
+    assert figures.requests == 2000
 
 
 @pytest.mark.parametrize("policy", list(POLICIES))
