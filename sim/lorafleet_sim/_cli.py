@@ -120,6 +120,15 @@ def parser() -> argparse.ArgumentParser:
         ),
     )
     p.add_argument(
+        "--read-cold",
+        action=argparse.BooleanOptionalAction,
+        default=False,
+        help=(
+            "before each request that is not a hit, the router also reads and reports which adapters "
+            "have requests on the replica chosen for it (a step the Fleet does not take; default: off)"
+        ),
+    )
+    p.add_argument(
         "--headroom",
         type=_headroom,
         default=None,
@@ -234,6 +243,7 @@ def _fleet(args: argparse.Namespace, limit: int) -> Fleet:
         overflow=args.overflow,
         half_life=args.half_life,
         read_running=args.read_running,
+        read_cold=args.read_cold,
     )
 
 
@@ -319,6 +329,7 @@ def report(
         + (f", {args.restarts} replica restarts" if args.restarts else "")
         + (f", {args.routers} routers listing every {args.listing_interval:g} s" if args.routers > 1 else "")
         + (", each reading which adapters run after each listing" if args.read_running else "")
+        + (", and before each request that is not a hit" if args.read_cold else "")
         + _settings(args)
         + f"; seeds {args.seed}..{args.seed + args.seeds - 1}, figures are means over the seeds.",
         "",

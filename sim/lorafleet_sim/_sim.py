@@ -17,7 +17,9 @@ out every command at once, as a shell would) and the engines:
 - the engine knows which adapters have requests running or waiting in its queue, from every router
   (vLLM's ``vllm:lora_requests_info``); with ``read_running``, each router reads that set right
   after each of its listings of the replica, answered at once like the listing, and reports it as
-  ``RunningReported``, as ``Fleet(read_running=True)`` does;
+  ``RunningReported``, as ``Fleet(read_running=True)`` does; with ``read_cold`` it also reads and
+  reports the chosen replica's set before each request that is not a hit (a step the Fleet does not
+  take: this measures what it would pay);
 - a restart empties the engine; loads in flight there fail (a replica fault: the waiters are routed
   again).
 
@@ -85,6 +87,8 @@ class Fleet:
             [evict]); its ``concurrency`` is the replicas'.
         read_running: after each listing of a replica, each router also reads which adapters have
             requests on it, from any router, and reports them ([elsewhere]); False: listings only.
+        read_cold: before each request that is not a hit, the router also reads which adapters
+            have requests on the replica chosen for it, and reports them, before the request.
         settings: any other machine settings, by name, passed to every router's machine.
     """
 
@@ -98,6 +102,7 @@ class Fleet:
     overflow: int = lorafleet.DEFAULT_OVERFLOW
     half_life: int = lorafleet.DEFAULT_HALF_LIFE
     read_running: bool = False
+    read_cold: bool = False
     settings: Mapping[str, Any] = attrs.field(factory=dict)
 
     def machine(self, policy: Policy) -> AdapterStateMachine:
@@ -151,6 +156,8 @@ class Figures:
     """Unloads of an adapter another router had requests running or waiting on, on that replica."""
     unloads_under_own: int = 0
     """Unloads of an adapter the unloading router itself had requests running or waiting on there."""
+    reads: int = 0
+    """Readings of a replica's running adapters (``read_running`` and ``read_cold``)."""
 
     def per_1k(self, count: int) -> float:
         return 1000.0 * count / self.requests if self.requests else 0.0
@@ -267,6 +274,7 @@ class Simulation:
         self.deferred = 0
         self.unloads_under_others = 0
         self.unloads_under_own = 0
+        self.reads = 0
 
     # -- the loop ------------------------------------------------------------------------------
 
@@ -349,6 +357,8 @@ class Simulation:
             self.hits += 1
             self._forward(attempt)
         else:
+            if self.fleet.read_cold:
+                self._read_running(router, engine)
             self._commands(
                 router, m.handle(Requested(ticket=ticket, replica=engine.id, adapter=adapter, path=adapter))
             )
@@ -447,11 +457,7 @@ class Simulation:
                     router.view.machine.handle(ListingReceived(listing=command.listing, adapters=listed)),
                 )
                 if self.fleet.read_running:
-                    running = tuple(sorted(engine.requests))
-                    self._commands(
-                        router,
-                        router.view.machine.handle(RunningReported(replica=engine.id, adapters=running)),
-                    )
+                    self._read_running(router, engine)
             elif kind is Fail:
                 assert isinstance(command, Fail)
                 attempt = router.attempts.pop(command.ticket)
@@ -459,6 +465,14 @@ class Simulation:
                 self.failed += 1
                 self._retry(attempt)
             # MarkMet asks nothing of a shell that never waits for a replica to be met.
+
+    def _read_running(self, router: _Router, engine: _Engine) -> None:
+        """The router reads which adapters have requests on ``engine`` and reports them."""
+        self.reads += 1
+        running = tuple(sorted(engine.requests))
+        self._commands(
+            router, router.view.machine.handle(RunningReported(replica=engine.id, adapters=running))
+        )
 
     def _issue_load(self, router: _Router, command: IssueLoad) -> None:
         engine = self.engine_by_id[command.replica]
@@ -573,6 +587,7 @@ class Simulation:
             copies=self.copies,
             unloads_under_others=self.unloads_under_others,
             unloads_under_own=self.unloads_under_own,
+            reads=self.reads,
         )
 
 
