@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import itertools
 import random
 from collections.abc import Sequence
@@ -29,6 +30,7 @@ from lorafleet import (
 )
 from lorafleet_sim import POLICIES, VARIANTS, Fleet, Simulation, Synthetic, Workload
 
+SIM = Path(__file__).resolve().parent.parent / "sim"
 SMALL = Synthetic(adapters=30, skew=1.0, rate=30.0, service=0.5, requests=1500, replicas=4)
 SMALL_FLEET = Fleet(replicas=4, limit=3, concurrency=4, load_time=0.2)
 
@@ -330,6 +332,32 @@ def test_the_cap_bounds_what_an_engine_holds(headroom: int) -> None:
 
 
 # -- traces and flags --------------------------------------------------------------------------
+
+
+def test_the_running_reads_are_flags_and_columns(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["--requests", "600", "--replicas", "2", "--adapters", "12", "--rate", "10", "--routers", "2"]
+    assert ls.main([*argv, "--listing-interval", "2", "--read-running", "--read-cold"]) == 0
+    text = capsys.readouterr().out
+    assert (
+        "each reading which adapters run after each listing, and before each request that is not a hit"
+        in text
+    )
+    assert "| unloads under others | under own |" in text
+
+
+def test_several_routers_sweeps_counts_and_reads(capsys: pytest.CaptureFixture[str]) -> None:
+    spec = importlib.util.spec_from_file_location("several_routers", SIM / "several_routers.py")
+    assert spec is not None
+    assert spec.loader is not None
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    argv = ["--requests", "600", "--replicas", "2", "--adapters", "12", "--rate", "10", "--counts", "1,2"]
+    assert script.main([*argv, "--listing-interval", "2"]) == 0
+    rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| lorafleet |")]
+    assert [row.split(" | ")[1:3] for row in rows] == [
+        [str(routers), mode] for routers in (1, 2) for mode in ("off", "listing", "listing+cold")
+    ]
+    assert rows[0].split(" | ")[4] == "1.000"  # one router, listings only: the exact view
 
 
 def test_a_trace_file_runs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
