@@ -277,6 +277,12 @@ def test_every_policy_runs_the_real_machine_with_the_fleets_settings_and_its_own
         )
 
 
+def test_any_other_machine_setting_reaches_every_routers_machine() -> None:
+    fleet = Fleet(replicas=4, limit=3, concurrency=4, load_time=0.2, routers=2, settings={"refusal": 7.0})
+    simulation = Simulation(SMALL.generate(1), fleet, POLICIES["lorafleet"])
+    assert [router.view.machine._refusal for router in simulation.routers] == [7.0, 7.0]
+
+
 def test_lorafleet_sends_each_request_where_the_machine_places_it() -> None:
     asked: list[tuple[str, str | None]] = []
     real = AdapterStateMachine.place
