@@ -267,6 +267,23 @@ async def test_a_forwarded_request_without_an_answer_makes_placement_avoid_the_r
         quiet(fleet)
 
 
+async def test_a_replica_failing_traffic_without_a_lease_is_avoided_too(
+    fleet_type: type[Fleet], serve: Callable[..., StandInServer], adapter_dir: Path
+) -> None:
+    """A base model's request holds no lease: ``fleet.replica_failed`` reports for it."""
+    servers = [serve(), serve()]
+    async with fleet_type(replicas=replicas(servers), adapters=adapter_dir) as fleet:
+        async with fleet.route("a0") as lease:
+            first = lease.replica
+        fleet.replica_failed(first, "ConnectError: refused")
+        fleet.replica_failed("nowhere", "a replica the fleet does not use changes nothing")
+        assert fleet.replica_statistics(first.id).failing_until is not None  # type: ignore[union-attr]
+        async with fleet.route("a0") as lease:
+            assert lease.replica != first
+            assert lease.how is How.LOADED
+        quiet(fleet)
+
+
 async def test_check_answer_forgets_an_adapter_the_replica_lost(
     fleet_type: type[Fleet], standin: StandInServer, adapter_dir: Path
 ) -> None:

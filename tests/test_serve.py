@@ -249,6 +249,24 @@ async def test_a_replica_killed_mid_run_sends_its_requests_elsewhere(serve: Serv
 
 @pytest.mark.anyio
 @pytest.mark.usefixtures("no_task_left_running")
+async def test_a_replica_failing_a_base_model_request_is_avoided(serve: Serve, adapter_dir: Path) -> None:
+    """Base-model requests hold no lease, yet a replica that fails them is reported and avoided."""
+    servers = [serve(), serve()]
+    async with routing(servers, adapter_dir) as (server, client):
+        await anyio.to_thread.run_sync(servers[0].stop)
+        # Equal replicas take turns, so one of two requests tries r0 first and is retried on r1.
+        answers = [await client.post("/v1/completions", json={"model": "tiny", **HELLO}) for _ in range(2)]
+        assert [(a.status_code, served_by(a)) for a in answers] == [(200, ("r1", "base"))] * 2
+        assert server.fleet.replica_statistics("r0").failing_until is not None  # type: ignore[union-attr]
+        health = await client.get("/health")
+        assert health.json() == {"status": "ok", "replicas": {"r0": "failing", "r1": "ok"}}
+        answer = await client.post("/v1/completions", json={"model": "tiny", **HELLO})
+        assert answer.headers["x-lorafleet-replica"] == "r1"
+        assert len(servers[1].app.calls_to("completions")) == 3
+
+
+@pytest.mark.anyio
+@pytest.mark.usefixtures("no_task_left_running")
 async def test_a_5xx_before_the_answer_begins_is_retried_on_another_replica(
     serve: Serve, adapter_dir: Path
 ) -> None:

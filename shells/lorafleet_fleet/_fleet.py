@@ -462,6 +462,17 @@ class Fleet:
         """
         self._send(AdapterMissing(replica=replica.id, adapter=adapter))
 
+    def replica_failed(self, replica: Replica | str, message: str = "") -> None:
+        """The replica gave a request no answer (refused, reset, timed out): placement avoids it for a
+        while ([health]), as after a failed load, until a listing or a load there succeeds.
+
+        For traffic that holds no lease, such as a base model's requests; from inside a lease's block,
+        ``lease.replica_failed()`` says the same. A replica the fleet does not use is ignored.
+        """
+        rid = replica if isinstance(replica, str) else replica.id
+        log.warning("replica %s gave a request no answer: %s", rid, message)
+        self._send(ReplicaFailed(replica=rid, message=message))
+
     def remove(self, replicas: Iterable[Replica | str]) -> None:
         """Stop using these replicas: requests waiting on them fail with ``ReplicaError``.
 

@@ -467,9 +467,7 @@ class Router:
         if lease is not None:
             lease.replica_failed(message)  # the fleet logs it
         else:
-            # A base-model request holds no lease; the fleet hears of the replica's trouble from its
-            # own calls (listings, loads), and this request tries the next replica.
-            log.warning("replica %s gave a forwarded request no answer: %s", replica.id, message)
+            self.fleet.replica_failed(replica, message)  # a base-model request holds no lease
 
     def _count_retry(self, reason: str) -> None:
         if self._metrics is not None:
