@@ -225,7 +225,7 @@ def test_reading_before_evicting_protects_a_request_started_after_the_listing(
     policy: str, before_evicting: bool
 ) -> None:
     fleet = attrs.evolve(AFTER_READING_FLEET, read_before_evicting=before_evicting)
-    s, figures = run_figures(AFTER_READING, fleet, policy)
+    figures = run_figures(AFTER_READING, fleet, policy)[1]
     # The listing's reading at t=1 named nothing; only a reading at t=1.6 sees B's request.
     assert figures.unloads_under_others == (0 if before_evicting else 1)
     assert figures.held_max == (2 if before_evicting else 1)
