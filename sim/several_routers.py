@@ -1,13 +1,15 @@
 """Several routers on one fleet, with and without the running report: one markdown table.
 
-Takes every option of ``lorafleet simulate`` (the workload, the fleet, ``--policy``, ``--seeds``;
-``--routers`` and ``--read-running`` are what it varies) and ``--counts``, the router counts to run.
-Each count runs three times on the same requests (each seed's stream is the same whatever the
-count; only which router a request reaches changes): with listings only (``off``); with each router
-also reading which adapters run after each listing, as ``Fleet(read_running=True)`` does
-(``listing``); and reading them also before each request that is not a hit (``listing+cold``, a
-step the Fleet does not take). "x exact" is a run's loads over those of one router with listings
-only, whose view of the engines is exact (nothing else changes them).
+Takes every option of ``lorafleet simulate`` (the workload, the fleet, ``--policy``, ``--seeds``,
+``--read-latency``; ``--routers``, ``--read-running`` and ``--read-before-evicting`` are what it
+varies) and ``--counts``, the router counts to run. Each count runs three times on the same requests
+(each seed's stream is the same whatever the count; only which router a request reaches changes):
+with listings only (``off``); with each router also reading which adapters run after each listing
+only (``listing``, the Fleet before it read before evicting); and reading them also before a cold
+request on a replica with no free slot and when a queue at a cap waits on an adapter the last
+reading named (``listing+evicting``: what ``Fleet(read_running=True)`` does). "x exact" is a run's
+loads over those of one router with listings only, whose view of the engines is exact (nothing else
+changes them).
 
     .venv/bin/python sim/several_routers.py --seeds 5 --counts 1,2,3,5 --out /tmp/routers.md
 """
@@ -27,8 +29,8 @@ from lorafleet_sim._sim import Figures, simulate
 
 PROG = "sim/several_routers.py"
 
-MODES = {"off": (False, False), "listing": (True, False), "listing+cold": (True, True)}
-"""How a router reads which adapters run: (``read_running``, ``read_cold``)."""
+MODES = {"off": (False, False), "listing": (True, False), "listing+evicting": (True, True)}
+"""How a router reads which adapters run: (``read_running``, ``read_before_evicting``)."""
 
 COLUMNS = (
     "policy",
@@ -74,8 +76,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         workloads = [_cli._workload(args, seed) for seed in seeds]
         fleet = _cli._fleet(args, args.limit)
         for name in names:
-            for mode, (read_running, read_cold) in MODES.items():
-                together = attrs.evolve(fleet, read_running=read_running, read_cold=read_cold)
+            for mode, (read_running, before_evicting) in MODES.items():
+                together = attrs.evolve(
+                    fleet, read_running=read_running, read_before_evicting=before_evicting
+                )
                 runs[name, routers, mode] = [
                     simulate(w, together, _cli.KNOWN[name], seed=s)
                     for s, w in zip(seeds, workloads, strict=True)
@@ -104,7 +108,9 @@ def report(
         f"Machine: {_cli._machine()}. Run time: {elapsed:.1f} s for {len(runs)} runs x {args.seeds} seed(s).",
         "",
         f"Fleet: {args.replicas} replicas of limit {args.limit} running {args.concurrency} requests at once, "
-        f"loads of {args.load:g} s, listings every {args.listing_interval:g} s{_cli._settings(args)}; "
+        f"loads of {args.load:g} s, listings every {args.listing_interval:g} s"
+        f"{_cli._latency(args)}"
+        f"{_cli._settings(args)}; "
         f"{next(iter(runs.values()))[0].requests} requests a run, "
         f"seeds {args.seed}..{args.seed + args.seeds - 1}.",
         "",

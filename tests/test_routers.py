@@ -9,6 +9,7 @@ import anyio
 import httpx
 import pytest
 
+from lorafleet import How, Placed
 from lorafleet_fleet import Fleet, Replica
 from lorafleet_standin import StandInServer
 
@@ -37,7 +38,7 @@ async def test_another_routers_running_adapter_is_not_evicted(
                     await a.sync_unknown([r])
                     if read_running:
                         await calls_reach(standin, "metrics", metrics_before + 1)
-                        await eventually(lambda: a._reported.get("r0", False))
+                        await eventually(lambda: bool(a._reported.get("r0")))
                     assert a.statistics().replicas["r0"].held == {"a0": 0}
                     async with a.acquire(r, "a1", str(adapter_dir / "a1")):
                         pass
@@ -67,3 +68,159 @@ async def test_a_replica_without_the_gauge_falls_back(
             pass
         assert [c.body["lora_name"] for c in server.app.calls_to("unload")] == ["a0"]
         assert "r0" not in fleet._reported
+        assert len(server.app.calls_to("metrics")) == 1  # not read again before the cold request
+
+
+def _unloaded(server: StandInServer) -> list[str]:
+    return [c.body["lora_name"] for c in server.app.calls_to("unload")]
+
+
+@pytest.mark.parametrize("routed", [False, True])
+async def test_a_request_started_after_the_reading_is_not_unloaded_under(
+    fleet_type: type[Fleet], standin: StandInServer, adapter_dir: Path, routed: bool
+) -> None:
+    """Router A listed r0 (limit 1) while a0 sat idle there, and read nothing running; then router B
+    started a request on a0. No listing comes between (an hour's interval): A's cold request for a1,
+    which would evict a0, reads the gauge first and goes over the limit instead."""
+    r = Replica("r0", standin.url, "tiny", 1)
+    paths = {name: str(adapter_dir / name) for name in ("a0", "a1")}
+    async with fleet_type(listing_interval=3600) as b:
+        await b.sync_unknown([r])
+        async with b.acquire(r, "a0", paths["a0"]):
+            pass
+        async with fleet_type(listing_interval=3600, adapters=paths) as a:
+            await a.sync_unknown([r])
+            await eventually(lambda: "r0" in a._reported)  # its listing's reading: nothing runs
+            assert a.statistics().replicas["r0"].held == {"a0": 0}
+            readings = len(standin.app.calls_to("metrics"))
+            async with b.acquire(r, "a0", paths["a0"]) as held:
+                assert held.how is How.HIT
+                standin.app.hang("completions")
+                async with anyio.create_task_group() as tasks:
+                    tasks.start_soon(_complete, standin, "a0")
+                    await calls_reach(standin, "completions", 1)
+                    if routed:
+                        async with a.route("a1") as lease:
+                            assert (lease.placed, lease.how) == (Placed.OVER, How.LOADED)
+                    else:
+                        async with a.acquire(r, "a1", paths["a1"]) as lease:
+                            assert lease.how is How.LOADED
+                    standin.app.release()
+            assert _unloaded(standin) == []
+            assert len(standin.app.calls_to("metrics")) == readings + 1
+    assert set(standin.app.adapters) == {"a0", "a1"}
+
+
+@pytest.mark.parametrize("queued", [True, False])
+async def test_adapters_a_reading_named_do_not_keep_a_cold_request_at_the_cap(
+    fleet_type: type[Fleet], standin: StandInServer, adapter_dir: Path, queued: bool
+) -> None:
+    """One router, r0 of limit 1, no headroom, no listing for an hour. Its listing's reading named a0
+    (a request ran on it then), and its own request holds a0 as well. Once both have ended, a cold
+    request for a1 gets a0's slot without waiting for the next listing: queued at the cap before they
+    end (the release reads again), or arriving after (it reads before it would wait)."""
+    r = Replica("r0", standin.url, "tiny", 1)
+    path = str(adapter_dir / "a0")
+    standin.app.register("a0", path)
+    standin.app.hang("completions")
+    engine_done = anyio.Event()
+    cold_done = anyio.Event()
+    how: list[How] = []
+
+    async def engine_request() -> None:
+        await _complete(standin, "a0")
+        engine_done.set()
+
+    async with anyio.create_task_group() as tasks:
+        tasks.start_soon(engine_request)
+        await calls_reach(standin, "completions", 1)
+        async with fleet_type(listing_interval=3600, headroom=0) as fleet:
+
+            async def cold() -> None:
+                async with fleet.acquire(r, "a1", str(adapter_dir / "a1")) as lease:
+                    how.append(lease.how)
+                cold_done.set()
+
+            await fleet.sync_unknown([r])
+            await eventually(lambda: bool(fleet._reported.get("r0")))  # it names a0
+            async with fleet.acquire(r, "a0", path) as own:
+                assert own.how is How.HIT
+                if queued:
+                    tasks.start_soon(cold)
+                    await eventually(lambda: _queued(fleet, "r0") == 1)
+                standin.app.release()
+                await engine_done.wait()
+            if not queued:
+                tasks.start_soon(cold)
+            with anyio.fail_after(10):
+                await cold_done.wait()
+            assert how == [How.LOADED]
+            assert _unloaded(standin) == ["a0"]
+            # The listing's reading, the cold request's, and (queued) the release's.
+            assert len(standin.app.calls_to("metrics")) == (3 if queued else 2)
+
+
+def _queued(fleet: Fleet, replica: str) -> int:
+    stats = fleet.replica_statistics(replica)
+    assert stats is not None
+    return stats.queued
+
+
+async def test_cold_requests_on_a_full_replica_share_one_reading(
+    fleet_type: type[Fleet], standin: StandInServer, adapter_dir: Path
+) -> None:
+    """Five cold requests at once on r0 (limit 1, a0 idle there): one read of the gauge between them."""
+    r = Replica("r0", standin.url, "tiny", 1)
+    names = ("a1", "a2", "a3", "a4", "a5")
+    granted: list[str] = []
+    async with fleet_type(listing_interval=3600) as fleet:
+        await fleet.sync_unknown([r])
+        async with fleet.acquire(r, "a0", str(adapter_dir / "a0")):
+            pass
+        await eventually(lambda: "r0" in fleet._reported)
+        readings = len(standin.app.calls_to("metrics"))
+        standin.app.hang("metrics")
+
+        async def one(name: str) -> None:
+            async with fleet.acquire(r, name, str(adapter_dir / name)):
+                granted.append(name)
+
+        async with anyio.create_task_group() as tasks:
+            for name in names:
+                tasks.start_soon(one, name)
+            await calls_reach(standin, "metrics", readings + 1)
+            await anyio.wait_all_tasks_blocked()  # every request waits for that one reading
+            standin.app.release()
+        assert sorted(granted) == list(names)
+        assert len(standin.app.calls_to("metrics")) == readings + 1
+        assert "a0" in _unloaded(standin)
+
+
+@pytest.mark.parametrize("fault", ["error", "timeout", "cut short", "no gauge"])
+async def test_a_cold_request_goes_on_when_the_reading_fails(
+    fleet_type: type[Fleet], standin: StandInServer, adapter_dir: Path, fault: str
+) -> None:
+    """r0 (limit 1) answered its listing's reading; the cold read before evicting a0 fails: the
+    request evicts a0 as it would have without reading (no error reaches it)."""
+    r = Replica("r0", standin.url, "tiny", 1)
+    async with fleet_type(listing_interval=3600, listing_timeout=1.0) as fleet:
+        await fleet.sync_unknown([r])
+        async with fleet.acquire(r, "a0", str(adapter_dir / "a0")):
+            pass
+        await eventually(lambda: "r0" in fleet._reported)
+        readings = len(standin.app.calls_to("metrics"))
+        if fault == "error":
+            standin.app.answer("metrics", 500, "Internal Server Error")
+        elif fault == "timeout":
+            standin.app.hang("metrics")
+        elif fault == "cut short":
+            standin.app.drop("metrics")
+        else:
+            standin.app.answer("metrics", 200, "# HELP process_cpu_seconds_total CPU time\n")
+        async with fleet.acquire(r, "a1", str(adapter_dir / "a1")) as lease:
+            assert lease.how is How.LOADED
+        standin.app.release()
+        assert _unloaded(standin) == ["a0"]
+        assert len(standin.app.calls_to("metrics")) == readings + 1  # it was read, and failed
+        # An engine that answers without the gauge is not read before requests again.
+        assert ("r0" in fleet._reported) is (fault != "no gauge")

@@ -209,6 +209,70 @@ def test_an_unload_under_a_routers_own_forgotten_request_is_counted_as_its_own(r
     assert figures.loads == 4 + expected  # x again, without the report
 
 
+# B (1) loads x at t=0 and ends at t=0.2; A (0) lists at t=1 (x held, idle, nothing running); B
+# runs x again from t=1.5 for 100 s; at t=1.6 A is asked for y with the replica at its limit.
+AFTER_READING = Workload(
+    times=(0.0, 1.5, 1.6), adapters=("x", "x", "y"), durations=(0.1, 100.0, 1.0), routers=(1, 1, 0)
+)
+AFTER_READING_FLEET = Fleet(
+    replicas=1, limit=1, concurrency=4, load_time=0.1, routers=2, listing_interval=1.0, read_running=True
+)
+
+
+@pytest.mark.parametrize("policy", ["lorafleet", "holders-first"])
+@pytest.mark.parametrize("before_evicting", [False, True])
+def test_reading_before_evicting_protects_a_request_started_after_the_listing(
+    policy: str, before_evicting: bool
+) -> None:
+    fleet = attrs.evolve(AFTER_READING_FLEET, read_before_evicting=before_evicting)
+    figures = run_figures(AFTER_READING, fleet, policy)[1]
+    # The listing's reading at t=1 named nothing; only a reading at t=1.6 sees B's request.
+    assert figures.unloads_under_others == (0 if before_evicting else 1)
+    assert figures.held_max == (2 if before_evicting else 1)
+
+
+def test_a_read_with_latency_delays_the_request_and_samples_when_sent() -> None:
+    fleet = attrs.evolve(AFTER_READING_FLEET, read_before_evicting=True, read_latency=0.05)
+    s, figures = run_figures(AFTER_READING, fleet, "lorafleet")
+    assert figures.unloads_under_others == 0
+    assert s.started[2] == pytest.approx(1.6 + 0.05 + 0.1)  # the read, then y's load
+
+
+def test_cold_requests_waiting_for_one_read_share_it() -> None:
+    w = attrs.evolve(
+        AFTER_READING,
+        times=(*AFTER_READING.times, 1.61, 1.62),
+        adapters=(*AFTER_READING.adapters, "z", "w"),
+        durations=(*AFTER_READING.durations, 1.0, 1.0),
+        routers=(*AFTER_READING.routers, 0, 0),
+    )
+    fleet = attrs.evolve(AFTER_READING_FLEET, read_before_evicting=True, read_latency=0.05)
+    alone = run_figures(AFTER_READING, fleet, "lorafleet")[1]
+    figures = run_figures(w, fleet, "lorafleet")[1]
+    assert figures.reads == alone.reads  # z and w join y's read at t=1.6
+    assert figures.unloads_under_others == 0
+
+
+@pytest.mark.parametrize("before_evicting", [False, True])
+def test_one_routers_own_released_adapter_does_not_hold_its_cap_queue(before_evicting: bool) -> None:
+    # One router, limit 1, no headroom, listings every 10 s. x runs from t=0.1 to t=12.1, so the
+    # listing's reading at t=10 names it; y, asked at t=11, waits at the cap. When x's request ends,
+    # the release reads again (nothing runs): y loads then, not after the listing at t=20.
+    w = Workload(times=(0.0, 11.0), adapters=("x", "y"), durations=(12.0, 1.0), routers=(0, 0))
+    fleet = Fleet(
+        replicas=1,
+        limit=1,
+        concurrency=4,
+        load_time=0.1,
+        listing_interval=10.0,
+        headroom=0,
+        read_running=True,
+        read_before_evicting=before_evicting,
+    )
+    s = run(w, fleet, "lorafleet")
+    assert s.started[1] == pytest.approx(12.2 if before_evicting else 20.1)
+
+
 @pytest.mark.parametrize("read_running", [False, True])
 def test_several_routers_count_unloads_under_requests(read_running: bool) -> None:
     w = Synthetic(
@@ -342,10 +406,10 @@ def test_the_cap_bounds_what_an_engine_holds(headroom: int) -> None:
 
 def test_the_running_reads_are_flags_and_columns(capsys: pytest.CaptureFixture[str]) -> None:
     argv = ["--requests", "600", "--replicas", "2", "--adapters", "12", "--rate", "10", "--routers", "2"]
-    assert ls.main([*argv, "--listing-interval", "2", "--read-running", "--read-cold"]) == 0
+    assert ls.main([*argv, "--listing-interval", "2", "--read-running", "--read-before-evicting"]) == 0
     text = capsys.readouterr().out
     assert (
-        "each reading which adapters run after each listing, and before each request that is not a hit"
+        "each reading which adapters run after each listing, and before each cold request that would evict"
         in text
     )
     assert "| unloads under others | under own |" in text
@@ -361,7 +425,7 @@ def test_several_routers_sweeps_counts_and_reads(capsys: pytest.CaptureFixture[s
     assert script.main([*argv, "--listing-interval", "2"]) == 0
     rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| lorafleet |")]
     assert [row.split(" | ")[1:3] for row in rows] == [
-        [str(routers), mode] for routers in (1, 2) for mode in ("off", "listing", "listing+cold")
+        [str(routers), mode] for routers in (1, 2) for mode in ("off", "listing", "listing+evicting")
     ]
     assert rows[0].split(" | ")[4] == "1.000"  # one router, listings only: the exact view
 

@@ -94,6 +94,8 @@ ATTEMPTS = 3
 
 _HIT = How.HIT
 _HELD = Placed.HELD
+_FULL = frozenset({Placed.EVICT, Placed.OVER, Placed.WAIT})
+"""Placements where a cold load finds no free slot: it would evict, go over the limit, or wait."""
 _NO_PINS: Mapping[str, int] = MappingProxyType({})
 
 
@@ -151,9 +153,14 @@ class Fleet:
             failure in a row up to ``max_backoff``.
         refusal: seconds an adapter the engine refused as the adapter's fault is refused at once,
             without a call.
-        read_running: after each listing, also read which adapters the engine says have requests
-            (vLLM's ``vllm:lora_requests_info``, from any router), so that none of them is evicted;
-            False for one router alone, whose own requests the fleet knows.
+        read_running: read which adapters the engine says have requests (vLLM's
+            ``vllm:lora_requests_info``, from any router), so that none of them is evicted: after
+            each listing, and again before a cold request on a replica with no free slot (its load
+            would evict, go over the limit or wait at the cap) and when a request ends on an adapter
+            the last reading named while requests wait at that replica's cap. One read at a time
+            per replica, bounded by ``listing_timeout``; a replica that never answered with the
+            gauge is not read before requests. False: listings only (one router alone loses
+            nothing by it).
 
     Raises:
         InvalidValueError: a timeout or the interval is not a positive number of seconds, or another
@@ -223,8 +230,11 @@ class Fleet:
         self._listing_timeout = listing_timeout
         self._metrics = metrics
         self._read_running = read_running
-        self._reported: dict[str, bool] = {}
-        """Replica id to whether its last report of running adapters named any."""
+        self._reported: dict[str, frozenset[str]] = {}
+        """Replica id to the adapters its last report of running adapters named; absent until the
+        engine has answered with the gauge."""
+        self._reading: dict[str, tuple[Replica, anyio.Event]] = {}
+        """Replica id to its gauge read in flight (one at a time), and the event set when it ends."""
         self._replicas: dict[str, Replica] = {}
         self._waiters: dict[int, _Waiter] = {}
         self._unmet: dict[str, anyio.Event] = {}
@@ -527,6 +537,32 @@ class Fleet:
             return True
         return False
 
+    async def _acquire_cold(self, lease: Lease) -> None:
+        """The rest of ``acquire`` when it was not a hit: read the gauge first if the load has no room.
+
+        The machine's view says whether the replica holds or loads the adapter, and whether it has a
+        free slot; without one, the load would evict (or go over, or wait), so what runs there is
+        read afresh first. Then the request is made anew: another took the ticket meanwhile, or
+        loaded the adapter.
+        """
+        replica = lease.replica
+        rid = replica.id
+        if self._read_running and rid in self._reported:
+            view = self._machine.view((rid,), lease.adapter)
+            if rid not in view.holders and rid not in view.with_room:
+                await self._read_gauge(self._replicas[rid]).wait()
+                if not self._open:
+                    raise self._not_open()
+                known = self._replicas.get(rid)
+                if known is not replica and known != replica:
+                    self._declare(replica)  # removed, or moved, while the gauge was read
+                machine = self._machine
+                ticket = lease.ticket = machine.next_ticket
+                if machine.hit(ticket, replica=rid, adapter=lease.adapter):
+                    lease._how = _HIT
+                    return
+        await self._wait(lease)
+
     async def _wait(self, lease: Lease) -> None:
         """The rest of a request that was not a hit: wait for the load, or the unload in its way."""
         ticket = lease.ticket
@@ -613,6 +649,7 @@ class Fleet:
         adapter, model = lease.adapter, lease._model
         tried: list[ReplicaError] = []
         exclude: set[str] = set()
+        read: set[str] = set()
         while len(tried) < self._attempts:
             # Placement reads the machine's clock: a failed replica's backoff may be over by now.
             self._send(TimeAdvanced(now=anyio.current_time()))
@@ -620,6 +657,14 @@ class Fleet:
             rid, placed = placement.replica, placement.placed
             if rid is None or placed is None:
                 break
+            if placed in _FULL and self._read_running and rid in self._reported and rid not in read:
+                # No free slot there: read what runs first, then place again, as the answer may
+                # change (a victim another router runs; room an ended request left).
+                read.add(rid)
+                await self._read_gauge(self._replicas[rid]).wait()
+                if not self._open:
+                    raise self._not_open()
+                continue
             lease.replica = self._replicas[rid]
             lease.placed = placed
             self._placed[placed] += 1
@@ -647,12 +692,27 @@ class Fleet:
             message = f"no healthy replica{of} served it ({names} {left}); the last said: {tried[-1].message}"
         return ReplicaError(None, adapter, message, tried=tuple(tried))
 
-    def _release_routed(self, ticket: int) -> None:
+    def _release_routed(self, ticket: int, rid: str | None = None, adapter: str = "") -> None:
         try:
             self._leased.remove(ticket)
         except KeyError:
             return  # the fleet closed, and released it then
+        self._release(ticket, rid, adapter)
+
+    def _release(self, ticket: int, rid: str | None, adapter: str) -> None:
+        """End a lease; if requests wait at its replica's cap, read what still runs there.
+
+        The last reading named the adapter, so the machine keeps it occupied until the next one,
+        though this router's request on it has ended and others' may have: a fresh reading lets
+        the queue have the room (None for ``rid``: a garbage collected lease, not known).
+        """
         self._send(Released(ticket=ticket))
+        if rid is None or adapter not in self._reported.get(rid, ()):
+            return
+        stats = self._machine.replica_statistics(rid)
+        replica = self._replicas.get(rid)
+        if stats is not None and stats.queued and not stats.held.get(adapter) and replica and self._open:
+            self._read_gauge(replica)
 
     def _orphan(self, ticket: int) -> None:
         """A routed lease was garbage collected unreleased: release it soon, from the timer task.
@@ -753,6 +813,8 @@ class Fleet:
     def _drop_replica(self, rid: str) -> None:
         # Calls still out hold their own Replica; their answers go to the machine, which ignores them.
         self._replicas.pop(rid, None)
+        self._reported.pop(rid, None)
+        self._reading.pop(rid, None)
         met = self._unmet.pop(rid, None)
         if met is not None:
             met.set()
@@ -789,31 +851,59 @@ class Fleet:
             del self._calls[replica.id]
         self._report(replica, command, event, anyio.current_time() - started)
         self._send(event, timed_out=timed_out)
-        if isinstance(event, ListingReceived) and self._read_running and self._tasks is not None:
-            self._tasks.start_soon(self._running_on, replica)
+        if isinstance(event, ListingReceived) and self._read_running and self._open:
+            self._read_gauge(replica)
 
-    async def _running_on(self, replica: Replica) -> None:
+    def _read_gauge(self, replica: Replica) -> anyio.Event:
+        """Read which adapters run on ``replica``: the event set once the read in flight ends.
+
+        A read already in flight is joined, not doubled: one at a time per replica, so that reports
+        reach the machine in the order they were read.
+        """
+        reading = self._reading.get(replica.id)
+        if reading is not None and reading[0] is replica:
+            return reading[1]
+        done = anyio.Event()
+        self._reading[replica.id] = (replica, done)
+        assert self._tasks is not None
+        self._tasks.start_soon(self._running_on, replica, done)
+        return done
+
+    async def _running_on(self, replica: Replica, done: anyio.Event) -> None:
         """Read which adapters the engine says have requests, from any router, and report them.
 
         Bounded like a listing. An engine without the gauge (older vLLM, the Rust frontend), or one
         that does not answer, reports nothing: the machine keeps to its own view, after an empty
-        report if the last one named adapters (they may have run their course).
+        report if the last one named adapters (they may have run their course). One that answers
+        without the gauge is not read before requests again until it answers with it.
         """
         assert self._client is not None
-        timeout = self._listing_timeout
-        running = None
-        with contextlib.suppress(TimeoutError, CutShortError, httpx.HTTPError):
-            with anyio.fail_after(timeout):
-                request = vllm.metrics_request(replica.api_key)
-                status, body, cut = await fetch(self._client, replica.url, request, timeout)
-            if status == 200 and not cut:
-                running = vllm.running_adapters(body)
-        if not self._open or self._replicas.get(replica.id) is not replica:
-            return
-        if running is None and not self._reported.get(replica.id):
-            return
-        self._reported[replica.id] = bool(running)
-        self._send(RunningReported(replica=replica.id, adapters=tuple(sorted(running or ()))))
+        try:
+            timeout = self._listing_timeout
+            running = None
+            answered = False
+            with contextlib.suppress(TimeoutError, CutShortError, httpx.HTTPError):
+                with anyio.fail_after(timeout):
+                    request = vllm.metrics_request(replica.api_key)
+                    status, body, cut = await fetch(self._client, replica.url, request, timeout)
+                if not cut:
+                    answered = status < 500
+                    running = vllm.running_adapters(body) if status == 200 else None
+            rid = replica.id
+            if not self._open or self._replicas.get(rid) is not replica:
+                return
+            last = self._reported.get(rid)
+            if running is None and last is None:
+                return
+            if running is not None or last:
+                self._reported[rid] = frozenset(running or ())
+                self._send(RunningReported(replica=rid, adapters=tuple(sorted(running or ()))))
+            if running is None and answered:
+                del self._reported[rid]
+        finally:
+            if self._reading.get(replica.id, (None, None))[1] is done:
+                del self._reading[replica.id]
+            done.set()
 
     def _report(
         self, replica: Replica, command: IssueLoad | IssueUnload | ReadListing, event: Event, seconds: float
@@ -984,7 +1074,7 @@ class Lease:
         if self._how is None or self._left:
             return
         self._left = True
-        self._fleet._send(Released(ticket=self.ticket))
+        self._fleet._release(self.ticket, self.replica.id, self.adapter)
 
     def __repr__(self) -> str:
         how = self._how.value if self._how is not None else None
@@ -998,7 +1088,7 @@ class Lease:
         if checkpoint is not None:
             await checkpoint()
         if not fleet._hit(self):
-            await fleet._wait(self)
+            await fleet._acquire_cold(self)
         return self
 
     async def __aexit__(
@@ -1006,7 +1096,7 @@ class Lease:
     ) -> None:
         if not self._left:
             self._left = True
-            self._fleet._send(Released(ticket=self.ticket))
+            self._fleet._release(self.ticket, self.replica.id, self.adapter)
 
 
 class Route(Lease):
@@ -1039,7 +1129,7 @@ class Route(Lease):
         if self._how is None or self._left:
             return
         self._left = True
-        self._fleet._release_routed(self.ticket)
+        self._fleet._release_routed(self.ticket, self.replica.id, self.adapter)
 
     def __del__(self) -> None:
         if self._how is not None and not self._left:
@@ -1053,4 +1143,4 @@ class Route(Lease):
     ) -> None:
         if not self._left:
             self._left = True
-            self._fleet._release_routed(self.ticket)
+            self._fleet._release_routed(self.ticket, self.replica.id, self.adapter)

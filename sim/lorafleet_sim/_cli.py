@@ -120,13 +120,20 @@ def parser() -> argparse.ArgumentParser:
         ),
     )
     p.add_argument(
-        "--read-cold",
+        "--read-before-evicting",
         action=argparse.BooleanOptionalAction,
         default=False,
         help=(
-            "before each request that is not a hit, the router also reads and reports which adapters "
-            "have requests on the replica chosen for it (a step the Fleet does not take; default: off)"
+            "each router also reads which adapters have requests on a replica before a cold request "
+            "there with no free slot, and when a release leaves a queue at its cap waiting on an adapter "
+            "the last reading named, as Fleet(read_running=True) does (default: off)"
         ),
+    )
+    p.add_argument(
+        "--read-latency",
+        type=_number(float, "a number of seconds", 0.0),
+        default=0.0,
+        help="seconds from a reading's sample to its report reaching the router (default 0: at once)",
     )
     p.add_argument(
         "--headroom",
@@ -243,7 +250,8 @@ def _fleet(args: argparse.Namespace, limit: int) -> Fleet:
         overflow=args.overflow,
         half_life=args.half_life,
         read_running=args.read_running,
-        read_cold=args.read_cold,
+        read_before_evicting=args.read_before_evicting,
+        read_latency=args.read_latency,
     )
 
 
@@ -329,7 +337,8 @@ def report(
         + (f", {args.restarts} replica restarts" if args.restarts else "")
         + (f", {args.routers} routers listing every {args.listing_interval:g} s" if args.routers > 1 else "")
         + (", each reading which adapters run after each listing" if args.read_running else "")
-        + (", and before each request that is not a hit" if args.read_cold else "")
+        + (", and before each cold request that would evict" if args.read_before_evicting else "")
+        + _latency(args)
         + _settings(args)
         + f"; seeds {args.seed}..{args.seed + args.seeds - 1}, figures are means over the seeds.",
         "",
@@ -348,6 +357,13 @@ def report(
         "",
     ]
     return "\n".join(lines)
+
+
+def _latency(args: argparse.Namespace) -> str:
+    """The readings' latency, as a clause of the fleet's line (nothing when they are at once)."""
+    if not args.read_latency:
+        return ""
+    return f", readings reported {1000 * args.read_latency:g} ms after their sample"
 
 
 def _settings(args: argparse.Namespace) -> str:

@@ -13,6 +13,8 @@ from collections.abc import Sequence
 
 import attrs
 
+from lorafleet import Placed
+
 from ._state import MODEL, Policy, RouterView
 
 
@@ -86,11 +88,14 @@ class _Lorafleet:
     """The machine's own [place]: the router asks, and sends the request where it answers."""
 
     router: RouterView
+    placed: Placed | None = None
+    """What the last placement found on its replica (a router reads the gauge before a full one)."""
 
     def choose(self, adapter: str, candidates: Sequence[int], tried: frozenset[int]) -> int | None:
         router = self.router
         exclude = {router.ids[i] for i in tried}
         placement = router.machine.place(adapter, model=MODEL, exclude=exclude)
+        self.placed = placement.placed
         # None: every replica not tried is avoided after a failure ([health]); try again later.
         return None if placement.replica is None else router.index[placement.replica]
 

@@ -16,10 +16,14 @@ out every command at once, as a shell would) and the engines:
   ``AdapterMissing`` before it releases the request and routes it again, elsewhere if it can;
 - the engine knows which adapters have requests running or waiting in its queue, from every router
   (vLLM's ``vllm:lora_requests_info``); with ``read_running``, each router reads that set right
-  after each of its listings of the replica, answered at once like the listing, and reports it as
-  ``RunningReported``, as ``Fleet(read_running=True)`` does; with ``read_cold`` it also reads and
-  reports the chosen replica's set before each request that is not a hit (a step the Fleet does not
-  take: this measures what it would pay);
+  after each of its listings of the replica and reports it as ``RunningReported``; with
+  ``read_before_evicting`` it also reads it when ``Fleet(read_running=True)`` does: before a cold
+  request on a replica with no free slot (placed ``evict``, ``over`` or ``wait`` by lorafleet's
+  ``place``, which is asked again after the report; for the other policies, the machine's ``view``
+  shows no holder and no room), and when a release leaves requests queued at the replica's cap and
+  the last report named the released adapter, no longer in use by the router. A read samples the
+  engine when it is sent and its report arrives ``read_latency`` seconds later (0: at once, like a
+  listing); one read at a time per router and replica, which the requests needing it wait for;
 - a restart empties the engine; loads in flight there fail (a replica fault: the waiters are routed
   again).
 
@@ -52,6 +56,7 @@ from lorafleet import (
     ListingReceived,
     LoadFinished,
     LoadOutcome,
+    Placed,
     ReadListing,
     Released,
     ReplicaAdded,
@@ -69,7 +74,13 @@ from ._workload import Workload
 RELOAD_WINDOW = 10.0
 """A load of an adapter evicted from the same replica at most this many seconds before is a reload."""
 
-_LOAD_DONE, _SERVICE_DONE, _TICK, _RESTART, _RETRY = range(5)
+_LOAD_DONE, _SERVICE_DONE, _TICK, _RESTART, _RETRY, _READ_DONE = range(6)
+
+_FULL = frozenset({Placed.EVICT, Placed.OVER, Placed.WAIT})
+"""Placements where a cold load finds no free slot: it would evict, go over the limit, or wait."""
+
+_Then = tuple[int, int, frozenset[int], frozenset[int], int | None]
+"""A request to route once a read has been reported: request, router, tried, read, replica chosen."""
 
 
 @attrs.frozen
@@ -87,8 +98,10 @@ class Fleet:
             [evict]); its ``concurrency`` is the replicas'.
         read_running: after each listing of a replica, each router also reads which adapters have
             requests on it, from any router, and reports them ([elsewhere]); False: listings only.
-        read_cold: before each request that is not a hit, the router also reads which adapters
-            have requests on the replica chosen for it, and reports them, before the request.
+        read_before_evicting: the router also reads a replica's running adapters before a cold
+            request there with no free slot, and when a release leaves a queue at its cap waiting
+            on an adapter the last report named: the reads ``Fleet(read_running=True)`` makes.
+        read_latency: seconds from a read's sample to its report reaching the router.
         settings: any other machine settings, by name, passed to every router's machine.
     """
 
@@ -102,7 +115,8 @@ class Fleet:
     overflow: int = lorafleet.DEFAULT_OVERFLOW
     half_life: int = lorafleet.DEFAULT_HALF_LIFE
     read_running: bool = False
-    read_cold: bool = False
+    read_before_evicting: bool = False
+    read_latency: float = 0.0
     settings: Mapping[str, Any] = attrs.field(factory=dict)
 
     def machine(self, policy: Policy) -> AdapterStateMachine:
@@ -157,7 +171,7 @@ class Figures:
     unloads_under_own: int = 0
     """Unloads of an adapter the unloading router itself had requests running or waiting on there."""
     reads: int = 0
-    """Readings of a replica's running adapters (``read_running`` and ``read_cold``)."""
+    """Readings of a replica's running adapters (``read_running`` and ``read_before_evicting``)."""
 
     def per_1k(self, count: int) -> float:
         return 1000.0 * count / self.requests if self.requests else 0.0
@@ -226,6 +240,10 @@ class _Router:
     attempts: dict[int, _Attempt] = attrs.field(factory=dict)
     loads: dict[int, tuple[int, str]] = attrs.field(factory=dict)
     ticket: int = 0
+    reported: dict[int, frozenset[str]] = attrs.field(factory=dict)
+    """Replica index to the adapters the router's last report of it named."""
+    reading: dict[int, list[_Then]] = attrs.field(factory=dict)
+    """Replica index to the requests waiting for the router's read of it in flight."""
 
 
 class Simulation:
@@ -310,6 +328,8 @@ class Simulation:
                     self._tick(payload)
                 elif kind == _RETRY:
                     self._route(*payload)
+                elif kind == _READ_DONE:
+                    self._read_done(*payload)
                 else:
                     self._restart(payload)
             else:
@@ -332,17 +352,42 @@ class Simulation:
 
     # -- requests ------------------------------------------------------------------------------
 
-    def _route(self, request: int, r: int, tried: frozenset[int]) -> None:
+    def _route(
+        self,
+        request: int,
+        r: int,
+        tried: frozenset[int],
+        read: frozenset[int] = frozenset(),
+        chosen: int | None = None,
+    ) -> None:
+        """Send a request to a replica; ``read``: replicas read for it, ``chosen``: its replica, kept."""
         router = self.routers[r]
         view = router.view
-        candidates = [i for i in self.everyone if i not in tried] if tried else self.everyone
         adapter = self.workload.adapters[request]
-        index = router.chooser.choose(adapter, candidates, tried)
-        if index is None:
-            # Every replica it may try is avoided after a failure: try again after a load's time.
-            self.deferred += 1
-            self._push(self.now + max(self.fleet.load_time, 0.001), _RETRY, (request, r, frozenset()))
-            return
+        chooser = router.chooser
+        if chosen is None:
+            candidates = [i for i in self.everyone if i not in tried] if tried else self.everyone
+            index = chooser.choose(adapter, candidates, tried)
+            if index is None:
+                # Every replica it may try is avoided after a failure: try again after a load's time.
+                self.deferred += 1
+                self._push(self.now + max(self.fleet.load_time, 0.001), _RETRY, (request, r, frozenset()))
+                return
+        else:
+            index = chosen
+        if self.fleet.read_before_evicting and index not in read and index in router.reported:
+            placed: Placed | None = getattr(chooser, "placed", None)
+            if placed is not None and chosen is None:
+                full = placed in _FULL
+            else:
+                rid = view.ids[index]
+                seen = view.machine.view((rid,), adapter)
+                full = rid not in seen.holders and rid not in seen.with_room
+            if full:
+                # A placer (lorafleet) places again after the report; the others keep their replica.
+                again = None if placed is not None else index
+                self._read(router, self.engines[index], (request, r, tried, read | {index}, again))
+                return
         view.outstanding[index] += 1
         router.ticket += 1
         ticket = router.ticket
@@ -357,8 +402,6 @@ class Simulation:
             self.hits += 1
             self._forward(attempt)
         else:
-            if self.fleet.read_cold:
-                self._read_running(router, engine)
             self._commands(
                 router, m.handle(Requested(ticket=ticket, replica=engine.id, adapter=adapter, path=adapter))
             )
@@ -403,6 +446,19 @@ class Simulation:
         del router.attempts[attempt.ticket]
         router.view.outstanding[attempt.replica] -= 1
         self._commands(router, router.view.machine.handle(Released(ticket=attempt.ticket)))
+        self._released(router, attempt)
+
+    def _released(self, router: _Router, attempt: _Attempt) -> None:
+        """After a release: read the replica if its cap's queue waits on an adapter the report named."""
+        if not self.fleet.read_before_evicting:
+            return
+        adapter = self.workload.adapters[attempt.request]
+        if adapter not in router.reported.get(attempt.replica, ()):
+            return
+        engine = self.engines[attempt.replica]
+        stats = router.view.machine.replica_statistics(engine.id)
+        if stats is not None and stats.queued and not stats.held.get(adapter):
+            self._read(router, engine, None)
 
     def _not_found(self, attempt: _Attempt, adapter: str) -> None:
         """The engine answered "no such model": report it, release, and route the request again."""
@@ -416,6 +472,7 @@ class Simulation:
             router, m.handle(AdapterMissing(replica=replica, adapter=adapter, ticket=attempt.ticket))
         )
         self._commands(router, m.handle(Released(ticket=attempt.ticket)))
+        self._released(router, attempt)
         self._retry(attempt)
 
     def _retry(self, attempt: _Attempt) -> None:
@@ -457,7 +514,7 @@ class Simulation:
                     router.view.machine.handle(ListingReceived(listing=command.listing, adapters=listed)),
                 )
                 if self.fleet.read_running:
-                    self._read_running(router, engine)
+                    self._read(router, engine, None)
             elif kind is Fail:
                 assert isinstance(command, Fail)
                 attempt = router.attempts.pop(command.ticket)
@@ -466,10 +523,36 @@ class Simulation:
                 self._retry(attempt)
             # MarkMet asks nothing of a shell that never waits for a replica to be met.
 
-    def _read_running(self, router: _Router, engine: _Engine) -> None:
-        """The router reads which adapters have requests on ``engine`` and reports them."""
+    def _read(self, router: _Router, engine: _Engine, then: _Then | None) -> None:
+        """The router reads which adapters have requests on ``engine``, then routes ``then``.
+
+        A read in flight is joined; a new one samples the engine now and is reported after
+        ``read_latency`` (at once when it is 0).
+        """
+        waiting = router.reading.get(engine.index)
+        if waiting is not None:
+            if then is not None:
+                waiting.append(then)
+            return
         self.reads += 1
         running = tuple(sorted(engine.requests))
+        latency = self.fleet.read_latency
+        if latency > 0:
+            router.reading[engine.index] = [] if then is None else [then]
+            self._push(self.now + latency, _READ_DONE, (router, engine, running))
+            return
+        self._report(router, engine, running)
+        if then is not None:
+            self._route(*then)
+
+    def _read_done(self, router: _Router, engine: _Engine, running: tuple[str, ...]) -> None:
+        waiting = router.reading.pop(engine.index)
+        self._report(router, engine, running)
+        for then in waiting:
+            self._route(*then)
+
+    def _report(self, router: _Router, engine: _Engine, running: tuple[str, ...]) -> None:
+        router.reported[engine.index] = frozenset(running)
         self._commands(
             router, router.view.machine.handle(RunningReported(replica=engine.id, adapters=running))
         )
