@@ -293,8 +293,12 @@ async def test_retries_are_bounded_and_never_revisit_a_replica(serve: Serve, ada
         assert answer.status_code == 502
         assert error_of(answer)["code"] == "replica_failed"
         assert sorted(len(s.app.calls_to("completions")) for s in servers) == [0, 1, 1]
+        # Both replicas that failed it are avoided now (base-model failures count for placement too):
+        # an adapter's request tries the third, and with none left says how many it tried.
         answer = await client.post("/v1/completions", json={"model": "a0", **HELLO})
         assert answer.status_code == 502
+        assert error_of(answer)["message"].startswith("The request failed on 1 replica;")
+        assert sorted(len(s.app.calls_to("completions")) for s in servers) == [1, 1, 1]
         await eventually(lambda: leases(server) == 0)  # the handler ends just after the last byte
 
 

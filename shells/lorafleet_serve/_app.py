@@ -306,6 +306,9 @@ class Router:
                     param="model",
                 ) from None
             except ReplicaError:
+                if faults:
+                    # Replicas already failed this request, and placement now avoids the rest.
+                    raise _all_failed(faults) from None
                 raise RefusedError(
                     503,
                     f"No replica could serve `{name}` now; try again later",
