@@ -237,6 +237,8 @@ class _Replica:
     """Placement avoids the replica while the clock is below this."""
     elsewhere: frozenset[str] = frozenset()
     """Adapters the engine last said have requests on it, any router's ([elsewhere]): never idle."""
+    base: int = 0
+    """Its count (held and loading) once its last listing was applied, or when it was added ([share])."""
 
 
 class AdapterStateMachine:
@@ -259,6 +261,9 @@ class AdapterStateMachine:
             each failure in a row up to ``max_backoff`` ([health]).
         refusal: seconds an adapter the engine refused as the adapter's fault is refused at once,
             without a call ([refuse]).
+        routers: how many routers share the fleet ([share]): between two listings of a replica,
+            this one fills at most ``ceil(f / routers)`` of the ``f`` free slots the last listing
+            left, and counts the replica full past that. 1: all of them.
     """
 
     def __init__(
@@ -272,6 +277,7 @@ class AdapterStateMachine:
         backoff: float = DEFAULT_BACKOFF,
         max_backoff: float = DEFAULT_MAX_BACKOFF,
         refusal: float = DEFAULT_REFUSAL,
+        routers: int = 1,
     ) -> None:
         for name, seconds in (
             ("listing_interval", listing_interval),
@@ -289,6 +295,9 @@ class AdapterStateMachine:
             raise _invalid("overflow", overflow, "overflow must be an int of at least 0")
         if type(half_life) is not int or half_life < 1:
             raise _invalid("half_life", half_life, "half_life must be an int of at least 1")
+        if type(routers) is not int or routers < 1:
+            raise _invalid("routers", routers, "routers must be an int of at least 1")
+        self._routers = routers
         self._busy = None if concurrency is None else concurrency + 1
         self._spread = None if concurrency is None else max(1, 3 * concurrency // 4)
         self._overflow = overflow
@@ -564,7 +573,8 @@ class AdapterStateMachine:
     def _start_load(self, ticket: int | None, rep: _Replica, adapter: str, path: str) -> list[Command]:
         """[cold]: start a load, unloading the [evict] victims first; ``ticket`` None is a [pin]'s."""
         count = len(rep.held) + len(rep.loading)
-        if self._headroom is not None and count - len(rep.idle) >= rep.limit + self._headroom:
+        line = self._line(rep)  # [share]: the limit, less the other routers' shares of free slots
+        if self._headroom is not None and count - len(rep.idle) >= line + self._headroom:
             # [cap] Even with every idle adapter unloaded the load would take the replica past its
             # cap: wait for room, first come first served.
             assert ticket is not None, "a pin is placed only where there is room"
@@ -575,7 +585,7 @@ class AdapterStateMachine:
             return []
         commands: list[Command] = []
         victims: list[_Unload] = []
-        excess = count + 1 - rep.limit
+        excess = count + 1 - line
         # [evict] The adapters no request runs on that are in least demand, least recently used
         # first among equals (``_victim``), until the load fits. When
         # every held adapter is in use the replica goes over its limit for now: refusing the
@@ -899,6 +909,7 @@ class AdapterStateMachine:
             if name not in self._pins and name not in rep.elsewhere:
                 rep.idle[name] = 0
                 rep.idle.move_to_end(name, last=False)
+        rep.base = len(rep.held) + len(rep.loading)  # [share]: the free slots to share afresh
         commands.extend(self._admit_queued(rep))
         if self._pins:
             commands.extend(self._ensure_pins())
@@ -984,6 +995,7 @@ class AdapterStateMachine:
             # that a new load never crosses an old one and a running request's adapter stays held.
             rep.removed, rep.model, rep.limit, rep.met = False, model, limit, False
             rep.due = self._clock + self._interval
+            rep.base = len(rep.held) + len(rep.loading)  # [share]: what it is known to hold
             for name in list(rep.held) + list(rep.loading):
                 self._where.setdefault(name, {})[rep.id] = rep
         heapq.heappush(self._due, (rep.due, replica))
@@ -1064,7 +1076,7 @@ class AdapterStateMachine:
             loading = rep.loading
             if adapter in held or adapter in loading:
                 holders.append(replica)
-            if len(held) + len(loading) < rep.limit and rep.avoid_until <= self._clock:
+            if len(held) + len(loading) < self._line(rep) and rep.avoid_until <= self._clock:
                 with_room.append(replica)
         return View(holders=frozenset(holders), with_room=frozenset(with_room))
 
@@ -1156,6 +1168,7 @@ class AdapterStateMachine:
         chosen_kind = 0
         clock = self._clock
         headroom = self._headroom
+        shared = self._routers > 1
         for rep in self._replicas.values():
             if rep.removed or rep.id in skip or rep.avoid_until > clock:
                 continue
@@ -1165,12 +1178,13 @@ class AdapterStateMachine:
             if spread is not None and busy >= spread:
                 continue
             count = len(rep.held) + len(rep.loading)
-            if headroom is not None and count - len(rep.idle) >= rep.limit + headroom:
+            line = self._line(rep) if shared else rep.limit
+            if headroom is not None and count - len(rep.idle) >= line + headroom:
                 kind, cost = 4, (0, 0)  # at its cap: the request would wait for room
-            elif count < rep.limit:
+            elif count < line:
                 kind, cost = 0, (0, 0)
             elif not rep.idle:
-                kind, cost = (1 if count < rep.limit + self._overflow else 3), (0, 0)
+                kind, cost = (1 if count < line + self._overflow else 3), (0, 0)
             else:
                 victim = self._victim(rep)
                 kind, cost = 2, (self._weight(victim), rep.idle[victim])
@@ -1182,6 +1196,17 @@ class AdapterStateMachine:
             return Placement(replica=None, placed=None)
         placed = (Placed.FREE, Placed.OVER, Placed.EVICT, Placed.OVER, Placed.WAIT)[chosen_kind]
         return Placement(replica=chosen.id, placed=placed)
+
+    def _line(self, rep: _Replica) -> int:
+        """[share] How many adapters this router lets ``rep`` hold before a cold load evicts.
+
+        Its limit, less the other routers' shares of the ``f`` free slots its last listing left:
+        this router fills ``ceil(f / routers)`` of them. With one router, the limit.
+        """
+        free = rep.limit - rep.base
+        if self._routers == 1 or free <= 0:
+            return rep.limit
+        return rep.base + -(-free // self._routers)
 
     def _weight(self, adapter: str) -> int:
         """[evict] An adapter's demand class: the bit length of its decayed request count."""
@@ -1424,7 +1449,7 @@ class AdapterStateMachine:
         if queue is None:
             return []
         commands: list[Command] = []
-        cap = rep.limit + (self._headroom or 0)
+        cap = self._line(rep) + (self._headroom or 0)
         while queue.waiters:
             ticket, adapter, path = queue.waiters[0]
             busy = len(rep.held) + len(rep.loading) - len(rep.idle)
