@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from lorafleet import (
+    AdapterMissing,
     InvalidValueError,
     IssueLoad,
     IssueUnload,
@@ -260,3 +261,43 @@ def test_share_a_replica_added_again_shares_what_it_has_left() -> None:
     s.expect(Released(ticket=t))
     _ticket, commands = s.request("r", "d")
     assert [u.adapter for u in unloads(commands)] == ["a"]
+
+
+def listed(routers: int, limit: int, *names: str) -> Scenario:
+    """A machine for one of ``routers`` routers whose replica ``r`` was listed holding ``names``."""
+    s = Scenario.configured(routers=routers)
+    (cmd,) = s(ReplicaAdded(replica="r", model="base", limit=limit))
+    assert isinstance(cmd, ReadListing)
+    s.expect(ListingReceived(listing=cmd.listing, adapters=names), MarkMet(replica="r"))
+    return s
+
+
+def test_share_a_victim_another_router_unloaded_first_makes_room_again() -> None:
+    s = listed(2, 2, "s1", "s2")
+    _ticket, commands = s.request("r", "x")
+    (first,) = unloads(commands)
+    assert first.adapter == "s1"
+    # Not found: another router unloaded s1 first, to load an adapter this router does not see.
+    # The replica is one fuller than it looks: x waits for a second victim.
+    (second,) = s(UnloadFinished(unload=first.unload, outcome=UnloadOutcome.NOT_FOUND))
+    assert isinstance(second, IssueUnload)
+    assert second.adapter == "s2"
+    (load,) = s(UnloadFinished(unload=second.unload, outcome=UnloadOutcome.UNLOADED))
+    assert isinstance(load, IssueLoad)
+    assert load.adapter == "x"
+
+
+def test_share_with_one_router_a_victim_not_found_makes_no_more_room() -> None:
+    s = listed(1, 2, "s1", "s2")
+    _ticket, commands = s.request("r", "x")
+    (first,) = unloads(commands)
+    (load,) = s(UnloadFinished(unload=first.unload, outcome=UnloadOutcome.NOT_FOUND))
+    assert isinstance(load, IssueLoad)
+
+
+def test_share_an_adapter_the_engine_lost_counts_until_the_next_listing() -> None:
+    s = listed(2, 2, "s1", "s2")
+    s.expect(AdapterMissing(replica="r", adapter="s1"))
+    # s1's slot is likely another router's now: x evicts s2 rather than take the slot.
+    _ticket, commands = s.request("r", "x")
+    assert [u.adapter for u in unloads(commands)] == ["s2"]

@@ -239,6 +239,8 @@ class _Replica:
     """Adapters the engine last said have requests on it, any router's ([elsewhere]): never idle."""
     base: int = 0
     """Its count (held and loading) once its last listing was applied, or when it was added ([share])."""
+    unseen: int = 0
+    """Adapters it held that the engine lost since then, not by this router's unload ([share])."""
 
 
 class AdapterStateMachine:
@@ -583,23 +585,12 @@ class AdapterStateMachine:
             rep.queue.waiters.append((ticket, adapter, path))
             self._waiting[ticket] = rep.queue
             return []
-        commands: list[Command] = []
-        victims: list[_Unload] = []
-        excess = count + 1 - line
-        # [evict] The adapters no request runs on that are in least demand, least recently used
-        # first among equals (``_victim``), until the load fits. When
-        # every held adapter is in use the replica goes over its limit for now: refusing the
-        # request would serve no one, and a later load brings the replica back.
-        while excess > 0 and rep.idle:
-            victim = self._victim(rep)
-            self._drop(rep, victim)
-            unload = _Unload(rep, victim, self._new_op())
-            rep.unloading[victim] = unload
-            rep.outstanding += 1
-            self._ops[unload.op] = unload
-            victims.append(unload)
-            commands.append(IssueUnload(unload=unload.op, replica=rep.id, adapter=victim))
-            excess -= 1
+        # [evict] When every held adapter is in use the replica goes over its limit for now:
+        # refusing the request would serve no one, and a later load brings the replica back.
+        victims = self._evict(rep, count + 1 - line)
+        commands: list[Command] = [
+            IssueUnload(unload=unload.op, replica=rep.id, adapter=unload.adapter) for unload in victims
+        ]
         waiters = [] if ticket is None else [ticket]
         load = _Load(rep, adapter, path, self._new_op(), waiters, ticket, {u.op for u in victims})
         for unload in victims:
@@ -612,6 +603,21 @@ class AdapterStateMachine:
         if not victims:
             commands.append(self._issue(load))
         return commands
+
+    def _evict(self, rep: _Replica, excess: int) -> list[_Unload]:
+        """[evict] Unload ``excess`` idle adapters, in least demand, least recently used first among
+        equals (``_victim``), or as many as are idle."""
+        victims: list[_Unload] = []
+        while excess > 0 and rep.idle:
+            victim = self._victim(rep)
+            self._drop(rep, victim)
+            unload = _Unload(rep, victim, self._new_op())
+            rep.unloading[victim] = unload
+            rep.outstanding += 1
+            self._ops[unload.op] = unload
+            victims.append(unload)
+            excess -= 1
+        return victims
 
     def _issue(self, load: _Load) -> IssueLoad:
         load.issued = True
@@ -778,6 +784,16 @@ class AdapterStateMachine:
             rep.dropped_while_listing.add(op.adapter)
         commands: list[Command] = []
         load = op.makes_room_for
+        if self._routers > 1 and event.outcome is UnloadOutcome.NOT_FOUND:
+            # [share] Another router unloaded it first, most likely to make room for an adapter this
+            # one does not see: count that one until the next listing, and make room again.
+            rep.unseen += 1
+            if load is not None:
+                more = self._evict(rep, len(rep.held) + len(rep.loading) - self._line(rep))
+                for unload in more:
+                    unload.makes_room_for = load
+                    load.waits_for.add(unload.op)
+                    commands.append(IssueUnload(unload=unload.op, replica=rep.id, adapter=unload.adapter))
         if load is not None:
             load.waits_for.discard(event.unload)
             if not load.waits_for:
@@ -909,7 +925,7 @@ class AdapterStateMachine:
             if name not in self._pins and name not in rep.elsewhere:
                 rep.idle[name] = 0
                 rep.idle.move_to_end(name, last=False)
-        rep.base = len(rep.held) + len(rep.loading)  # [share]: the free slots to share afresh
+        rep.base, rep.unseen = len(rep.held) + len(rep.loading), 0  # [share]: shared afresh
         commands.extend(self._admit_queued(rep))
         if self._pins:
             commands.extend(self._ensure_pins())
@@ -956,6 +972,8 @@ class AdapterStateMachine:
         if ticket is not None and self._leases.get(ticket) is not held:
             return []
         self._drop(rep, adapter)
+        if self._routers > 1:
+            rep.unseen += 1  # [share]: as an unload another router answered first
         commands = self._admit_queued(rep)
         if adapter in self._pins:
             commands.extend(self._ensure_pins())
@@ -995,7 +1013,7 @@ class AdapterStateMachine:
             # that a new load never crosses an old one and a running request's adapter stays held.
             rep.removed, rep.model, rep.limit, rep.met = False, model, limit, False
             rep.due = self._clock + self._interval
-            rep.base = len(rep.held) + len(rep.loading)  # [share]: what it is known to hold
+            rep.base, rep.unseen = len(rep.held) + len(rep.loading), 0  # [share]: what it knows
             for name in list(rep.held) + list(rep.loading):
                 self._where.setdefault(name, {})[rep.id] = rep
         heapq.heappush(self._due, (rep.due, replica))
@@ -1200,13 +1218,16 @@ class AdapterStateMachine:
     def _line(self, rep: _Replica) -> int:
         """[share] How many adapters this router lets ``rep`` hold before a cold load evicts.
 
-        Its limit, less the other routers' shares of the ``f`` free slots its last listing left:
-        this router fills ``ceil(f / routers)`` of them. With one router, the limit.
+        Its limit, less the other routers' shares of the ``f`` free slots its last listing left
+        (this router fills ``ceil(f / routers)`` of them), less one for each adapter the engine lost
+        since without this router's unload (another router's took its slot). With one router, the
+        limit.
         """
-        free = rep.limit - rep.base
-        if self._routers == 1 or free <= 0:
+        if self._routers == 1:
             return rep.limit
-        return rep.base + -(-free // self._routers)
+        free = rep.limit - rep.base
+        line = rep.limit if free <= 0 else rep.base + -(-free // self._routers)
+        return line - rep.unseen
 
     def _weight(self, adapter: str) -> int:
         """[evict] An adapter's demand class: the bit length of its decayed request count."""

@@ -197,10 +197,28 @@ export class Machine {
 
   // [share] (§3.14) The count past which this router counts the replica full: its limit, less the
   // other routers' shares of the f free slots its last listing (or its adding) left; ours is ceil(f / R).
+  // Less one for each adapter the engine lost since without this router's unload (another's took its slot).
   line(rep) {
     const free = rep.limit - rep.base;
-    if (free <= 0) return rep.limit;
-    return rep.base + Math.ceil(free / this.routers);
+    return (free <= 0 ? rep.limit : rep.base + Math.ceil(free / this.routers)) - rep.unseen;
+  }
+
+  // [evict] idle adapters in least demand (least recently used among equals), `excess` of them or all.
+  evict(rep, excess) {
+    const victims = [];
+    while (excess > 0 && rep.idle.size > 0) {
+      const victim = this.victim(rep);
+      this.drop(rep, victim);
+      const unload = {
+        kind: "unload", replica: rep, adapter: victim, op: this.newOp(), waiters: [], makesRoomFor: null,
+      };
+      rep.unloading.set(victim, unload);
+      rep.outstanding += 1;
+      this.ops.set(unload.op, unload);
+      victims.push(unload);
+      excess -= 1;
+    }
+    return victims;
   }
 
   // [cold]; a [pin]'s load has no ticket, and placement chose room for it, so the cap does not apply.
@@ -212,23 +230,8 @@ export class Machine {
       this.waiting.set(ticket, rep.queue);
       return [];
     }
-    const commands = [];
-    const victims = [];
-    // [evict] idle adapters in least demand (least recently used among equals) until the load fits.
-    let excess = rep.held.size + rep.loading.size + 1 - line;
-    while (excess > 0 && rep.idle.size > 0) {
-      const victim = this.victim(rep);
-      this.drop(rep, victim);
-      const unload = {
-        kind: "unload", replica: rep, adapter: victim, op: this.newOp(), waiters: [], makesRoomFor: null,
-      };
-      rep.unloading.set(victim, unload);
-      rep.outstanding += 1;
-      this.ops.set(unload.op, unload);
-      victims.push(unload);
-      commands.push({ type: "issue_unload", unload: unload.op, replica: rep.id, adapter: victim });
-      excess -= 1;
-    }
+    const victims = this.evict(rep, rep.held.size + rep.loading.size + 1 - line);
+    const commands = victims.map((u) => ({ type: "issue_unload", unload: u.op, replica: rep.id, adapter: u.adapter }));
     const load = {
       kind: "load", replica: rep, adapter, path, op: this.newOp(), waiters: ticket === null ? [] : [ticket],
       starter: ticket, waitsFor: new Set(victims.map((u) => u.op)), issued: false,
@@ -311,6 +314,18 @@ export class Machine {
     if (rep.listing) rep.droppedWhileListing.add(unload.adapter);
     const commands = [];
     const load = unload.makesRoomFor;
+    if (this.routers > 1 && outcome === "not_found") {
+      // [share] another router unloaded it first: one more adapter this router does not see; and
+      // the load it made room for makes room again, down to the lowered line.
+      rep.unseen += 1;
+      if (load) {
+        for (const more of this.evict(rep, rep.held.size + rep.loading.size - this.line(rep))) {
+          more.makesRoomFor = load;
+          load.waitsFor.add(more.op);
+          commands.push({ type: "issue_unload", unload: more.op, replica: rep.id, adapter: more.adapter });
+        }
+      }
+    }
     if (load) {
       load.waitsFor.delete(number);
       if (load.waitsFor.size === 0) commands.push(this.issue(load));
@@ -476,6 +491,7 @@ export class Machine {
     const idle = added.filter((name) => this.idleable(rep, name)).map((name) => [name, 0]);
     rep.idle = new Map([...idle, ...rep.idle]);
     rep.base = rep.held.size + rep.loading.size; // [share]: the free slots it leaves, shared afresh
+    rep.unseen = 0;
     return [...commands, ...this.admitQueue(rep), ...this.ensurePins()];
   }
 
@@ -503,6 +519,7 @@ export class Machine {
     if (!held) return [];
     if (ticket !== null && this.leases.get(ticket) !== held) return []; // a report about an older copy
     this.drop(rep, adapter);
+    if (this.routers > 1) rep.unseen += 1; // [share]: as an unload another router answered first
     return [...this.admitQueue(rep), ...(this.pins.has(adapter) ? this.ensurePins() : [])];
   }
 
@@ -534,7 +551,7 @@ export class Machine {
       rep = {
         id: replica, held: new Map(), idle: new Map(), loading: new Map(), unloading: new Map(),
         listing: null, droppedWhileListing: new Set(), outstanding: 0, inFlight: 0, served: 0,
-        failures: 0, avoidUntil: 0, elsewhere: new Set(), base: 0,
+        failures: 0, avoidUntil: 0, elsewhere: new Set(), base: 0, unseen: 0,
       };
       rep.queue = { kind: "queue", replica: rep, waiters: [] };
       this.replicas.set(replica, rep);
@@ -543,6 +560,7 @@ export class Machine {
     const due = this.now + this.interval;
     Object.assign(rep, { model, limit: Number(limit), met: false, removed: false, due });
     rep.base = rep.held.size + rep.loading.size; // [share]: what it is known to hold, shared afresh
+    rep.unseen = 0;
     return [this.startListing(rep)];
   }
 
