@@ -50,6 +50,18 @@ that doubles with each failure in a row; [refuse] fails at once a request for an
 refused as its own fault, for a while; [cap] makes a cold request wait in the replica's queue, rather
 than take it past ``limit + headroom``, until an adapter goes idle or room comes otherwise.
 
+Several routers ([share]). With ``routers=R`` above 1, every rule that asks whether a load has room
+([evict], [cap], [place], [view]) compares the replica's count with its *line* instead of its limit:
+``base + ceil(f / R) - unseen``, where ``base`` is its count once its last listing was applied and
+``f = limit - base`` the free slots that listing left (the limit itself when ``f <= 0``), and
+``unseen`` the adapters the engine lost since without this router's unload (an unload answered
+``not_found``, an ``adapter_missing``): another router's adapter took their slot, so a load waiting on
+such an unload evicts again. Past its line a cold load evicts, or with nothing idle goes over as
+past the limit. R routers whose last listings saw ``c`` adapters then hold a replica to
+``max(c, limit + R - 1 + R * headroom)`` until their next listings (SPEC.md §3.14 gives the
+exceptions, and the bound when listings are read at different moments). With one router the line is
+the limit, and nothing here applies.
+
 A request that finds its adapter loading joins the load ([join]); one that finds it unloading waits
 for the unload and is then handled afresh ([wait-unload]), so a load and an unload of one adapter on
 one replica are never outstanding together.

@@ -154,6 +154,9 @@ class Fleet:
         read_running: after each listing, also read which adapters the engine says have requests
             (vLLM's ``vllm:lora_requests_info``, from any router), so that none of them is evicted;
             False for one router alone, whose own requests the fleet knows.
+        routers: how many routers (fleets, in any process) share these replicas: each fills at most
+            its share of the free slots a replica's last listing left (the core's [share]; README.md,
+            "Several routers"). 1: a router alone.
 
     Raises:
         InvalidValueError: a timeout or the interval is not a positive number of seconds, or another
@@ -178,6 +181,7 @@ class Fleet:
         max_backoff: float = DEFAULT_MAX_BACKOFF,
         refusal: float = DEFAULT_REFUSAL,
         read_running: bool = True,
+        routers: int = 1,
     ) -> None:
         for name, value in (
             ("load_timeout", load_timeout),
@@ -195,6 +199,7 @@ class Fleet:
             backoff=backoff,
             max_backoff=max_backoff,
             refusal=refusal,
+            routers=routers,
         )
         self._first = tuple(replicas)
         for replica in self._first:
