@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import itertools
 import random
 from collections.abc import Sequence
@@ -29,6 +30,7 @@ from lorafleet import (
 )
 from lorafleet_sim import POLICIES, VARIANTS, Fleet, Simulation, Synthetic, Workload
 
+SIM = Path(__file__).resolve().parent.parent / "sim"
 SMALL = Synthetic(adapters=30, skew=1.0, rate=30.0, service=0.5, requests=1500, replicas=4)
 SMALL_FLEET = Fleet(replicas=4, limit=3, concurrency=4, load_time=0.2)
 
@@ -102,9 +104,12 @@ def test_belady_with_fixed_capacity_is_the_textbook_figure() -> None:
 
 
 def run(workload: Workload, fleet: Fleet, policy: str = "round-robin") -> Simulation:
+    return run_figures(workload, fleet, policy)[0]
+
+
+def run_figures(workload: Workload, fleet: Fleet, policy: str) -> tuple[Simulation, ls.Figures]:
     simulation = Simulation(workload, fleet, POLICIES[policy], check=True)
-    simulation.run()
-    return simulation
+    return simulation, simulation.run()
 
 
 def test_replica_runs_at_most_c_first_come_first_served_after_the_load() -> None:
@@ -161,6 +166,73 @@ def test_several_routers_meet_through_404s_and_listings() -> None:
     assert all(start >= arrival for start, arrival in zip(s.started, w.times, strict=True))
 
 
+# Router B (1) runs x for a long time on the one replica; router A (0) lists the replica at t=1 and
+# t=2 (x held, idle as far as A knows), then at t=2.5 is asked for y with the replica at its limit.
+UNDER_B = Workload(times=(0.0, 2.5), adapters=("x", "y"), durations=(100.0, 1.0), routers=(1, 0))
+UNDER_B_FLEET = Fleet(replicas=1, limit=1, concurrency=4, load_time=0.1, routers=2, listing_interval=1.0)
+
+
+def test_without_the_running_report_a_router_unloads_under_anothers_request() -> None:
+    s, figures = run_figures(UNDER_B, UNDER_B_FLEET, "lorafleet")
+    # A evicts x, the only adapter its listing showed, while B's request runs on it.
+    assert s.evictions == 1
+    assert figures.unloads_under_others == 1
+    assert figures.unloads_under_own == 0
+    assert s.started == [0.1, 2.6]
+
+
+def test_with_the_running_report_it_goes_over_the_limit_instead() -> None:
+    s, figures = run_figures(UNDER_B, attrs.evolve(UNDER_B_FLEET, read_running=True), "lorafleet")
+    # A's last report named x (B's request on it): no victim, so y's load goes over the limit.
+    assert s.evictions == 0
+    assert figures.unloads_under_others == figures.unloads_under_own == 0
+    assert figures.held_max == 2
+    assert s.started == [0.1, 2.6]
+
+
+@pytest.mark.parametrize("read_running", [False, True])
+def test_an_unload_under_a_routers_own_forgotten_request_is_counted_as_its_own(read_running: bool) -> None:
+    # A (0) runs x to t=10.1. Without the report, B (1) evicts x at t=1.5 for z (its listing at t=1
+    # showed x, idle for all B knows); A's listing at t=2 no longer names x, so A forgets it, lease
+    # and all; A loads x again for its request at t=2.5 and evicts that copy at t=3.5 for w, under
+    # its own first request, still running. With the report B keeps x and A never forgets it.
+    w = Workload(
+        times=(0.0, 0.5, 1.5, 2.5, 3.5),
+        adapters=("x", "y", "z", "x", "w"),
+        durations=(10.0, 0.1, 0.1, 0.1, 0.1),
+        routers=(0, 1, 1, 0, 0),
+    )
+    fleet = attrs.evolve(UNDER_B_FLEET, read_running=read_running)
+    figures = run_figures(w, fleet, "lorafleet")[1]
+    expected = 0 if read_running else 1
+    assert figures.unloads_under_others == figures.unloads_under_own == expected
+    assert figures.loads == 4 + expected  # x again, without the report
+
+
+@pytest.mark.parametrize("read_running", [False, True])
+def test_several_routers_count_unloads_under_requests(read_running: bool) -> None:
+    w = Synthetic(
+        adapters=30, skew=1.0, rate=30.0, service=0.5, requests=2000, routers=3, replicas=4
+    ).generate(2)
+    fleet = Fleet(
+        replicas=4,
+        limit=3,
+        concurrency=4,
+        load_time=0.2,
+        routers=3,
+        listing_interval=5.0,
+        read_running=read_running,
+    )
+    figures = Simulation(w, fleet, POLICIES["lorafleet"], check=True).run()
+    alone = Simulation(
+        attrs.evolve(w, routers=(0,) * len(w)), attrs.evolve(fleet, routers=1), POLICIES["lorafleet"]
+    ).run()
+    assert figures.unloads_under_others > 0  # a sample misses requests started after it
+    assert alone.unloads_under_others == 0
+    assert alone.unloads_under_own == 0
+    assert figures.requests == 2000
+
+
 @pytest.mark.parametrize("policy", list(POLICIES))
 def test_every_request_is_served_through_restarts_shifts_and_flash_crowds(policy: str) -> None:
     spec = Synthetic(
@@ -203,6 +275,12 @@ def test_every_policy_runs_the_real_machine_with_the_fleets_settings_and_its_own
             settings["overflow"],
             settings["half_life"],
         )
+
+
+def test_any_other_machine_setting_reaches_every_routers_machine() -> None:
+    fleet = Fleet(replicas=4, limit=3, concurrency=4, load_time=0.2, routers=2, settings={"refusal": 7.0})
+    simulation = Simulation(SMALL.generate(1), fleet, POLICIES["lorafleet"])
+    assert [router.view.machine._refusal for router in simulation.routers] == [7.0, 7.0]
 
 
 def test_lorafleet_sends_each_request_where_the_machine_places_it() -> None:
@@ -260,6 +338,32 @@ def test_the_cap_bounds_what_an_engine_holds(headroom: int) -> None:
 
 
 # -- traces and flags --------------------------------------------------------------------------
+
+
+def test_the_running_reads_are_flags_and_columns(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["--requests", "600", "--replicas", "2", "--adapters", "12", "--rate", "10", "--routers", "2"]
+    assert ls.main([*argv, "--listing-interval", "2", "--read-running", "--read-cold"]) == 0
+    text = capsys.readouterr().out
+    assert (
+        "each reading which adapters run after each listing, and before each request that is not a hit"
+        in text
+    )
+    assert "| unloads under others | under own |" in text
+
+
+def test_several_routers_sweeps_counts_and_reads(capsys: pytest.CaptureFixture[str]) -> None:
+    spec = importlib.util.spec_from_file_location("several_routers", SIM / "several_routers.py")
+    assert spec is not None
+    assert spec.loader is not None
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    argv = ["--requests", "600", "--replicas", "2", "--adapters", "12", "--rate", "10", "--counts", "1,2"]
+    assert script.main([*argv, "--listing-interval", "2"]) == 0
+    rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| lorafleet |")]
+    assert [row.split(" | ")[1:3] for row in rows] == [
+        [str(routers), mode] for routers in (1, 2) for mode in ("off", "listing", "listing+cold")
+    ]
+    assert rows[0].split(" | ")[4] == "1.000"  # one router, listings only: the exact view
 
 
 def test_a_trace_file_runs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

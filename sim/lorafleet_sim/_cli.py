@@ -111,6 +111,24 @@ def parser() -> argparse.ArgumentParser:
         "--listing-interval", type=positive, default=30.0, help="seconds between listings (default 30)"
     )
     p.add_argument(
+        "--read-running",
+        action=argparse.BooleanOptionalAction,
+        default=False,
+        help=(
+            "after each listing, each router also reads which adapters have requests on the replica, "
+            "from any router, as Fleet(read_running=True) does (default: off, listings only)"
+        ),
+    )
+    p.add_argument(
+        "--read-cold",
+        action=argparse.BooleanOptionalAction,
+        default=False,
+        help=(
+            "before each request that is not a hit, the router also reads and reports which adapters "
+            "have requests on the replica chosen for it (a step the Fleet does not take; default: off)"
+        ),
+    )
+    p.add_argument(
         "--headroom",
         type=_headroom,
         default=None,
@@ -224,6 +242,8 @@ def _fleet(args: argparse.Namespace, limit: int) -> Fleet:
         headroom=args.headroom,
         overflow=args.overflow,
         half_life=args.half_life,
+        read_running=args.read_running,
+        read_cold=args.read_cold,
     )
 
 
@@ -246,6 +266,8 @@ COLUMNS = (
     ("x Belady", "{:.3f}"),
     ("copies /1k", "{:.1f}"),
     ("404s /1k", "{:.1f}"),
+    ("unloads under others", "{:.1f}"),
+    ("under own", "{:.1f}"),
 )
 
 
@@ -272,6 +294,8 @@ def rows(runs: dict[str, list[Figures]]) -> list[list[str]]:
             _mean([f.belady_ratio for f in figures]),
             _mean([f.per_1k(f.copies) for f in figures]),
             _mean([f.per_1k(f.missing) for f in figures]),
+            _mean([f.unloads_under_others for f in figures]),
+            _mean([f.unloads_under_own for f in figures]),
         ]
         out.append([fmt.format(v) for (_, fmt), v in zip(COLUMNS, values, strict=True)])
     return out
@@ -304,6 +328,8 @@ def report(
         f"loads of {args.load:g} s"
         + (f", {args.restarts} replica restarts" if args.restarts else "")
         + (f", {args.routers} routers listing every {args.listing_interval:g} s" if args.routers > 1 else "")
+        + (", each reading which adapters run after each listing" if args.read_running else "")
+        + (", and before each request that is not a hit" if args.read_cold else "")
         + _settings(args)
         + f"; seeds {args.seed}..{args.seed + args.seeds - 1}, figures are means over the seeds.",
         "",
@@ -316,7 +342,9 @@ def report(
         f"Compulsory loads (distinct adapters asked for): {compulsory:.1f} /1k. Belady: MIN on each "
         "replica's own request sequence with the capacity the policy had there at each request, "
         "a lower bound for that routing; x Belady is the policy's loads over it. Copies: loads of an "
-        "adapter another replica held. Wait: arrival to start of service.",
+        "adapter another replica held. Wait: arrival to start of service. Unloads under others (own): "
+        "unloads per run of an adapter another router (the unloading router) had requests running or "
+        "waiting on there.",
         "",
     ]
     return "\n".join(lines)

@@ -14,10 +14,19 @@ out every command at once, as a shell would) and the engines:
 - a listing is answered at once with what the engine really holds; a request for an adapter the
   engine does not hold is answered "no such model" (404), which the router reports as
   ``AdapterMissing`` before it releases the request and routes it again, elsewhere if it can;
+- the engine knows which adapters have requests running or waiting in its queue, from every router
+  (vLLM's ``vllm:lora_requests_info``); with ``read_running``, each router reads that set right
+  after each of its listings of the replica, answered at once like the listing, and reports it as
+  ``RunningReported``, as ``Fleet(read_running=True)`` does; with ``read_cold`` it also reads and
+  reports the chosen replica's set before each request that is not a hit (a step the Fleet does not
+  take: this measures what it would pay);
 - a restart empties the engine; loads in flight there fail (a replica fault: the waiters are routed
   again).
 
-Several routers see each other's work only through listings and those answers.
+Several routers see each other's work only through listings, running reports and those answers.
+An unload is counted as under another router's request when that router has a request running or
+waiting on the adapter on that replica at the moment the unload is carried out (vLLM lets a running
+request finish on an adapter it no longer lists).
 """
 
 from __future__ import annotations
@@ -26,6 +35,7 @@ import heapq
 import math
 import random
 from collections import deque
+from collections.abc import Mapping
 from typing import Any
 
 import attrs
@@ -46,6 +56,7 @@ from lorafleet import (
     Released,
     ReplicaAdded,
     Requested,
+    RunningReported,
     TimeAdvanced,
     UnloadFinished,
     UnloadOutcome,
@@ -74,6 +85,11 @@ class Fleet:
         listing_interval: seconds between two readings of a replica's listing.
         headroom, overflow, half_life: the machine's settings of those names ([cap], [place],
             [evict]); its ``concurrency`` is the replicas'.
+        read_running: after each listing of a replica, each router also reads which adapters have
+            requests on it, from any router, and reports them ([elsewhere]); False: listings only.
+        read_cold: before each request that is not a hit, the router also reads which adapters
+            have requests on the replica chosen for it, and reports them, before the request.
+        settings: any other machine settings, by name, passed to every router's machine.
     """
 
     replicas: int
@@ -85,6 +101,9 @@ class Fleet:
     headroom: int | None = None
     overflow: int = lorafleet.DEFAULT_OVERFLOW
     half_life: int = lorafleet.DEFAULT_HALF_LIFE
+    read_running: bool = False
+    read_cold: bool = False
+    settings: Mapping[str, Any] = attrs.field(factory=dict)
 
     def machine(self, policy: Policy) -> AdapterStateMachine:
         """A router's machine: the fleet's settings, with those ``policy`` sets over them."""
@@ -95,6 +114,7 @@ class Fleet:
             "overflow": self.overflow,
             "half_life": self.half_life,
         }
+        settings.update(self.settings)
         settings.update(policy.settings)
         return AdapterStateMachine(**settings)
 
@@ -132,6 +152,12 @@ class Figures:
     evictions: int
     copies: int = 0
     """Loads of an adapter another replica held or was loading: extra copies, made to spread load."""
+    unloads_under_others: int = 0
+    """Unloads of an adapter another router had requests running or waiting on, on that replica."""
+    unloads_under_own: int = 0
+    """Unloads of an adapter the unloading router itself had requests running or waiting on there."""
+    reads: int = 0
+    """Readings of a replica's running adapters (``read_running`` and ``read_cold``)."""
 
     def per_1k(self, count: int) -> float:
         return 1000.0 * count / self.requests if self.requests else 0.0
@@ -162,6 +188,20 @@ class _Engine:
     held_max: int = 0
     sequence: list[str] = attrs.field(factory=list)
     capacities: list[int] = attrs.field(factory=list)
+    requests: dict[str, dict[int, int]] = attrs.field(factory=dict)
+    """Adapter to router to its requests running or waiting here: what vLLM's gauge names."""
+
+    def arrive(self, adapter: str, router: int) -> None:
+        counts = self.requests.setdefault(adapter, {})
+        counts[router] = counts.get(router, 0) + 1
+
+    def leave(self, adapter: str, router: int) -> None:
+        counts = self.requests[adapter]
+        counts[router] -= 1
+        if not counts[router]:
+            del counts[router]
+            if not counts:
+                del self.requests[adapter]
 
     def account(self, now: float) -> None:
         """Integrate the number of adapters held up to ``now``; call before it changes."""
@@ -232,6 +272,9 @@ class Simulation:
         self.evictions = 0
         self.copies = 0
         self.deferred = 0
+        self.unloads_under_others = 0
+        self.unloads_under_own = 0
+        self.reads = 0
 
     # -- the loop ------------------------------------------------------------------------------
 
@@ -314,6 +357,8 @@ class Simulation:
             self.hits += 1
             self._forward(attempt)
         else:
+            if self.fleet.read_cold:
+                self._read_running(router, engine)
             self._commands(
                 router, m.handle(Requested(ticket=ticket, replica=engine.id, adapter=adapter, path=adapter))
             )
@@ -329,6 +374,7 @@ class Simulation:
             self._not_found(attempt, adapter)
             return
         self.granted[request] = self.now
+        engine.arrive(adapter, attempt.router)
         if engine.running < self.fleet.concurrency:
             self._start(engine, attempt)
         else:
@@ -346,6 +392,7 @@ class Simulation:
         engine = self.engines[attempt.replica]
         engine.running -= 1
         self.pending -= 1
+        engine.leave(self.workload.adapters[attempt.request], attempt.router)
         self._end(attempt)
         if engine.queue:
             self._start(engine, engine.queue.popleft())
@@ -409,6 +456,8 @@ class Simulation:
                     router,
                     router.view.machine.handle(ListingReceived(listing=command.listing, adapters=listed)),
                 )
+                if self.fleet.read_running:
+                    self._read_running(router, engine)
             elif kind is Fail:
                 assert isinstance(command, Fail)
                 attempt = router.attempts.pop(command.ticket)
@@ -416,6 +465,14 @@ class Simulation:
                 self.failed += 1
                 self._retry(attempt)
             # MarkMet asks nothing of a shell that never waits for a replica to be met.
+
+    def _read_running(self, router: _Router, engine: _Engine) -> None:
+        """The router reads which adapters have requests on ``engine`` and reports them."""
+        self.reads += 1
+        running = tuple(sorted(engine.requests))
+        self._commands(
+            router, router.view.machine.handle(RunningReported(replica=engine.id, adapters=running))
+        )
 
     def _issue_load(self, router: _Router, command: IssueLoad) -> None:
         engine = self.engine_by_id[command.replica]
@@ -461,6 +518,12 @@ class Simulation:
             engine.registered.discard(adapter)
             engine.evicted[adapter] = self.now
             self.evictions += 1
+            counts = engine.requests.get(adapter)
+            if counts:
+                if router.index in counts:
+                    self.unloads_under_own += 1
+                if len(counts) > (router.index in counts):
+                    self.unloads_under_others += 1
             outcome = UnloadOutcome.UNLOADED
         else:
             outcome = UnloadOutcome.NOT_FOUND
@@ -522,6 +585,9 @@ class Simulation:
             failed=self.failed,
             evictions=self.evictions,
             copies=self.copies,
+            unloads_under_others=self.unloads_under_others,
+            unloads_under_own=self.unloads_under_own,
+            reads=self.reads,
         )
 
 
