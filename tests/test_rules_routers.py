@@ -301,3 +301,16 @@ def test_share_an_adapter_the_engine_lost_counts_until_the_next_listing() -> Non
     # s1's slot is likely another router's now: x evicts s2 rather than take the slot.
     _ticket, commands = s.request("r", "x")
     assert [u.adapter for u in unloads(commands)] == ["s2"]
+
+
+def test_share_the_line_never_falls_below_one() -> None:
+    s = Scenario.configured(routers=2, headroom=0)
+    (cmd,) = s(ReplicaAdded(replica="r", model="base", limit=2))
+    assert isinstance(cmd, ReadListing)
+    s.expect(ListingReceived(listing=cmd.listing, adapters=("s1", "s2")), MarkMet(replica="r"))
+    s.expect(AdapterMissing(replica="r", adapter="s1"))
+    s.expect(AdapterMissing(replica="r", adapter="s2"))
+    # Both lost to other routers: the line would be 2 - 2 = 0, and a cap of 0 would take nothing.
+    s.load("r", "a")
+    _ticket, commands = s.request("r", "b")
+    assert commands == []  # a is in use: b waits at the cap, line 1 + headroom 0

@@ -52,7 +52,7 @@ than take it past ``limit + headroom``, until an adapter goes idle or room comes
 
 Several routers ([share]). With ``routers=R`` above 1, every rule that asks whether a load has room
 ([evict], [cap], [place], [view]) compares the replica's count with its *line* instead of its limit:
-``base + ceil(f / R) - unseen``, where ``base`` is its count once its last listing was applied and
+``max(1, base + ceil(f / R) - unseen)``, where ``base`` is its count once its last listing was applied and
 ``f = limit - base`` the free slots that listing left (the limit itself when ``f <= 0``), and
 ``unseen`` the adapters the engine lost since without this router's unload (an unload answered
 ``not_found``, an ``adapter_missing``): another router's adapter took their slot, so a load waiting on
@@ -1232,14 +1232,16 @@ class AdapterStateMachine:
 
         Its limit, less the other routers' shares of the ``f`` free slots its last listing left
         (this router fills ``ceil(f / routers)`` of them), less one for each adapter the engine lost
-        since without this router's unload (another router's took its slot). With one router, the
-        limit.
+        since without this router's unload (another router's took its slot), and at least 1. With
+        one router, the limit.
         """
         if self._routers == 1:
             return rep.limit
         free = rep.limit - rep.base
         line = rep.limit if free <= 0 else rep.base + -(-free // self._routers)
-        return line - rep.unseen
+        # Never below 1: a line at 0 would close the cap (line + headroom) on a replica whose every
+        # adapter is in use until the next listing; the simulator's waits grew a hundredfold without it.
+        return max(line - rep.unseen, 1)
 
     def _weight(self, adapter: str) -> int:
         """[evict] An adapter's demand class: the bit length of its decayed request count."""

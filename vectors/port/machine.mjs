@@ -197,10 +197,11 @@ export class Machine {
 
   // [share] (§3.14) The count past which this router counts the replica full: its limit, less the
   // other routers' shares of the f free slots its last listing (or its adding) left; ours is ceil(f / R).
-  // Less one for each adapter the engine lost since without this router's unload (another's took its slot).
+  // Less one for each adapter the engine lost since without this router's unload (another's took its slot);
+  // never below 1.
   line(rep) {
     const free = rep.limit - rep.base;
-    return (free <= 0 ? rep.limit : rep.base + Math.ceil(free / this.routers)) - rep.unseen;
+    return Math.max(1, (free <= 0 ? rep.limit : rep.base + Math.ceil(free / this.routers)) - rep.unseen);
   }
 
   // [evict] idle adapters in least demand (least recently used among equals), `excess` of them or all.
