@@ -430,7 +430,11 @@ def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--tests", nargs="+", default=["properties/test_machine_properties.py"])
+    parser.add_argument(
+        "--tests",
+        nargs="+",
+        default=["properties/test_machine_properties.py", "properties/test_share.py"],
+    )
     parser.add_argument("--only", nargs="+", help="mutant names")
     parser.add_argument("--show", action="store_true", help="print each mutant's change")
     parser.add_argument("--timeout", type=float, default=900.0, help="seconds for one run")
