@@ -89,16 +89,16 @@ MUTANTS = [
         "evict",
         "victims are chosen as if the new load did not count",
         MACHINE,
-        "excess = count + 1 - rep.limit",
-        "excess = count - rep.limit",
+        "self._evict(rep, count + 1 - line)",
+        "self._evict(rep, count - line)",
     ),
     Mutant(
         "evict-unloads-reversed",
         "evict",
         "the unloads of several victims come out last victim first",
         MACHINE,
-        "            commands.append(IssueUnload(unload=unload.op, replica=rep.id, adapter=victim))",
-        "            commands.insert(0, IssueUnload(unload=unload.op, replica=rep.id, adapter=victim))",
+        "for unload in victims\n        ]",
+        "for unload in reversed(victims)\n        ]",
     ),
     # -- [listing]
     Mutant(
@@ -293,8 +293,8 @@ MUTANTS = [
         "view",
         "a replica at its limit counts as having room",
         MACHINE,
-        "if len(held) + len(loading) < rep.limit and",
-        "if len(held) + len(loading) <= rep.limit and",
+        "if len(held) + len(loading) < self._line(rep) and",
+        "if len(held) + len(loading) <= self._line(rep) and",
     ),
     # -- [refuse], [health], [cap]
     Mutant(
@@ -318,8 +318,33 @@ MUTANTS = [
         "cap",
         "idle adapters count against the cap, so a request waits though evicting one would make room",
         MACHINE,
-        "count - len(rep.idle) >= rep.limit + self._headroom",
-        "count >= rep.limit + self._headroom",
+        "count - len(rep.idle) >= line + self._headroom",
+        "count >= line + self._headroom",
+    ),
+    # -- [share]
+    Mutant(
+        "share-per-router-limit",
+        "share",
+        "each of R routers fills every free slot a listing left, as if it were alone",
+        MACHINE,
+        "line = rep.limit if free <= 0 else rep.base + -(-free // self._routers)",
+        "line = rep.limit",
+    ),
+    Mutant(
+        "share-never-resets",
+        "share",
+        "a listing does not share the free slots it leaves afresh",
+        MACHINE,
+        "        rep.base, rep.unseen = len(rep.held) + len(rep.loading), 0  # [share]: shared afresh\n",
+        "",
+    ),
+    Mutant(
+        "share-trusts-not-found",
+        "share",
+        "a victim another router unloaded first counts as room made",
+        MACHINE,
+        "            rep.unseen += 1\n            if load is not None:",
+        "            if load is not None:",
     ),
     # -- the wire
     Mutant(
@@ -405,7 +430,11 @@ def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--tests", nargs="+", default=["properties/test_machine_properties.py"])
+    parser.add_argument(
+        "--tests",
+        nargs="+",
+        default=["properties/test_machine_properties.py", "properties/test_share.py"],
+    )
     parser.add_argument("--only", nargs="+", help="mutant names")
     parser.add_argument("--show", action="store_true", help="print each mutant's change")
     parser.add_argument("--timeout", type=float, default=900.0, help="seconds for one run")

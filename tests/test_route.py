@@ -510,6 +510,7 @@ async def test_the_fleets_arguments_are_checked(adapter_dir: Path) -> None:
         {"adapters": adapter_dir / "no-such-folder"},
         {"attempts": 0},
         {"headroom": -1},
+        {"routers": 0},
         {"refusal": 0},
         {"replicas": ["http://x"]},
         {"pins": {"a0": 1}},  # no adapters to find it in

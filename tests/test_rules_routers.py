@@ -5,12 +5,14 @@ from __future__ import annotations
 import pytest
 
 from lorafleet import (
+    AdapterMissing,
     InvalidValueError,
     IssueLoad,
     IssueUnload,
     ListingReceived,
     LoadFinished,
     LoadOutcome,
+    MarkMet,
     Placed,
     Placement,
     ReadListing,
@@ -147,3 +149,168 @@ def test_elsewhere_a_report_of_the_wrong_kind_is_refused() -> None:
     ):
         with pytest.raises(InvalidValueError):
             s(event)
+
+
+# -- [share]: each of R routers fills at most its share of a replica's free slots between listings --
+
+
+def shared(routers: int, *replicas: tuple[str, int], headroom: int | None = None) -> Scenario:
+    """A machine for one of ``routers`` routers, knowing these (replica, limit) pairs, listed empty."""
+    s = Scenario.configured(routers=routers, **({} if headroom is None else {"headroom": headroom}))
+    for replica, limit in replicas:
+        (cmd,) = s(ReplicaAdded(replica=replica, model="base", limit=limit))
+        assert isinstance(cmd, ReadListing)
+        s.expect(ListingReceived(listing=cmd.listing, adapters=()), MarkMet(replica=replica))
+    return s
+
+
+def test_share_two_routers_on_an_empty_replica_fill_two_of_four_slots_each_then_evict() -> None:
+    held: set[str] = set()
+    for router, names in (("one", "abc"), ("two", "xyz")):
+        s = shared(2, ("r", 4))
+        for name in names[:2]:
+            s.expect(Released(ticket=s.load("r", name)))  # a free slot: no victim
+            held.add(name)
+        # Past its share (ceil(4 free / 2 routers) = 2) the replica is full for this router: the
+        # next cold load evicts, so the two routers together never take it past its limit of 4.
+        _ticket, commands = s.request("r", names[2])
+        assert [u.adapter for u in unloads(commands)] == [names[0]], router
+        assert loads(commands) == []  # it goes out once its victim's unload is answered
+    assert len(held) == 4
+
+
+def test_share_one_router_fills_every_free_slot() -> None:
+    s = shared(1, ("r", 4))
+    for name in "abcd":
+        s.expect(Released(ticket=s.load("r", name)))
+    _ticket, commands = s.request("r", "e")
+    assert [u.adapter for u in unloads(commands)] == ["a"]
+
+
+def test_share_rounds_up_so_three_routers_on_a_limit_of_four_fill_two_each() -> None:
+    s = shared(3, ("r", 4))
+    for name in "ab":
+        s.expect(Released(ticket=s.load("r", name)))
+    _ticket, commands = s.request("r", "c")
+    assert [u.adapter for u in unloads(commands)] == ["a"]
+
+
+def test_share_a_new_listing_shares_the_free_slots_it_leaves_afresh() -> None:
+    s = shared(2, ("r", 6))
+    for name in "abc":
+        s.expect(Released(ticket=s.load("r", name)))  # 3 of 6 free slots: the share is used up
+    (listing,) = s(TimeAdvanced(now=30.0))
+    assert isinstance(listing, ReadListing)
+    # The other router loaded x meanwhile: 4 held, 2 free slots, and this router's share is 1.
+    s.expect(ListingReceived(listing=listing.listing, adapters=("a", "b", "c", "x")))
+    s.expect(Released(ticket=s.load("r", "d")))
+    _ticket, commands = s.request("r", "e")
+    assert [u.adapter for u in unloads(commands)] == ["x"]  # listed: least recently used of all
+
+
+def test_share_past_its_share_with_every_adapter_in_use_a_load_goes_over() -> None:
+    s = shared(2, ("r", 4))
+    s.load("r", "a")
+    s.load("r", "b")
+    # Nothing idle to evict: as over the limit, refusing the request would serve no one.
+    _ticket, commands = s.request("r", "c")
+    assert [c.adapter for c in loads(commands)] == ["c"]
+    assert unloads(commands) == []
+
+
+def test_share_the_cap_counts_from_the_share() -> None:
+    s = shared(2, ("r", 4), headroom=0)
+    a = s.load("r", "a")
+    s.load("r", "b")
+    # Both in use and the share (2) used up: with headroom 0 the request waits for room, though
+    # the replica's limit of 4 is not reached: another router may be filling the other two slots.
+    _ticket, commands = s.request("r", "c")
+    assert commands == []
+    assert s.machine.statistics().replicas["r"].queued == 1
+    commands = s(Released(ticket=a))
+    assert [u.adapter for u in unloads(commands)] == ["a"]
+    after = s.machine.statistics().replicas["r"]
+    assert (after.queued, after.loading) == (0, ("c",))
+
+
+def test_share_placement_counts_a_replica_past_the_share_as_having_no_free_slot() -> None:
+    s = shared(2, ("r0", 2), ("r1", 2))
+    first = s.machine.place("a")
+    assert first.placed is Placed.FREE
+    assert first.replica is not None
+    s.expect(Released(ticket=s.load(first.replica, "a")))
+    second = s.machine.place("b")
+    assert second.placed is Placed.FREE
+    assert second.replica is not None
+    assert second.replica != first.replica
+    s.expect(Released(ticket=s.load(second.replica, "b")))
+    # Each replica has used this router's share (1 of 2 free): no free slot anywhere.
+    assert s.machine.place("c").placed is Placed.EVICT
+    assert s.machine.view(["r0", "r1"], "c").with_room == frozenset()
+
+
+def test_share_a_replica_added_again_shares_what_it_has_left() -> None:
+    s = shared(2, ("r", 4))
+    t = s.load("r", "a")  # keeps a held, unseen, through the removal
+    s(ReplicasRemoved(replicas=("r",)))
+    (listing,) = s(ReplicaAdded(replica="r", model="base", limit=4))
+    assert isinstance(listing, ReadListing)
+    # Before its listing comes: 1 held, 3 free, this router's share ceil(3 / 2) = 2.
+    s.load("r", "b")
+    s.load("r", "c")
+    s.expect(Released(ticket=t))
+    _ticket, commands = s.request("r", "d")
+    assert [u.adapter for u in unloads(commands)] == ["a"]
+
+
+def listed(routers: int, limit: int, *names: str) -> Scenario:
+    """A machine for one of ``routers`` routers whose replica ``r`` was listed holding ``names``."""
+    s = Scenario.configured(routers=routers)
+    (cmd,) = s(ReplicaAdded(replica="r", model="base", limit=limit))
+    assert isinstance(cmd, ReadListing)
+    s.expect(ListingReceived(listing=cmd.listing, adapters=names), MarkMet(replica="r"))
+    return s
+
+
+def test_share_a_victim_another_router_unloaded_first_makes_room_again() -> None:
+    s = listed(2, 2, "s1", "s2")
+    _ticket, commands = s.request("r", "x")
+    (first,) = unloads(commands)
+    assert first.adapter == "s1"
+    # Not found: another router unloaded s1 first, to load an adapter this router does not see.
+    # The replica is one fuller than it looks: x waits for a second victim.
+    (second,) = s(UnloadFinished(unload=first.unload, outcome=UnloadOutcome.NOT_FOUND))
+    assert isinstance(second, IssueUnload)
+    assert second.adapter == "s2"
+    (load,) = s(UnloadFinished(unload=second.unload, outcome=UnloadOutcome.UNLOADED))
+    assert isinstance(load, IssueLoad)
+    assert load.adapter == "x"
+
+
+def test_share_with_one_router_a_victim_not_found_makes_no_more_room() -> None:
+    s = listed(1, 2, "s1", "s2")
+    _ticket, commands = s.request("r", "x")
+    (first,) = unloads(commands)
+    (load,) = s(UnloadFinished(unload=first.unload, outcome=UnloadOutcome.NOT_FOUND))
+    assert isinstance(load, IssueLoad)
+
+
+def test_share_an_adapter_the_engine_lost_counts_until_the_next_listing() -> None:
+    s = listed(2, 2, "s1", "s2")
+    s.expect(AdapterMissing(replica="r", adapter="s1"))
+    # s1's slot is likely another router's now: x evicts s2 rather than take the slot.
+    _ticket, commands = s.request("r", "x")
+    assert [u.adapter for u in unloads(commands)] == ["s2"]
+
+
+def test_share_the_line_never_falls_below_one() -> None:
+    s = Scenario.configured(routers=2, headroom=0)
+    (cmd,) = s(ReplicaAdded(replica="r", model="base", limit=2))
+    assert isinstance(cmd, ReadListing)
+    s.expect(ListingReceived(listing=cmd.listing, adapters=("s1", "s2")), MarkMet(replica="r"))
+    s.expect(AdapterMissing(replica="r", adapter="s1"))
+    s.expect(AdapterMissing(replica="r", adapter="s2"))
+    # Both lost to other routers: the line would be 2 - 2 = 0, and a cap of 0 would take nothing.
+    s.load("r", "a")
+    _ticket, commands = s.request("r", "b")
+    assert commands == []  # a is in use: b waits at the cap, line 1 + headroom 0

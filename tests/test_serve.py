@@ -125,6 +125,22 @@ async def test_a_completion_goes_to_the_replica_holding_its_adapter(
 
 @pytest.mark.anyio
 @pytest.mark.usefixtures("no_task_left_running")
+@pytest.mark.parametrize(("routers", "unloaded"), [(1, []), (2, ["a0"])])
+async def test_share_routers_is_passed_to_the_fleet(
+    serve: Serve, adapter_dir: Path, routers: int, unloaded: list[str]
+) -> None:
+    standin = serve()
+    async with routing([standin], adapter_dir, routers=routers) as (server, client):
+        for adapter in ("a0", "a1"):
+            answer = await client.post("/v1/completions", json={"model": adapter, **HELLO})
+            assert answer.status_code == 200, answer.text
+            await eventually(lambda: leases(server) == 0)
+    # Limit 2, an empty replica: one of two routers fills one slot of two, then evicts ([share]).
+    assert [c.body["lora_name"] for c in standin.app.calls_to("unload")] == unloaded
+
+
+@pytest.mark.anyio
+@pytest.mark.usefixtures("no_task_left_running")
 @pytest.mark.parametrize("route", ["completions", "chat"])
 async def test_a_stream_is_relayed_event_by_event(serve: Serve, adapter_dir: Path, route: str) -> None:
     standin = serve()
@@ -683,6 +699,8 @@ sql = "adapters/a0"
         (lambda t: t + "[timeouts]\nload = -1\n", "timeouts.load must be a positive number of seconds"),
         (lambda t: t + "[timeouts]\nnap = 1\n", "unknown setting timeouts.nap"),
         (lambda t: t + '[fleet]\nprewarm = "sql"\n', "fleet.prewarm must be a list of adapter names"),
+        (lambda t: t + "[fleet]\nrouters = 0\n", "fleet.routers must be at least 1, not 0"),
+        (lambda t: t + '[fleet]\nrouters = "2"\n', "fleet.routers must be a whole number"),
         (lambda t: t + "[pins]\nsql = true\n", "pins.sql must be a whole number, not True"),
         (
             lambda t: t.replace('sql = "adapters/a0"', 'sql = { model = "tiny" }'),
@@ -849,3 +867,17 @@ def test_lorafleet_serve_runs_until_interrupted(
     assert "SIGINT: stopping" in text
     assert "replica-secret" not in text
     assert "Traceback" not in text
+
+
+def test_share_routers_is_read_from_the_file(tmp_path: Path, standin_url: str) -> None:
+    from lorafleet_serve import read_toml
+
+    path = tmp_path / "router.toml"
+    path.write_text(TOML.format(url=standin_url) + "[fleet]\nrouters = 3\n")
+    assert read_toml(path)["routers"] == 3
+
+
+def test_share_a_bad_routers_flag_gets_the_usage(capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = run_serve(["--routers", "0"], capsys)
+    assert code == 2
+    assert "argument --routers: must be at least 1, not 0" in err

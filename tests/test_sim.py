@@ -430,6 +430,23 @@ def test_several_routers_sweeps_counts_and_reads(capsys: pytest.CaptureFixture[s
     assert rows[0].split(" | ")[4] == "1.000"  # one router, listings only: the exact view
 
 
+def test_share_routers_runs_each_count_told_and_not(capsys: pytest.CaptureFixture[str]) -> None:
+    spec = importlib.util.spec_from_file_location("share_routers", SIM / "share_routers.py")
+    assert spec is not None
+    assert spec.loader is not None
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    argv = ["--requests", "600", "--replicas", "2", "--adapters", "12", "--rate", "10", "--counts", "3"]
+    assert script.main([*argv, "--headroom", "0"]) == 0
+    rows = [
+        line for line in capsys.readouterr().out.splitlines() if line.startswith("| ") and "|---" not in line
+    ]
+    assert [row.split(" | ")[:2] for row in rows[1:]] == [["| 1", "1"], ["| 3", "1"], ["| 3", "3"]]
+    held = {tuple(row.split(" | ")[:2]): row.split(" | ")[4] for row in rows[1:]}
+    # The same requests, every router told it is one of three: no more held on time-mean.
+    assert float(held["| 3", "3"]) <= float(held["| 3", "1"])
+
+
 def test_a_trace_file_runs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     trace = tmp_path / "trace.txt"
     rng = random.Random(1)

@@ -167,6 +167,13 @@ def test_bad_listing_interval_is_refused() -> None:
         AdapterStateMachine(listing_interval=0)
 
 
+@pytest.mark.parametrize("routers", [0, -1, 1.0, True, "2", None])
+def test_share_routers_not_an_int_of_at_least_1_is_refused(routers: object) -> None:
+    with pytest.raises(lf.InvalidValueError, match="routers") as raised:
+        AdapterStateMachine(routers=routers)  # type: ignore[arg-type]
+    assert raised.value.field == "routers"
+
+
 def test_hit_checks_the_ticket_and_the_replica() -> None:
     s = scenario()
     with pytest.raises(lf.TicketOrderError):

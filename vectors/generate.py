@@ -63,6 +63,7 @@ RULES_BY_NAME = [
     ("pin", ["pin", "cold"]),
     ("statistics", ["statistics"]),
     ("elsewhere", ["elsewhere"]),
+    ("share", ["share", "cold", "evict"]),
     ("the_same_events", ["order"]),
     ("fault_1", ["seed-1", "listing"]),
     ("fault_2", ["seed-2", "evict", "listing"]),

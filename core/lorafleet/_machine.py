@@ -50,6 +50,18 @@ that doubles with each failure in a row; [refuse] fails at once a request for an
 refused as its own fault, for a while; [cap] makes a cold request wait in the replica's queue, rather
 than take it past ``limit + headroom``, until an adapter goes idle or room comes otherwise.
 
+Several routers ([share]). With ``routers=R`` above 1, every rule that asks whether a load has room
+([evict], [cap], [place], [view]) compares the replica's count with its *line* instead of its limit:
+``max(1, base + ceil(f / R) - unseen)``, where ``base`` is its count once its last listing was applied and
+``f = limit - base`` the free slots that listing left (the limit itself when ``f <= 0``), and
+``unseen`` the adapters the engine lost since without this router's unload (an unload answered
+``not_found``, an ``adapter_missing``): another router's adapter took their slot, so a load waiting on
+such an unload evicts again. Past its line a cold load evicts, or with nothing idle goes over as
+past the limit. R routers whose last listings saw ``c`` adapters then hold a replica to
+``max(c, limit + R - 1 + R * headroom)`` until their next listings (SPEC.md §3.14 gives the
+exceptions, and the bound when listings are read at different moments). With one router the line is
+the limit, and nothing here applies.
+
 A request that finds its adapter loading joins the load ([join]); one that finds it unloading waits
 for the unload and is then handled afresh ([wait-unload]), so a load and an unload of one adapter on
 one replica are never outstanding together.
@@ -237,6 +249,10 @@ class _Replica:
     """Placement avoids the replica while the clock is below this."""
     elsewhere: frozenset[str] = frozenset()
     """Adapters the engine last said have requests on it, any router's ([elsewhere]): never idle."""
+    base: int = 0
+    """Its count (held and loading) once its last listing was applied, or when it was added ([share])."""
+    unseen: int = 0
+    """Adapters it held that the engine lost since then, not by this router's unload ([share])."""
 
 
 class AdapterStateMachine:
@@ -259,6 +275,9 @@ class AdapterStateMachine:
             each failure in a row up to ``max_backoff`` ([health]).
         refusal: seconds an adapter the engine refused as the adapter's fault is refused at once,
             without a call ([refuse]).
+        routers: how many routers share the fleet ([share]): between two listings of a replica,
+            this one fills at most ``ceil(f / routers)`` of the ``f`` free slots the last listing
+            left, and counts the replica full past that. 1: all of them.
     """
 
     def __init__(
@@ -272,6 +291,7 @@ class AdapterStateMachine:
         backoff: float = DEFAULT_BACKOFF,
         max_backoff: float = DEFAULT_MAX_BACKOFF,
         refusal: float = DEFAULT_REFUSAL,
+        routers: int = 1,
     ) -> None:
         for name, seconds in (
             ("listing_interval", listing_interval),
@@ -289,6 +309,9 @@ class AdapterStateMachine:
             raise _invalid("overflow", overflow, "overflow must be an int of at least 0")
         if type(half_life) is not int or half_life < 1:
             raise _invalid("half_life", half_life, "half_life must be an int of at least 1")
+        if type(routers) is not int or routers < 1:
+            raise _invalid("routers", routers, "routers must be an int of at least 1")
+        self._routers = routers
         self._busy = None if concurrency is None else concurrency + 1
         self._spread = None if concurrency is None else max(1, 3 * concurrency // 4)
         self._overflow = overflow
@@ -564,7 +587,8 @@ class AdapterStateMachine:
     def _start_load(self, ticket: int | None, rep: _Replica, adapter: str, path: str) -> list[Command]:
         """[cold]: start a load, unloading the [evict] victims first; ``ticket`` None is a [pin]'s."""
         count = len(rep.held) + len(rep.loading)
-        if self._headroom is not None and count - len(rep.idle) >= rep.limit + self._headroom:
+        line = self._line(rep)  # [share]: the limit, less the other routers' shares of free slots
+        if self._headroom is not None and count - len(rep.idle) >= line + self._headroom:
             # [cap] Even with every idle adapter unloaded the load would take the replica past its
             # cap: wait for room, first come first served.
             assert ticket is not None, "a pin is placed only where there is room"
@@ -573,23 +597,12 @@ class AdapterStateMachine:
             rep.queue.waiters.append((ticket, adapter, path))
             self._waiting[ticket] = rep.queue
             return []
-        commands: list[Command] = []
-        victims: list[_Unload] = []
-        excess = count + 1 - rep.limit
-        # [evict] The adapters no request runs on that are in least demand, least recently used
-        # first among equals (``_victim``), until the load fits. When
-        # every held adapter is in use the replica goes over its limit for now: refusing the
-        # request would serve no one, and a later load brings the replica back.
-        while excess > 0 and rep.idle:
-            victim = self._victim(rep)
-            self._drop(rep, victim)
-            unload = _Unload(rep, victim, self._new_op())
-            rep.unloading[victim] = unload
-            rep.outstanding += 1
-            self._ops[unload.op] = unload
-            victims.append(unload)
-            commands.append(IssueUnload(unload=unload.op, replica=rep.id, adapter=victim))
-            excess -= 1
+        # [evict] When every held adapter is in use the replica goes over its limit for now:
+        # refusing the request would serve no one, and a later load brings the replica back.
+        victims = self._evict(rep, count + 1 - line)
+        commands: list[Command] = [
+            IssueUnload(unload=unload.op, replica=rep.id, adapter=unload.adapter) for unload in victims
+        ]
         waiters = [] if ticket is None else [ticket]
         load = _Load(rep, adapter, path, self._new_op(), waiters, ticket, {u.op for u in victims})
         for unload in victims:
@@ -602,6 +615,21 @@ class AdapterStateMachine:
         if not victims:
             commands.append(self._issue(load))
         return commands
+
+    def _evict(self, rep: _Replica, excess: int) -> list[_Unload]:
+        """[evict] Unload ``excess`` idle adapters, in least demand, least recently used first among
+        equals (``_victim``), or as many as are idle."""
+        victims: list[_Unload] = []
+        while excess > 0 and rep.idle:
+            victim = self._victim(rep)
+            self._drop(rep, victim)
+            unload = _Unload(rep, victim, self._new_op())
+            rep.unloading[victim] = unload
+            rep.outstanding += 1
+            self._ops[unload.op] = unload
+            victims.append(unload)
+            excess -= 1
+        return victims
 
     def _issue(self, load: _Load) -> IssueLoad:
         load.issued = True
@@ -768,6 +796,16 @@ class AdapterStateMachine:
             rep.dropped_while_listing.add(op.adapter)
         commands: list[Command] = []
         load = op.makes_room_for
+        if self._routers > 1 and event.outcome is UnloadOutcome.NOT_FOUND:
+            # [share] Another router unloaded it first, most likely to make room for an adapter this
+            # one does not see: count that one until the next listing, and make room again.
+            rep.unseen += 1
+            if load is not None:
+                more = self._evict(rep, len(rep.held) + len(rep.loading) - self._line(rep))
+                for unload in more:
+                    unload.makes_room_for = load
+                    load.waits_for.add(unload.op)
+                    commands.append(IssueUnload(unload=unload.op, replica=rep.id, adapter=unload.adapter))
         if load is not None:
             load.waits_for.discard(event.unload)
             if not load.waits_for:
@@ -899,6 +937,7 @@ class AdapterStateMachine:
             if name not in self._pins and name not in rep.elsewhere:
                 rep.idle[name] = 0
                 rep.idle.move_to_end(name, last=False)
+        rep.base, rep.unseen = len(rep.held) + len(rep.loading), 0  # [share]: shared afresh
         commands.extend(self._admit_queued(rep))
         if self._pins:
             commands.extend(self._ensure_pins())
@@ -945,6 +984,8 @@ class AdapterStateMachine:
         if ticket is not None and self._leases.get(ticket) is not held:
             return []
         self._drop(rep, adapter)
+        if self._routers > 1:
+            rep.unseen += 1  # [share]: as an unload another router answered first
         commands = self._admit_queued(rep)
         if adapter in self._pins:
             commands.extend(self._ensure_pins())
@@ -984,6 +1025,7 @@ class AdapterStateMachine:
             # that a new load never crosses an old one and a running request's adapter stays held.
             rep.removed, rep.model, rep.limit, rep.met = False, model, limit, False
             rep.due = self._clock + self._interval
+            rep.base, rep.unseen = len(rep.held) + len(rep.loading), 0  # [share]: what it knows
             for name in list(rep.held) + list(rep.loading):
                 self._where.setdefault(name, {})[rep.id] = rep
         heapq.heappush(self._due, (rep.due, replica))
@@ -1064,7 +1106,7 @@ class AdapterStateMachine:
             loading = rep.loading
             if adapter in held or adapter in loading:
                 holders.append(replica)
-            if len(held) + len(loading) < rep.limit and rep.avoid_until <= self._clock:
+            if len(held) + len(loading) < self._line(rep) and rep.avoid_until <= self._clock:
                 with_room.append(replica)
         return View(holders=frozenset(holders), with_room=frozenset(with_room))
 
@@ -1156,6 +1198,7 @@ class AdapterStateMachine:
         chosen_kind = 0
         clock = self._clock
         headroom = self._headroom
+        shared = self._routers > 1
         for rep in self._replicas.values():
             if rep.removed or rep.id in skip or rep.avoid_until > clock:
                 continue
@@ -1165,12 +1208,13 @@ class AdapterStateMachine:
             if spread is not None and busy >= spread:
                 continue
             count = len(rep.held) + len(rep.loading)
-            if headroom is not None and count - len(rep.idle) >= rep.limit + headroom:
+            line = self._line(rep) if shared else rep.limit
+            if headroom is not None and count - len(rep.idle) >= line + headroom:
                 kind, cost = 4, (0, 0)  # at its cap: the request would wait for room
-            elif count < rep.limit:
+            elif count < line:
                 kind, cost = 0, (0, 0)
             elif not rep.idle:
-                kind, cost = (1 if count < rep.limit + self._overflow else 3), (0, 0)
+                kind, cost = (1 if count < line + self._overflow else 3), (0, 0)
             else:
                 victim = self._victim(rep)
                 kind, cost = 2, (self._weight(victim), rep.idle[victim])
@@ -1182,6 +1226,22 @@ class AdapterStateMachine:
             return Placement(replica=None, placed=None)
         placed = (Placed.FREE, Placed.OVER, Placed.EVICT, Placed.OVER, Placed.WAIT)[chosen_kind]
         return Placement(replica=chosen.id, placed=placed)
+
+    def _line(self, rep: _Replica) -> int:
+        """[share] How many adapters this router lets ``rep`` hold before a cold load evicts.
+
+        Its limit, less the other routers' shares of the ``f`` free slots its last listing left
+        (this router fills ``ceil(f / routers)`` of them), less one for each adapter the engine lost
+        since without this router's unload (another router's took its slot), and at least 1. With
+        one router, the limit.
+        """
+        if self._routers == 1:
+            return rep.limit
+        free = rep.limit - rep.base
+        line = rep.limit if free <= 0 else rep.base + -(-free // self._routers)
+        # Never below 1: a line at 0 would close the cap (line + headroom) on a replica whose every
+        # adapter is in use until the next listing; the simulator's waits grew a hundredfold without it.
+        return max(line - rep.unseen, 1)
 
     def _weight(self, adapter: str) -> int:
         """[evict] An adapter's demand class: the bit length of its decayed request count."""
@@ -1424,7 +1484,7 @@ class AdapterStateMachine:
         if queue is None:
             return []
         commands: list[Command] = []
-        cap = rep.limit + (self._headroom or 0)
+        cap = self._line(rep) + (self._headroom or 0)
         while queue.waiters:
             ticket, adapter, path = queue.waiters[0]
             busy = len(rep.held) + len(rep.loading) - len(rep.idle)

@@ -161,6 +161,9 @@ class Fleet:
             per replica, bounded by ``listing_timeout``; a replica that never answered with the
             gauge is not read before requests. False: listings only (one router alone loses
             nothing by it).
+        routers: how many routers (fleets, in any process) share these replicas: each fills at most
+            its share of the free slots a replica's last listing left (the core's [share]; README.md,
+            "Several routers"). 1: a router alone.
 
     Raises:
         InvalidValueError: a timeout or the interval is not a positive number of seconds, or another
@@ -185,6 +188,7 @@ class Fleet:
         max_backoff: float = DEFAULT_MAX_BACKOFF,
         refusal: float = DEFAULT_REFUSAL,
         read_running: bool = True,
+        routers: int = 1,
     ) -> None:
         for name, value in (
             ("load_timeout", load_timeout),
@@ -202,6 +206,7 @@ class Fleet:
             backoff=backoff,
             max_backoff=max_backoff,
             refusal=refusal,
+            routers=routers,
         )
         self._first = tuple(replicas)
         for replica in self._first:

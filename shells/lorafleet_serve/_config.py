@@ -81,6 +81,8 @@ class Config:
     """Adapters over its limit a replica may take when all it holds are in use (None: the fleet's default)."""
     attempts: int = 3
     """Replicas one request may try, for loads and for forwarding alike."""
+    routers: int = 1
+    """Routers (this one included) sharing the replicas: each fills its share of their free slots."""
     max_connections: int = 1000
     """Connections to one replica open at once (requests past it wait for one, up to the connect timeout)."""
 
@@ -97,7 +99,7 @@ class Config:
 
 _TOP = {"server", "fleet", "timeouts", "adapters", "pins", "replicas"}
 _SERVER = {"host", "port", "api_key_env", "max_body_bytes", "max_connections"}
-_FLEET = {"headroom", "attempts", "prewarm"}
+_FLEET = {"headroom", "attempts", "routers", "prewarm"}
 _TIMEOUTS = {"load", "listing", "listing_interval", "connect", "read", "shutdown"}
 _ADAPTERS = {"root", "model", "paths"}
 _REPLICA = {"id", "url", "model", "limit", "api_key_env"}
@@ -146,7 +148,7 @@ def settings_of(data: Mapping[str, Any], source: str, *, base: Path | None = Non
             out[key] = _int(server[key], f"{source}: server.{key}")
     fleet = _table(data, "fleet", source)
     _known(fleet, _FLEET, source, "fleet.")
-    for key in ("headroom", "attempts"):
+    for key in ("headroom", "attempts", "routers"):
         if key in fleet:
             out[key] = _int(fleet[key], f"{source}: fleet.{key}")
     if "prewarm" in fleet:
@@ -366,6 +368,7 @@ def check(config: Config) -> None:
         ("server.max_body_bytes", config.max_body_bytes, 1),
         ("server.max_connections", config.max_connections, 1),
         ("fleet.attempts", config.attempts, 1),
+        ("fleet.routers", config.routers, 1),
     ):
         if value < least:
             raise ConfigError(f"{name} must be at least {least}, not {value}")

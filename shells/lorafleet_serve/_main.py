@@ -53,7 +53,7 @@ The same as a file (lorafleet serve --config router.toml):
 
   [fleet]
   prewarm = ["chat"]             # loaded before the router takes requests
-  # attempts = 3, headroom = ...
+  # attempts = 3, headroom = ..., routers = 1 (the routers sharing these replicas)
 
   [timeouts]                     # seconds: load, listing, listing_interval, connect, read, shutdown
   load = 120
@@ -125,6 +125,7 @@ def parser() -> argparse.ArgumentParser:
     add("--max-connections", metavar="N", type=_whole(1), help="connections to each replica at once (1000)")
     add("--attempts", metavar="N", type=_whole(1), help="replicas one request may try (default 3)")
     add("--headroom", metavar="N", type=_whole(0), help="adapters over its limit a busy replica may take")
+    add("--routers", metavar="N", type=_whole(1), help="routers sharing these replicas (default 1)")
     for name, default in (
         ("load", 120),
         ("listing", 5),
@@ -180,6 +181,7 @@ def config_of(args: argparse.Namespace) -> Config:
         ("max_connections", "max_connections"),
         ("attempts", "attempts"),
         ("headroom", "headroom"),
+        ("routers", "routers"),
         ("load_timeout", "load_timeout"),
         ("listing_timeout", "listing_timeout"),
         ("listing_interval", "listing_interval"),

@@ -78,6 +78,7 @@ class RouterServer:
         options: dict[str, Any] = {}
         if config.headroom is not None:
             options["headroom"] = config.headroom
+        options["routers"] = config.routers
         try:
             timeout = httpx.Timeout(
                 connect=config.connect_timeout,

@@ -32,7 +32,7 @@ export class Machine {
   // §1.4 Settings, checked in this order.
   constructor(settings = {}) {
     const { listing_interval = 30, backoff = 5, max_backoff = 300, refusal = 900 } = settings;
-    const { headroom = null, concurrency = null, overflow = 2n, half_life = 4000n } = settings;
+    const { headroom = null, concurrency = null, overflow = 2n, half_life = 4000n, routers = 1n } = settings;
     const seconds = { listing_interval, backoff, max_backoff, refusal };
     for (const [name, value] of Object.entries(seconds)) {
       if (!isNumber(value) || Number(value) <= 0) throw invalid(name, value);
@@ -43,6 +43,8 @@ export class Machine {
     }
     if (!isInteger(overflow) || overflow < 0n) throw invalid("overflow", overflow);
     if (!isInteger(half_life) || half_life < 1n) throw invalid("half_life", half_life);
+    if (!isInteger(routers) || routers < 1n) throw invalid("routers", routers);
+    this.routers = Number(routers);
     // [place]: a holder with `busy` in flight is busy; no cold load where `spread` are in flight.
     this.busy = concurrency === null ? null : Number(concurrency) + 1;
     this.spread = concurrency === null ? null : Math.max(1, Math.floor((3 * Number(concurrency)) / 4));
@@ -193,18 +195,18 @@ export class Machine {
     this.grants.hit += 1;
   }
 
-  // [cold]; a [pin]'s load has no ticket, and placement chose room for it, so the cap does not apply.
-  cold(ticket, rep, adapter, path) {
-    const capped = this.headroom !== null && this.occupied(rep) >= rep.limit + this.headroom;
-    if (ticket !== null && capped) { // [cap]: wait for room
-      rep.queue.waiters.push({ ticket, adapter, path });
-      this.waiting.set(ticket, rep.queue);
-      return [];
-    }
-    const commands = [];
+  // [share] (§3.14) The count past which this router counts the replica full: its limit, less the
+  // other routers' shares of the f free slots its last listing (or its adding) left; ours is ceil(f / R).
+  // Less one for each adapter the engine lost since without this router's unload (another's took its slot);
+  // never below 1.
+  line(rep) {
+    const free = rep.limit - rep.base;
+    return Math.max(1, (free <= 0 ? rep.limit : rep.base + Math.ceil(free / this.routers)) - rep.unseen);
+  }
+
+  // [evict] idle adapters in least demand (least recently used among equals), `excess` of them or all.
+  evict(rep, excess) {
     const victims = [];
-    // [evict] idle adapters in least demand (least recently used among equals) until the load fits.
-    let excess = rep.held.size + rep.loading.size + 1 - rep.limit;
     while (excess > 0 && rep.idle.size > 0) {
       const victim = this.victim(rep);
       this.drop(rep, victim);
@@ -215,9 +217,22 @@ export class Machine {
       rep.outstanding += 1;
       this.ops.set(unload.op, unload);
       victims.push(unload);
-      commands.push({ type: "issue_unload", unload: unload.op, replica: rep.id, adapter: victim });
       excess -= 1;
     }
+    return victims;
+  }
+
+  // [cold]; a [pin]'s load has no ticket, and placement chose room for it, so the cap does not apply.
+  cold(ticket, rep, adapter, path) {
+    const line = this.line(rep);
+    const capped = this.headroom !== null && this.occupied(rep) >= line + this.headroom;
+    if (ticket !== null && capped) { // [cap]: wait for room
+      rep.queue.waiters.push({ ticket, adapter, path });
+      this.waiting.set(ticket, rep.queue);
+      return [];
+    }
+    const victims = this.evict(rep, rep.held.size + rep.loading.size + 1 - line);
+    const commands = victims.map((u) => ({ type: "issue_unload", unload: u.op, replica: rep.id, adapter: u.adapter }));
     const load = {
       kind: "load", replica: rep, adapter, path, op: this.newOp(), waiters: ticket === null ? [] : [ticket],
       starter: ticket, waitsFor: new Set(victims.map((u) => u.op)), issued: false,
@@ -300,6 +315,18 @@ export class Machine {
     if (rep.listing) rep.droppedWhileListing.add(unload.adapter);
     const commands = [];
     const load = unload.makesRoomFor;
+    if (this.routers > 1 && outcome === "not_found") {
+      // [share] another router unloaded it first: one more adapter this router does not see; and
+      // the load it made room for makes room again, down to the lowered line.
+      rep.unseen += 1;
+      if (load) {
+        for (const more of this.evict(rep, rep.held.size + rep.loading.size - this.line(rep))) {
+          more.makesRoomFor = load;
+          load.waitsFor.add(more.op);
+          commands.push({ type: "issue_unload", unload: more.op, replica: rep.id, adapter: more.adapter });
+        }
+      }
+    }
     if (load) {
       load.waitsFor.delete(number);
       if (load.waitsFor.size === 0) commands.push(this.issue(load));
@@ -464,6 +491,8 @@ export class Machine {
     // The front of idle, in name order: least recently used of all (idle time 0, for [place]).
     const idle = added.filter((name) => this.idleable(rep, name)).map((name) => [name, 0]);
     rep.idle = new Map([...idle, ...rep.idle]);
+    rep.base = rep.held.size + rep.loading.size; // [share]: the free slots it leaves, shared afresh
+    rep.unseen = 0;
     return [...commands, ...this.admitQueue(rep), ...this.ensurePins()];
   }
 
@@ -491,6 +520,7 @@ export class Machine {
     if (!held) return [];
     if (ticket !== null && this.leases.get(ticket) !== held) return []; // a report about an older copy
     this.drop(rep, adapter);
+    if (this.routers > 1) rep.unseen += 1; // [share]: as an unload another router answered first
     return [...this.admitQueue(rep), ...(this.pins.has(adapter) ? this.ensurePins() : [])];
   }
 
@@ -522,7 +552,7 @@ export class Machine {
       rep = {
         id: replica, held: new Map(), idle: new Map(), loading: new Map(), unloading: new Map(),
         listing: null, droppedWhileListing: new Set(), outstanding: 0, inFlight: 0, served: 0,
-        failures: 0, avoidUntil: 0, elsewhere: new Set(),
+        failures: 0, avoidUntil: 0, elsewhere: new Set(), base: 0, unseen: 0,
       };
       rep.queue = { kind: "queue", replica: rep, waiters: [] };
       this.replicas.set(replica, rep);
@@ -530,6 +560,8 @@ export class Machine {
     // New, or back while its calls or running requests keep it: they stay (§3.7).
     const due = this.now + this.interval;
     Object.assign(rep, { model, limit: Number(limit), met: false, removed: false, due });
+    rep.base = rep.held.size + rep.loading.size; // [share]: what it is known to hold, shared afresh
+    rep.unseen = 0;
     return [this.startListing(rep)];
   }
 
@@ -614,7 +646,7 @@ export class Machine {
     while (queue.length > 0) {
       const { ticket, adapter, path } = queue[0];
       const known = rep.held.has(adapter) || rep.loading.has(adapter) || rep.unloading.has(adapter);
-      if (!known && this.occupied(rep) >= rep.limit + (this.headroom ?? 0)) break;
+      if (!known && this.occupied(rep) >= this.line(rep) + (this.headroom ?? 0)) break;
       queue.shift();
       this.waiting.delete(ticket);
       commands.push(...this.admit(ticket, rep, adapter, path));
@@ -734,7 +766,7 @@ export class Machine {
         continue;
       }
       if (rep.held.has(adapter) || rep.loading.has(adapter)) holders.add(id);
-      if (rep.held.size + rep.loading.size < rep.limit && !this.avoided(rep)) withRoom.add(id);
+      if (rep.held.size + rep.loading.size < this.line(rep) && !this.avoided(rep)) withRoom.add(id);
     }
     return { holders: [...holders].sort(byName), with_room: [...withRoom].sort(byName) };
   }
@@ -800,9 +832,10 @@ export class Machine {
 
   coldKind(rep) {
     const count = rep.held.size + rep.loading.size;
-    if (this.headroom !== null && this.occupied(rep) >= rep.limit + this.headroom) return 4;
-    if (count < rep.limit) return 0;
-    if (rep.idle.size === 0) return count < rep.limit + this.overflow ? 1 : 3;
+    const line = this.line(rep);
+    if (this.headroom !== null && this.occupied(rep) >= line + this.headroom) return 4;
+    if (count < line) return 0;
+    if (rep.idle.size === 0) return count < line + this.overflow ? 1 : 3;
     return 2;
   }
 
