@@ -17,7 +17,6 @@ changes them).
 from __future__ import annotations
 
 import argparse
-import shlex
 import sys
 import time
 from collections.abc import Sequence
@@ -51,21 +50,13 @@ COLUMNS = (
 )
 
 
-def _counts(text: str) -> list[int]:
-    try:
-        counts = [int(part) for part in text.split(",") if part.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a list of router counts") from None
-    if not counts or min(counts) < 1:
-        raise argparse.ArgumentTypeError(f"{text!r} must name router counts of at least 1")
-    return counts
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     args_list = list(sys.argv[1:] if argv is None else argv)
     p = _cli.parser()
     p.prog = PROG
-    p.add_argument("--counts", type=_counts, default=[1, 2, 3, 5], help="router counts (default 1,2,3,5)")
+    p.add_argument(
+        "--counts", type=_cli.router_counts(1), default=[1, 2, 3, 5], help="router counts (default 1,2,3,5)"
+    )
     args = p.parse_args(args_list)
     names = list(dict.fromkeys(name for group in (args.policy or [["lorafleet"]]) for name in group))
     seeds = list(range(args.seed, args.seed + args.seeds))
@@ -103,17 +94,7 @@ def report(
     """The table: one row per policy, router count and running report, means over the seeds."""
     mean = _cli._mean
     lines = [
-        f"Command: `{' '.join([PROG, *(shlex.quote(a) for a in argv)])}`",
-        "",
-        f"Machine: {_cli._machine()}. Run time: {elapsed:.1f} s for {len(runs)} runs x {args.seeds} seed(s).",
-        "",
-        f"Fleet: {args.replicas} replicas of limit {args.limit} running {args.concurrency} requests at once, "
-        f"loads of {args.load:g} s, listings every {args.listing_interval:g} s"
-        f"{_cli._latency(args)}"
-        f"{_cli._settings(args)}; "
-        f"{next(iter(runs.values()))[0].requests} requests a run, "
-        f"seeds {args.seed}..{args.seed + args.seeds - 1}.",
-        "",
+        *_cli.sweep_preamble(PROG, argv, args, len(runs), elapsed, next(iter(runs.values()))[0].requests),
         "| " + " | ".join(COLUMNS) + " |",
         "|" + "|".join("---" for _ in COLUMNS) + "|",
     ]

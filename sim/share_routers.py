@@ -11,8 +11,6 @@ of one router alone, whose view of the engines is exact.
 
 from __future__ import annotations
 
-import argparse
-import shlex
 import sys
 import time
 from collections.abc import Sequence
@@ -42,7 +40,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args_list = list(sys.argv[1:] if argv is None else argv)
     p = _cli.parser()
     p.prog = PROG
-    p.add_argument("--counts", type=_cli_counts, default=[2, 3, 5], help="router counts (default 2,3,5)")
+    p.add_argument(
+        "--counts", type=_cli.router_counts(2), default=[2, 3, 5], help="router counts (default 2,3,5)"
+    )
     args = p.parse_args(args_list)
     name = next(iter(dict.fromkeys(n for group in (args.policy or [["lorafleet"]]) for n in group)))
     seeds = list(range(args.seed, args.seed + args.seeds))
@@ -62,14 +62,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     mean = _cli._mean
     exact = mean([f.per_1k(f.loads) for f in runs[1, 1]])
     lines = [
-        f"Command: `{' '.join([PROG, *(shlex.quote(a) for a in args_list)])}`",
-        "",
-        f"Machine: {_cli._machine()}. Run time: {elapsed:.1f} s for {len(runs)} runs x {args.seeds} seed(s).",
-        "",
-        f"Fleet: {args.replicas} replicas of limit {args.limit} running {args.concurrency} requests at once, "
-        f"loads of {args.load:g} s, listings every {args.listing_interval:g} s{_cli._settings(args)}"
-        f"{', running read after each listing' if args.read_running else ''}; policy {name}; "
-        f"{runs[1, 1][0].requests} requests a run, seeds {args.seed}..{args.seed + args.seeds - 1}.",
+        *_cli.sweep_preamble(PROG, args_list, args, len(runs), elapsed, runs[1, 1][0].requests),
+        f"Policy: {name}.",
         "",
         "| " + " | ".join(COLUMNS) + " |",
         "|" + "|".join("---" for _ in COLUMNS) + "|",
@@ -94,16 +88,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.out is not None:
         args.out.write_text(text, encoding="utf-8")
     return 0
-
-
-def _cli_counts(text: str) -> list[int]:
-    try:
-        counts = [int(part) for part in text.split(",") if part.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a list of router counts") from None
-    if not counts or min(counts) < 2:
-        raise argparse.ArgumentTypeError(f"{text!r} must name router counts of at least 2")
-    return counts
 
 
 if __name__ == "__main__":

@@ -359,6 +359,41 @@ def report(
     return "\n".join(lines)
 
 
+def sweep_preamble(
+    prog: str, argv: Sequence[str], args: argparse.Namespace, runs: int, elapsed: float, requests: int
+) -> list[str]:
+    """The lines a script sweeping the router count prints above its table: command, machine, fleet."""
+    return [
+        f"Command: `{' '.join([prog, *(shlex.quote(a) for a in argv)])}`",
+        "",
+        f"Machine: {_machine()}. Run time: {elapsed:.1f} s for {runs} runs x {args.seeds} seed(s).",
+        "",
+        f"Fleet: {args.replicas} replicas of limit {args.limit} running {args.concurrency} requests at once, "
+        f"loads of {args.load:g} s, listings every {args.listing_interval:g} s"
+        + (", each router reading which adapters run after each listing" if args.read_running else "")
+        + (", and before each cold request that would evict" if args.read_before_evicting else "")
+        + _latency(args)
+        + _settings(args)
+        + f"; {requests} requests a run, seeds {args.seed}..{args.seed + args.seeds - 1}.",
+        "",
+    ]
+
+
+def router_counts(least: int) -> Callable[[str], list[int]]:
+    """An argparse type: a comma-separated list of router counts, each at least ``least``."""
+
+    def parse(text: str) -> list[int]:
+        try:
+            counts = [int(part) for part in text.split(",") if part.strip()]
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a list of router counts") from None
+        if not counts or min(counts) < least:
+            raise argparse.ArgumentTypeError(f"{text!r} must name router counts of at least {least}")
+        return counts
+
+    return parse
+
+
 def _latency(args: argparse.Namespace) -> str:
     """The readings' latency, as a clause of the fleet's line (nothing when they are at once)."""
     if not args.read_latency:
