@@ -128,59 +128,69 @@ async def test_two_fleets_the_others_running_stream_is_never_unloaded(
     fleet_type: type[Fleet], target: Target
 ) -> None:
     """Router B streams on s0 on a replica of limit 1; router A reads the listing and the engine's gauge
-    while the stream runs, then needs s1 there, then s2: it goes over the limit for s1 rather than
-    unload s0, and for s2 evicts its own idle s1. The stream runs to its end. (On a real engine the
-    stream stays in flight by its length: 1,500 tokens, about 12 s on this CPU.)"""
+    while B's streams run, then needs s1 there, then s2: it goes over the limit for s1 rather than
+    unload s0, and for s2 evicts its own idle s1. Every stream runs to its end.
+
+    On a real engine a stream stays in flight by its length (1,500 tokens, some 14 s on this CPU), and A
+    reads the gauge again before each load that would evict: so B keeps s0 busy with three streams in
+    turn, of lengths that never end together, until A is done."""
     r = rep(target, limit=1)
     if target.standin is not None:
         target.standin.app.hold_streams()
-    chunks: list[str] = []
-    first_chunk = anyio.Event()
+    lasts: list[str] = []
+    first_chunks = [anyio.Event() for _ in range(3)]
     a_done = anyio.Event()
 
-    async def stream(model: str) -> None:
-        body = {"model": model, "prompt": "hello world", "max_tokens": 1500, "temperature": 0}
+    async def streams(turn: int) -> None:
+        body = {"model": "s0", "prompt": "hello world", "max_tokens": 1500 + 150 * turn, "temperature": 0}
         body |= {"stream": True, "ignore_eos": True}
         headers = {"Authorization": f"Bearer {KEY}"}
-        async with (
-            httpx.AsyncClient(timeout=120) as client,
-            client.stream("POST", f"{target.url}/v1/completions", json=body, headers=headers) as answer,
-        ):
-            assert answer.status_code == 200
-            async for line in answer.aiter_lines():
-                if line.startswith("data: "):
-                    chunks.append(line)
-                    if not first_chunk.is_set():
-                        first_chunk.set()
-                        await a_done.wait()  # B holds its stream open while A works
+        async with httpx.AsyncClient(timeout=120) as client:
+            while True:
+                last = ""
+                async with client.stream(
+                    "POST", f"{target.url}/v1/completions", json=body, headers=headers
+                ) as answer:
+                    assert answer.status_code == 200
+                    async for line in answer.aiter_lines():
+                        if line.startswith("data: "):
+                            last = line
+                            first_chunks[turn].set()
+                lasts.append(last)
+                if a_done.is_set():
+                    return
 
     probe_a, probe_b = Probe("A"), Probe("B")
     async with fleet_type() as b:
         probe_b.attach(b)
         await b.sync_unknown([r])
         async with b.acquire(r, "s0", target.adapter("lora-0")), anyio.create_task_group() as tasks:
-            tasks.start_soon(stream, "s0")
-            await first_chunk.wait()
+            for turn in range(3):
+                tasks.start_soon(streams, turn)
+            for first_chunk in first_chunks:
+                await first_chunk.wait()
             a = fleet_type()
             probe_a.attach(a)
             async with a:
                 await a.sync_unknown([r])
                 await eventually(lambda: bool(probe_a.readings.get("r0")), timeout=20)
-                assert probe_a.readings["r0"] == [["s0"]]  # the engine's gauge: B's stream runs on s0
+                assert probe_a.readings["r0"][0] == ["s0"]  # the engine's gauge: B's streams run on s0
                 assert a.statistics().replicas["r0"].held == {"s0": 0}
+                seen = f"A's readings {probe_a.readings}, unloads {probe_a.unloads}"
                 async with a.acquire(r, "s1", target.adapter("lora-1")) as lease:
                     assert lease.how is How.LOADED
-                assert target.listed() == {"s0", "s1"}  # over the limit rather than unload s0
+                assert target.listed() == {"s0", "s1"}, seen  # over the limit rather than unload s0
                 async with a.acquire(r, "s2", target.adapter("lora-2")) as lease:
                     assert lease.how is How.LOADED
-                assert target.listed() == {"s0", "s2"}
-                assert [u["adapter"] for u in probe_a.unloads] == ["s1"]
+                assert target.listed() == {"s0", "s2"}, seen
+                assert [u["adapter"] for u in probe_a.unloads] == ["s1"], seen
+                assert all(reading == ["s0"] for reading in probe_a.readings["r0"]), seen
                 quiet(a)
             a_done.set()
             if target.standin is not None:
                 target.standin.app.release()
-        assert chunks[-1] == "data: [DONE]"
-        assert len(chunks) > 2
+        assert lasts
+        assert all(last == "data: [DONE]" for last in lasts), lasts
         assert probe_b.unloads == []
         quiet(b)
 
