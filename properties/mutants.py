@@ -207,14 +207,14 @@ MUTANTS = [
         "unload-outcome",
         "an unload's waiters are admitted before the load it made room for goes out",
         MACHINE,
-        "        load = op.makes_room_for\n        if load is not None:\n"
+        "        if load is not None:\n"
         "            load.waits_for.discard(event.unload)\n"
         "            if not load.waits_for:\n                commands.append(self._issue(load))\n"
         "        for ticket, path in op.waiters:\n            del self._waiting[ticket]\n"
         "            commands.extend(self._admit(ticket, rep, op.adapter, path))\n",
         "        for ticket, path in op.waiters:\n            del self._waiting[ticket]\n"
         "            commands.extend(self._admit(ticket, rep, op.adapter, path))\n"
-        "        load = op.makes_room_for\n        if load is not None:\n"
+        "        if load is not None:\n"
         "            load.waits_for.discard(event.unload)\n"
         "            if not load.waits_for:\n                commands.append(self._issue(load))\n",
     ),
