@@ -41,6 +41,8 @@ from lorafleet_fleet import HEADROOM
 from lorafleet_serve import Config, ReplicaConfig, RouterServer
 from lorafleet_standin import StandInServer, VllmStandIn
 
+from ._asgi import lifespan
+
 PROG = "lorafleet demo"
 ROWS = 16
 """The most replicas the table shows one row each; past it, the first ``FIRST`` and one line for the rest."""
@@ -300,13 +302,8 @@ class LeastLoadedProxy:
 
     async def __call__(self, scope: _Scope, receive: _Receive, send: _Send) -> None:
         if scope["type"] == "lifespan":
-            while True:
-                kind = (await receive())["type"]
-                if kind == "lifespan.startup":
-                    await send({"type": "lifespan.startup.complete"})
-                elif kind == "lifespan.shutdown":
-                    await send({"type": "lifespan.shutdown.complete"})
-                    return
+            await lifespan(receive, send)
+            return
         chunks = []
         while True:
             message = await receive()
