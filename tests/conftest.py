@@ -164,6 +164,12 @@ class Target:
         with self.client() as client:
             return {c["id"] for c in client.get("/v1/models").json()["data"] if c.get("parent")}
 
+    def unload_all(self) -> None:
+        """Unload every adapter the engine holds, as an operator would, behind every router's back."""
+        with self.client() as client:
+            for name in self.listed():
+                client.post("/v1/unload_lora_adapter", json={"lora_name": name})
+
 
 @pytest.fixture(scope="session")
 def built_adapters(tmp_path_factory: pytest.TempPathFactory) -> Path:
