@@ -18,6 +18,7 @@ from lorafleet import UsageError as UsageError
 
 from ._fleet import ATTEMPTS as ATTEMPTS
 from ._fleet import HEADROOM as HEADROOM
+from ._fleet import KEEPALIVE_EXPIRY as KEEPALIVE_EXPIRY
 from ._fleet import LISTING_INTERVAL as LISTING_INTERVAL
 from ._fleet import LISTING_TIMEOUT as LISTING_TIMEOUT
 from ._fleet import LOAD_TIMEOUT as LOAD_TIMEOUT

@@ -83,6 +83,10 @@ LOAD_TIMEOUT = 120.0
 """An adapter is tens to hundreds of MB read from local disk: one taking minutes is a replica in trouble."""
 LISTING_TIMEOUT = 5.0
 LISTING_INTERVAL = 30.0
+KEEPALIVE_EXPIRY = 4.0
+"""Seconds an idle connection to a replica is kept for reuse: less than vLLM's 5 (its
+``VLLM_HTTP_TIMEOUT_KEEP_ALIVE``), as a request sent on a connection the server is closing fails
+without an answer. httpx's own default is 5 s, racing the server's close."""
 HEADROOM = 2
 """How far over its limit a replica may go when all its adapters are in use ([cap]).
 
@@ -278,7 +282,7 @@ class Fleet:
         self._entered = True
         self._checkpoint = _trio_checkpoint()
         if self._client is None:
-            self._client = httpx.AsyncClient()
+            self._client = httpx.AsyncClient(limits=httpx.Limits(keepalive_expiry=KEEPALIVE_EXPIRY))
         try:
             tasks = anyio.create_task_group()
             await tasks.__aenter__()

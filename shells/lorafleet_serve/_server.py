@@ -16,7 +16,7 @@ import sniffio
 from hypercorn.config import Config as HypercornConfig
 from prometheus_client import CollectorRegistry
 
-from lorafleet_fleet import Fleet, PrometheusMetrics
+from lorafleet_fleet import KEEPALIVE_EXPIRY, Fleet, PrometheusMetrics
 
 from ._app import NoCookies, Router
 from ._catalog import Catalog
@@ -87,7 +87,9 @@ class RouterServer:
                 pool=config.connect_timeout,
             )
             limits = httpx.Limits(
-                max_connections=config.max_connections, max_keepalive_connections=config.max_connections
+                max_connections=config.max_connections,
+                max_keepalive_connections=config.max_connections,
+                keepalive_expiry=KEEPALIVE_EXPIRY,
             )
             # One TLS context for all: making one reads the CA bundle, some 50 ms of CPU each.
             tls = httpx.create_ssl_context()
