@@ -89,8 +89,8 @@ MUTANTS = [
         "evict",
         "victims are chosen as if the new load did not count",
         MACHINE,
-        "self._evict(rep, count + 1 - line)",
-        "self._evict(rep, count - line)",
+        "self._evict(rep, len(rep.held) + len(rep.loading) + 1 - self._line(rep))",
+        "self._evict(rep, len(rep.held) + len(rep.loading) - self._line(rep))",
     ),
     Mutant(
         "evict-unloads-reversed",
@@ -318,8 +318,8 @@ MUTANTS = [
         "cap",
         "idle adapters count against the cap, so a request waits though evicting one would make room",
         MACHINE,
-        "count - len(rep.idle) >= line + self._headroom",
-        "count >= line + self._headroom",
+        "len(rep.held) + len(rep.loading) - len(rep.idle) >= self._line(rep) + headroom",
+        "len(rep.held) + len(rep.loading) >= self._line(rep) + headroom",
     ),
     # -- [share]
     Mutant(

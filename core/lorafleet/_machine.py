@@ -586,9 +586,7 @@ class AdapterStateMachine:
 
     def _start_load(self, ticket: int | None, rep: _Replica, adapter: str, path: str) -> list[Command]:
         """[cold]: start a load, unloading the [evict] victims first; ``ticket`` None is a [pin]'s."""
-        count = len(rep.held) + len(rep.loading)
-        line = self._line(rep)  # [share]: the limit, less the other routers' shares of free slots
-        if self._headroom is not None and count - len(rep.idle) >= line + self._headroom:
+        if self._at_cap(rep):
             # [cap] Even with every idle adapter unloaded the load would take the replica past its
             # cap: wait for room, first come first served.
             assert ticket is not None, "a pin is placed only where there is room"
@@ -599,7 +597,8 @@ class AdapterStateMachine:
             return []
         # [evict] When every held adapter is in use the replica goes over its limit for now:
         # refusing the request would serve no one, and a later load brings the replica back.
-        victims = self._evict(rep, count + 1 - line)
+        # [share]: the line is the limit less the other routers' shares of free slots.
+        victims = self._evict(rep, len(rep.held) + len(rep.loading) + 1 - self._line(rep))
         commands: list[Command] = [
             IssueUnload(unload=unload.op, replica=rep.id, adapter=unload.adapter) for unload in victims
         ]
@@ -1209,7 +1208,7 @@ class AdapterStateMachine:
                 continue
             count = len(rep.held) + len(rep.loading)
             line = self._line(rep) if shared else rep.limit
-            if headroom is not None and count - len(rep.idle) >= line + headroom:
+            if headroom is not None and count - len(rep.idle) >= line + headroom:  # _at_cap, inline
                 kind, cost = 4, (0, 0)  # at its cap: the request would wait for room
             elif count < line:
                 kind, cost = 0, (0, 0)
@@ -1226,6 +1225,17 @@ class AdapterStateMachine:
             return Placement(replica=None, placed=None)
         placed = (Placed.FREE, Placed.OVER, Placed.EVICT, Placed.OVER, Placed.WAIT)[chosen_kind]
         return Placement(replica=chosen.id, placed=placed)
+
+    def _at_cap(self, rep: _Replica) -> bool:
+        """[cap]: whether the adapters in use on ``rep`` (held or loading, and not idle) fill its line
+        plus the headroom, so that one more load would pass the cap even with every idle one unloaded.
+
+        ``_place_cold`` makes the same test inline: it runs for every replica.
+        """
+        headroom = self._headroom
+        if headroom is None:
+            return False
+        return len(rep.held) + len(rep.loading) - len(rep.idle) >= self._line(rep) + headroom
 
     def _line(self, rep: _Replica) -> int:
         """[share] How many adapters this router lets ``rep`` hold before a cold load evicts.
@@ -1484,12 +1494,10 @@ class AdapterStateMachine:
         if queue is None:
             return []
         commands: list[Command] = []
-        cap = self._line(rep) + (self._headroom or 0)
         while queue.waiters:
             ticket, adapter, path = queue.waiters[0]
-            busy = len(rep.held) + len(rep.loading) - len(rep.idle)
             known = adapter in rep.held or adapter in rep.loading or adapter in rep.unloading
-            if not known and busy >= cap:
+            if not known and self._at_cap(rep):
                 break
             del queue.waiters[0]
             del self._waiting[ticket]
