@@ -67,8 +67,8 @@ async def test_a_replica_without_the_gauge_falls_back(
         async with fleet.acquire(r, "a1", str(adapter_dir / "a1")):
             pass
         assert [c.body["lora_name"] for c in server.app.calls_to("unload")] == ["a0"]
-        assert "r0" not in fleet._reported
         assert len(server.app.calls_to("metrics")) == 1  # not read again before the cold request
+        assert fleet.gauge_reads() == {"read": 0, "absent": 1, "failed": 0}
 
 
 def _unloaded(server: StandInServer) -> list[str]:
@@ -198,7 +198,11 @@ async def test_cold_requests_on_a_full_replica_share_one_reading(
 
 @pytest.mark.parametrize("fault", ["error", "timeout", "cut short", "no gauge"])
 async def test_a_cold_request_goes_on_when_the_reading_fails(
-    fleet_type: type[Fleet], standin: StandInServer, adapter_dir: Path, fault: str
+    fleet_type: type[Fleet],
+    standin: StandInServer,
+    adapter_dir: Path,
+    fault: str,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     """r0 (limit 1) answered its listing's reading; the cold read before evicting a0 fails: the
     request evicts a0 as it would have without reading (no error reaches it)."""
@@ -207,7 +211,7 @@ async def test_a_cold_request_goes_on_when_the_reading_fails(
         await fleet.sync_unknown([r])
         async with fleet.acquire(r, "a0", str(adapter_dir / "a0")):
             pass
-        await eventually(lambda: "r0" in fleet._reported)
+        await eventually(lambda: fleet.gauge_reads()["read"] == 1)
         readings = len(standin.app.calls_to("metrics"))
         if fault == "error":
             standin.app.answer("metrics", 500, "Internal Server Error")
@@ -222,5 +226,9 @@ async def test_a_cold_request_goes_on_when_the_reading_fails(
         standin.app.release()
         assert _unloaded(standin) == ["a0"]
         assert len(standin.app.calls_to("metrics")) == readings + 1  # it was read, and failed
+        ended = "absent" if fault == "no gauge" else "failed"
+        assert fleet.gauge_reads() == {"read": 1, "absent": 0, "failed": 0} | {ended: 1}
+        warned = [m for r in caplog.records if (m := r.getMessage()).startswith("could not read which")]
+        assert len(warned) == (ended == "failed"), warned
         # An engine that answers without the gauge is not read before requests again.
         assert ("r0" in fleet._reported) is (fault != "no gauge")

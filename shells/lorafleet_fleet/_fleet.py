@@ -227,6 +227,7 @@ class Fleet:
         self._first_pins = self._resolve_pins(pins)
         self._attempts = attempts
         self._placed = dict.fromkeys(Placed, 0)
+        self._gauge_reads = dict.fromkeys(("read", "absent", "failed"), 0)
         """Placements ``route`` acted on, by what the request found there."""
         self._leased: set[int] = set()
         """Tickets of routed leases granted and not released: the fleet releases them when it closes."""
@@ -526,6 +527,16 @@ class Fleet:
     def placements(self) -> dict[str, int]:
         """How many placements ``route`` acted on, by what the request found (held, free, evict...)."""
         return {placed.value: count for placed, count in self._placed.items()}
+
+    def gauge_reads(self) -> dict[str, int]:
+        """How the reads of the engines' ``vllm:lora_requests_info`` gauge ended (see ``read_running``).
+
+        ``read``: the engine said what runs. ``absent``: it answered without the gauge (older vLLM,
+        the Rust frontend), so the replica is read again only after its next listing. ``failed``: no
+        usable answer within ``listing_timeout`` (none, an error, a 5xx, a body cut or too long).
+        The fleet decides without the engine's word after the last two.
+        """
+        return dict(self._gauge_reads)
 
     # -- acquiring, for Lease ------------------------------------------------------------------
 
@@ -891,13 +902,31 @@ class Fleet:
             timeout = self._listing_timeout
             running = None
             answered = False
-            with contextlib.suppress(TimeoutError, CutShortError, httpx.HTTPError):
+            why = ""
+            try:
                 with anyio.fail_after(timeout):
                     request = vllm.metrics_request(replica.api_key)
                     status, body, cut = await fetch(self._client, replica.url, request, timeout)
-                if not cut:
-                    answered = status < 500
+            except TimeoutError:
+                why = f"no answer within {timeout:g} s"
+            except (CutShortError, httpx.HTTPError) as exc:
+                why = str(exc) or type(exc).__name__
+            else:
+                if cut:
+                    why = f"an answer longer than {vllm.MAX_METRICS_BYTES} bytes"
+                elif status >= 500:
+                    why = f"HTTP {status}"
+                else:
+                    answered = True
                     running = vllm.running_adapters(body) if status == 200 else None
+            if running is not None:
+                self._gauge_reads["read"] += 1
+            elif answered:
+                self._gauge_reads["absent"] += 1
+            else:
+                self._gauge_reads["failed"] += 1
+                # Decisions on this replica go on without the engine's word, as if it had none.
+                log.warning("could not read which adapters run on %s: %s", replica.id, why)
             rid = replica.id
             if not self._open or self._replicas.get(rid) is not replica:
                 return

@@ -36,7 +36,9 @@ class PrometheusMetrics:
       found: held, loading, free (a free slot), evict, over (past the limit), wait (at the cap);
     - ``lorafleet_failures_total{fault}``: requests failed, by adapter or replica fault;
     - ``lorafleet_loads_total{model,outcome}`` and ``lorafleet_load_seconds{model}`` (a histogram);
-    - ``lorafleet_evictions_total{model,outcome}``.
+    - ``lorafleet_evictions_total{model,outcome}``;
+    - ``lorafleet_gauge_reads_total{outcome}``: reads of the engines' running adapters, by read,
+      absent (answered without the gauge) and failed (see ``Fleet.gauge_reads``).
 
     Gauges, per replica in use: ``lorafleet_adapters_held{replica}``, ``lorafleet_adapters_in_use``,
     ``lorafleet_requests_in_flight`` (this router's, waiting or granted) and
@@ -89,6 +91,7 @@ class _FleetCollector:
         failures: Counter[str] = Counter(dict.fromkeys((fault.value for fault in Fault), 0))
         loads: Counter[tuple[str, str]] = Counter()
         evictions: Counter[tuple[str, str]] = Counter()
+        gauge_reads: Counter[str] = Counter(dict.fromkeys(("read", "absent", "failed"), 0))
         held: Counter[str] = Counter()
         in_use: Counter[str] = Counter()
         in_flight: Counter[str] = Counter()
@@ -100,6 +103,7 @@ class _FleetCollector:
             failures.update(snapshot.failures)
             loads.update(snapshot.loads)
             evictions.update(snapshot.evictions)
+            gauge_reads.update(fleet.gauge_reads())
             for rid, replica in snapshot.replicas.items():
                 held[rid] += len(replica.held)
                 in_use[rid] += sum(1 for uses in replica.held.values() if uses)
@@ -116,6 +120,8 @@ class _FleetCollector:
             families["loads"].add_metric([model, outcome], count)
         for (model, outcome), count in sorted(evictions.items()):
             families["evictions"].add_metric([model, outcome], count)
+        for outcome, count in gauge_reads.items():
+            families["gauge_reads"].add_metric([outcome], count)
         for rid in sorted(healthy):
             families["held"].add_metric([rid], held[rid])
             families["in_use"].add_metric([rid], in_use[rid])
@@ -144,6 +150,11 @@ class _FleetCollector:
             ),
             "evictions": CounterMetricFamily(
                 f"{prefix}_evictions", "Adapters unloaded to make room", labels=["model", "outcome"]
+            ),
+            "gauge_reads": CounterMetricFamily(
+                f"{prefix}_gauge_reads",
+                "Reads of the adapters the engines say run, by outcome",
+                labels=["outcome"],
             ),
             "held": GaugeMetricFamily(
                 f"{prefix}_adapters_held", "Adapters a replica holds", labels=["replica"]
