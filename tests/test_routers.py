@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import gc
+from collections.abc import Callable, Coroutine
 from pathlib import Path
+from typing import Any
 
 import anyio
+import anyio.abc
 import httpx
 import pytest
 
@@ -111,14 +114,16 @@ async def test_a_request_started_after_the_reading_is_not_unloaded_under(
     assert set(standin.app.adapters) == {"a0", "a1"}
 
 
-@pytest.mark.parametrize("queued", [True, False])
+@pytest.mark.parametrize(("queued", "own"), [(True, "block"), (False, "block"), (True, "collected")])
 async def test_adapters_a_reading_named_do_not_keep_a_cold_request_at_the_cap(
-    fleet_type: type[Fleet], standin: StandInServer, adapter_dir: Path, queued: bool
+    fleet_type: type[Fleet], standin: StandInServer, adapter_dir: Path, queued: bool, own: str
 ) -> None:
     """One router, r0 of limit 1, no headroom, no listing for an hour. Its listing's reading named a0
     (a request ran on it then), and its own request holds a0 as well. Once both have ended, a cold
     request for a1 gets a0's slot without waiting for the next listing: queued at the cap before they
-    end (the release reads again), or arriving after (it reads before it would wait)."""
+    end (the release reads again), or arriving after (it reads before it would wait). The router's
+    own request ends with its block, or (collected) is a routed lease its holder dropped unreleased,
+    which the fleet releases when it is garbage collected."""
     r = Replica("r0", standin.url, "tiny", 1)
     path = str(adapter_dir / "a0")
     standin.app.register("a0", path)
@@ -134,7 +139,7 @@ async def test_adapters_a_reading_named_do_not_keep_a_cold_request_at_the_cap(
     async with anyio.create_task_group() as tasks:
         tasks.start_soon(engine_request)
         await calls_reach(standin, "completions", 1)
-        async with fleet_type(listing_interval=3600, headroom=0) as fleet:
+        async with fleet_type(listing_interval=3600, headroom=0, adapters={"a0": path}) as fleet:
 
             async def cold() -> None:
                 async with fleet.acquire(r, "a1", str(adapter_dir / "a1")) as lease:
@@ -143,13 +148,16 @@ async def test_adapters_a_reading_named_do_not_keep_a_cold_request_at_the_cap(
 
             await fleet.sync_unknown([r])
             await eventually(lambda: bool(fleet._reported.get("r0")))  # it names a0
-            async with fleet.acquire(r, "a0", path) as own:
-                assert own.how is How.HIT
-                if queued:
-                    tasks.start_soon(cold)
-                    await eventually(lambda: _queued(fleet, "r0") == 1)
-                standin.app.release()
-                await engine_done.wait()
+            if own == "block":
+                async with fleet.acquire(r, "a0", path) as lease:
+                    assert lease.how is How.HIT
+                    await _end_both(fleet, tasks, cold, standin, engine_done, queued)
+            else:
+                routed = await fleet.route("a0")
+                assert routed.how is How.HIT
+                await _end_both(fleet, tasks, cold, standin, engine_done, queued)
+                del routed  # its holder went away without releasing it
+                gc.collect()
             if not queued:
                 tasks.start_soon(cold)
             with anyio.fail_after(10):
@@ -158,6 +166,22 @@ async def test_adapters_a_reading_named_do_not_keep_a_cold_request_at_the_cap(
             assert _unloaded(standin) == ["a0"]
             # The listing's reading, the cold request's, and (queued) the release's.
             assert len(standin.app.calls_to("metrics")) == (3 if queued else 2)
+
+
+async def _end_both(
+    fleet: Fleet,
+    tasks: anyio.abc.TaskGroup,
+    cold: Callable[[], Coroutine[Any, Any, None]],
+    standin: StandInServer,
+    engine_done: anyio.Event,
+    queued: bool,
+) -> None:
+    """With this router's request on a0: queue the cold request (if ``queued``), then end the engine's."""
+    if queued:
+        tasks.start_soon(cold)
+        await eventually(lambda: _queued(fleet, "r0") == 1)
+    standin.app.release()
+    await engine_done.wait()
 
 
 def _queued(fleet: Fleet, replica: str) -> int:

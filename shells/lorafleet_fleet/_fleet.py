@@ -231,7 +231,7 @@ class Fleet:
         """Placements ``route`` acted on, by what the request found there."""
         self._leased: set[int] = set()
         """Tickets of routed leases granted and not released: the fleet releases them when it closes."""
-        self._orphans: list[int] = []
+        self._orphans: list[tuple[int, str, str]] = []
         """Tickets of routed leases garbage collected unreleased, for the timer task to release."""
         self._poke: Callable[[], None] | None = None
         self._client = client
@@ -712,29 +712,29 @@ class Fleet:
             message = f"no healthy replica{of} served it ({names} {left}); the last said: {tried[-1].message}"
         return ReplicaError(None, adapter, message, tried=tuple(tried))
 
-    def _release_routed(self, ticket: int, rid: str | None = None, adapter: str = "") -> None:
+    def _release_routed(self, ticket: int, rid: str, adapter: str) -> None:
         try:
             self._leased.remove(ticket)
         except KeyError:
             return  # the fleet closed, and released it then
         self._release(ticket, rid, adapter)
 
-    def _release(self, ticket: int, rid: str | None, adapter: str) -> None:
+    def _release(self, ticket: int, rid: str, adapter: str) -> None:
         """End a lease; if requests wait at its replica's cap, read what still runs there.
 
         The last reading named the adapter, so the machine keeps it occupied until the next one,
         though this router's request on it has ended and others' may have: a fresh reading lets
-        the queue have the room (None for ``rid``: a garbage collected lease, not known).
+        the queue have the room.
         """
         self._send(Released(ticket=ticket))
-        if rid is None or adapter not in self._reported.get(rid, ()):
+        if adapter not in self._reported.get(rid, ()):
             return
         stats = self._machine.replica_statistics(rid)
         replica = self._replicas.get(rid)
         if stats is not None and stats.queued and not stats.held.get(adapter) and replica and self._open:
             self._read_gauge(replica)
 
-    def _orphan(self, ticket: int) -> None:
+    def _orphan(self, ticket: int, rid: str, adapter: str) -> None:
         """A routed lease was garbage collected unreleased: release it soon, from the timer task.
 
         Called from ``__del__``, which may run in the middle of anything: it only notes the ticket
@@ -743,7 +743,7 @@ class Fleet:
         poke = self._poke
         if poke is None:
             return
-        self._orphans.append(ticket)
+        self._orphans.append((ticket, rid, adapter))
         with contextlib.suppress(Exception):  # the loop is ending: closing releases everything
             poke()
 
@@ -754,10 +754,10 @@ class Fleet:
     def _release_orphans(self) -> None:
         orphans = self._orphans
         while orphans:
-            ticket = orphans.pop()
+            ticket, rid, adapter = orphans.pop()
             if ticket in self._leased:
                 log.debug("released the lease of request %d, garbage collected without release()", ticket)
-                self._release_routed(ticket)
+                self._release_routed(ticket, rid, adapter)
 
     # -- the loop: event in, commands out ------------------------------------------------------
 
@@ -1171,7 +1171,7 @@ class Route(Lease):
 
     def __del__(self) -> None:
         if self._how is not None and not self._left:
-            self._fleet._orphan(self.ticket)
+            self._fleet._orphan(self.ticket, self.replica.id, self.adapter)
 
     def __aenter__(self) -> Coroutine[Any, Any, Route]:
         return self._fleet._route(self)  # the coroutine itself: one frame less on every request
