@@ -228,8 +228,8 @@ async def test_a_cold_request_goes_on_when_the_reading_fails(
     fault: str,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    """r0 (limit 1) answered its listing's reading; the cold read before evicting a0 fails: the
-    request evicts a0 as it would have without reading (no error reaches it)."""
+    """r0 (limit 1) answered its listing's reading (nothing runs); the cold read before evicting a0
+    fails: the request evicts a0 as that reading allows (no error reaches it)."""
     r = Replica("r0", standin.url, "tiny", 1)
     async with fleet_type(listing_interval=3600, listing_timeout=1.0) as fleet:
         await fleet.sync_unknown([r])
@@ -256,3 +256,40 @@ async def test_a_cold_request_goes_on_when_the_reading_fails(
         assert len(warned) == (ended == "failed"), warned
         # An engine that answers without the gauge is not read before requests again.
         assert ("r0" in fleet._reported) is (fault != "no gauge")
+
+
+@pytest.mark.parametrize("fault", ["error", "timeout", "cut short"])
+async def test_a_failed_read_keeps_the_last_reading_until_the_next_listing(
+    fleet_type: type[Fleet], standin: StandInServer, adapter_dir: Path, fault: str
+) -> None:
+    """r0 (limit 1) holds a0, which another router's request runs on, and the listing's reading says
+    so. The read before a cold request for a1 gets no usable answer: the engine's silence is no news,
+    so a0 is still no victim and r0 goes over its limit. The read after the next listing fails too and
+    drops the reading, so a0 is a victim again: a reading outlives its listing by one interval at most."""
+    r = Replica("r0", standin.url, "tiny", 1)
+    standin.app.register("a0", str(adapter_dir / "a0"))
+    standin.app.hang("completions")
+    async with anyio.create_task_group() as tasks:
+        tasks.start_soon(_complete, standin, "a0")
+        await calls_reach(standin, "completions", 1)
+        async with fleet_type(listing_interval=3600, listing_timeout=1.0) as fleet:
+            await fleet.sync_unknown([r])
+            await eventually(lambda: fleet.gauge_reads()["read"] == 1)  # it names a0
+            if fault == "error":
+                standin.app.answer("metrics", 500, "Internal Server Error", times=None)
+            elif fault == "timeout":
+                standin.app.hang("metrics", times=None)
+            else:
+                standin.app.drop("metrics", times=None)
+            async with fleet.acquire(r, "a1", str(adapter_dir / "a1")) as lease:
+                assert lease.how is How.LOADED
+            assert fleet.gauge_reads() == {"read": 1, "absent": 0, "failed": 1}
+            assert _unloaded(standin) == []
+            assert set(standin.app.adapters) == {"a0", "a1"}
+            # As after a listing (the interval is an hour): the read fails, and the reading goes.
+            await fleet._read_gauge(fleet._replicas["r0"], after_listing=True).wait()
+            assert fleet.gauge_reads()["failed"] == 2
+            async with fleet.acquire(r, "a2", str(adapter_dir / "a2")):
+                pass
+            assert "a0" in _unloaded(standin)
+            standin.app.release()

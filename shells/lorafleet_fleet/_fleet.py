@@ -244,6 +244,8 @@ class Fleet:
         """Replica id to the adapters its last report of running adapters named; absent until the
         engine has answered with the gauge."""
         self._reading: dict[str, tuple[Replica, anyio.Event]] = {}
+        self._listing_read: set[str] = set()
+        """Replicas whose read in flight follows a listing: it drops the last reading if it fails."""
         """Replica id to its gauge read in flight (one at a time), and the event set when it ends."""
         self._replicas: dict[str, Replica] = {}
         self._waiters: dict[int, _Waiter] = {}
@@ -533,8 +535,8 @@ class Fleet:
 
         ``read``: the engine said what runs. ``absent``: it answered without the gauge (older vLLM,
         the Rust frontend), so the replica is read again only after its next listing. ``failed``: no
-        usable answer within ``listing_timeout`` (none, an error, a 5xx, a body cut or too long).
-        The fleet decides without the engine's word after the last two.
+        usable answer within ``listing_timeout`` (none, an error, a 5xx, a body cut or too long):
+        the last reading stands until the read after the next listing.
         """
         return dict(self._gauge_reads)
 
@@ -835,6 +837,7 @@ class Fleet:
         self._replicas.pop(rid, None)
         self._reported.pop(rid, None)
         self._reading.pop(rid, None)
+        self._listing_read.discard(rid)
         met = self._unmet.pop(rid, None)
         if met is not None:
             met.set()
@@ -872,14 +875,16 @@ class Fleet:
         self._report(replica, command, event, anyio.current_time() - started)
         self._send(event, timed_out=timed_out)
         if isinstance(event, ListingReceived) and self._read_running and self._open:
-            self._read_gauge(replica)
+            self._read_gauge(replica, after_listing=True)
 
-    def _read_gauge(self, replica: Replica) -> anyio.Event:
+    def _read_gauge(self, replica: Replica, *, after_listing: bool = False) -> anyio.Event:
         """Read which adapters run on ``replica``: the event set once the read in flight ends.
 
         A read already in flight is joined, not doubled: one at a time per replica, so that reports
         reach the machine in the order they were read.
         """
+        if after_listing:
+            self._listing_read.add(replica.id)  # joined or new: this read stands for the listing's
         reading = self._reading.get(replica.id)
         if reading is not None and reading[0] is replica:
             return reading[1]
@@ -892,10 +897,12 @@ class Fleet:
     async def _running_on(self, replica: Replica, done: anyio.Event) -> None:
         """Read which adapters the engine says have requests, from any router, and report them.
 
-        Bounded like a listing. An engine without the gauge (older vLLM, the Rust frontend), or one
-        that does not answer, reports nothing: the machine keeps to its own view, after an empty
-        report if the last one named adapters (they may have run their course). One that answers
-        without the gauge is not read before requests again until it answers with it.
+        Bounded like a listing. An engine without the gauge (older vLLM, the Rust frontend) reports
+        nothing: the machine keeps to its own view, after an empty report if the last one named
+        adapters, and the replica is not read before requests again until it answers with the gauge.
+        An engine that gives no usable answer changes nothing, so that what the last reading named
+        stays no victim; but the read after each listing drops it ("they may have run their course"),
+        so that a reading outlives the listing it came with by one interval at most.
         """
         assert self._client is not None
         try:
@@ -925,10 +932,11 @@ class Fleet:
                 self._gauge_reads["absent"] += 1
             else:
                 self._gauge_reads["failed"] += 1
-                # Decisions on this replica go on without the engine's word, as if it had none.
                 log.warning("could not read which adapters run on %s: %s", replica.id, why)
             rid = replica.id
             if not self._open or self._replicas.get(rid) is not replica:
+                return
+            if not answered and rid not in self._listing_read:
                 return
             last = self._reported.get(rid)
             if running is None and last is None:
@@ -941,6 +949,7 @@ class Fleet:
         finally:
             if self._reading.get(replica.id, (None, None))[1] is done:
                 del self._reading[replica.id]
+                self._listing_read.discard(replica.id)
             done.set()
 
     def _report(
