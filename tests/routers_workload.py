@@ -16,7 +16,7 @@ import json
 import random
 import sys
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -59,10 +59,17 @@ class Plan:
     """Seconds each completion is held in flight on a stand-in, in the order completions arrive there."""
     restarts: tuple[tuple[int, int], ...]
     """(step index, replica index): restart that replica's engine when the step starts."""
+    gauge_faults: tuple[tuple[int, int], ...]
+    """(step index, replica index): that replica's next ``GAUGE_FAULTS`` reads of /metrics, from any
+    router, answer 500, from when the step starts."""
+
+
+GAUGE_FAULTS = 3
 
 
 def plan(seed: int, requests: int, replicas: int) -> Plan:
-    """The seed's workload: ``requests`` steps over ``replicas`` engines, with two restarts."""
+    """The seed's workload: ``requests`` steps over ``replicas`` engines, with two restarts and four
+    spells of failing gauge reads."""
     rng = random.Random(seed)
     steps = []
     for _ in range(requests):
@@ -74,7 +81,8 @@ def plan(seed: int, requests: int, replicas: int) -> Plan:
         steps.append(Step(router, adapter, routed, replica, cancel_after))
     holds = tuple(rng.uniform(0.002, 0.03) for _ in range(requests))
     restarts = ((requests // 3, 0), (2 * requests // 3, replicas - 1))
-    return Plan(tuple(steps), holds, restarts)
+    gauge_faults = tuple(sorted((rng.randrange(requests), rng.randrange(replicas)) for _ in range(4)))
+    return Plan(tuple(steps), holds, restarts, gauge_faults)
 
 
 def key_of(router: str) -> str:
@@ -137,21 +145,20 @@ async def run_steps(
     fleets: dict[str, Fleet],
     replicas: dict[str, list[Replica]],
     steps: Sequence[tuple[int, Step]],
-    restarts: dict[int, Any],
+    events: dict[int, list[Callable[[], None]]],
     folder: Path,
     tallies: dict[str, Tally],
 ) -> None:
     """Run ``steps`` (index, step), ``CONCURRENCY`` at a time; every request ends before this returns.
 
     Args:
-        restarts: step index to a function that restarts an engine, called as that step starts.
+        events: step index to what befalls the engines as that step starts (a restart, faults).
     """
     limiter = anyio.Semaphore(CONCURRENCY)
     async with httpx.AsyncClient(timeout=30) as client, anyio.create_task_group() as tasks:
         for index, step in steps:
-            restart = restarts.get(index)
-            if restart is not None:
-                restart()
+            for event in events.get(index, ()):
+                event()
             await limiter.acquire()
             router = ROUTERS[step.router]
             tasks.start_soon(
@@ -238,7 +245,10 @@ class Findings:
     unmatched: list[str]
     """Unloads the stand-in received that no router decided (must be none)."""
     readings_not_from_the_gauge: list[str]
-    """Readings a router applied that no answer of the engine's /metrics to it gave (must be none)."""
+    """Readings a router applied that no answer of the engine's /metrics to it gave (must be none),
+    but for the empty ones that follow a read that failed after a listing."""
+    failed_reads: int
+    """Reads of /metrics that met an injected fault."""
     max_held: int
     """The most adapters an engine held, sampled as each load came."""
     loads: int
@@ -252,7 +262,7 @@ def findings(engines: dict[str, list[Call]], routers: list[dict[str, Any]]) -> F
     named: list[str] = []
     unmatched: list[str] = []
     strange: list[str] = []
-    under = after = max_held = loads = unloads = nothing = 0
+    under = after = max_held = loads = unloads = nothing = failed = 0
     by_router = {result["router"]: result for result in routers}
     for rid, calls in engines.items():
         for call in calls:
@@ -285,17 +295,24 @@ def findings(engines: dict[str, list[Call]], routers: list[dict[str, Any]]) -> F
                     else:
                         after += 1
             # Each reading is the gauge as the engine answered one of this router's /metrics calls,
-            # in order (a failed read reports nothing, so some answers have no reading).
-            answered = [sorted(c.running) for c in mine if c.path == "/metrics"]
+            # in order (most failed reads report nothing, so some answers have no reading), or
+            # (None here) the empty one a failed read after a listing reports.
+            answered = [None if c.misbehaviour else sorted(c.running) for c in mine if c.path == "/metrics"]
+            failed += answered.count(None)
             at = 0
             for reading in result["readings"].get(rid, []):
-                while at < len(answered) and answered[at] != reading:
+                while at < len(answered) and not _gave(answered[at], reading):
                     at += 1
                 if at == len(answered):
                     strange.append(f"{router} read {reading} on {rid}, which the gauge never said then")
                     break
                 at += 1
-    return Findings(under, named, after, unmatched, strange, max_held, loads, unloads, nothing)
+    return Findings(under, named, after, unmatched, strange, failed, max_held, loads, unloads, nothing)
+
+
+def _gave(answer: list[str] | None, reading: list[str]) -> bool:
+    """Whether a read answered ``answer`` (None: it failed) could have reported ``reading``."""
+    return answer == reading if answer is not None else not reading
 
 
 def hold_completions(server: Any, holds: Sequence[float]) -> None:

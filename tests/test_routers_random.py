@@ -1,4 +1,5 @@
-"""Three fleets on the same stand-ins under a seeded random workload, with restarts and cancellations.
+"""Three fleets on the same stand-ins under a seeded random workload, with restarts, cancellations and
+spells of failing gauge reads.
 
 In one process (three ``Fleet``s, one loop) and in three processes (one ``Fleet`` each). After the
 run, the stand-ins' call logs and the routers' results must say (see ``routers_workload``):
@@ -7,13 +8,15 @@ run, the stand-ins' call logs and the routers' results must say (see ``routers_w
 - no router unloaded an adapter that its last reading of the engine's gauge named as running; the
   unloads that landed on a running request anyway are those of requests that started after that
   reading (the README's sampling window), counted and printed;
-- every reading a router applied is what the engine's gauge answered it;
+- every reading a router applied is what the engine's gauge answered it, or empty after a read that
+  failed after a listing (a failed read before a request reports nothing);
 - no engine held more adapters than the README's bound for R routers (sampled at every load).
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import subprocess
 import sys
@@ -26,6 +29,7 @@ import anyio
 import pytest
 from routers_workload import (
     ADAPTERS,
+    GAUGE_FAULTS,
     LIMIT,
     LISTING_INTERVAL,
     ROUTERS,
@@ -82,7 +86,7 @@ def check(found: Findings, routers: list[dict[str, Any]], seed: int) -> None:
         f"{found.under_running} on a running "
         f"request: {len(found.named)} named by the last reading, {found.after_reading} started after it; "
         f"most held {found.max_held} (README {README_BOUND}, bound {BOUND}); "
-        f"{completed} completed, {named} readings named adapters; "
+        f"{completed} completed, {named} readings named adapters, {found.failed_reads} reads failed; "
         + "; ".join(f"{r['router']}: {r['outcomes']}" for r in routers)
     )
     # The run did what it is for: loads, evictions and readings that named running adapters.
@@ -94,6 +98,10 @@ def check(found: Findings, routers: list[dict[str, Any]], seed: int) -> None:
     assert found.readings_not_from_the_gauge == []
     assert found.named == []
     assert found.max_held <= BOUND
+
+
+def _fail_gauge_reads(server: StandInServer) -> None:
+    server.app.answer("metrics", 500, "Internal Server Error", times=GAUGE_FAULTS)
 
 
 @pytest.mark.anyio
@@ -119,14 +127,18 @@ async def test_three_fleets_in_one_process(
     }
     probes = {router: Probe(router) for router in ROUTERS}
     tallies = {router: Tally() for router in ROUTERS}
-    restarts = {index: servers[k].app.restart for index, k in the_plan.restarts}
+    events: dict[int, list[Callable[[], None]]] = {}
+    for index, k in the_plan.restarts:
+        events.setdefault(index, []).append(servers[k].app.restart)
+    for index, k in the_plan.gauge_faults:
+        events.setdefault(index, []).append(functools.partial(_fail_gauge_reads, servers[k]))
     async with contextlib.AsyncExitStack() as stack:
         for router, fleet in fleets.items():
             probes[router].attach(fleet)
             await stack.enter_async_context(fleet)
         with anyio.fail_after(60):
             steps = list(enumerate(the_plan.steps))
-            await run_steps(fleets, replicas, steps, restarts, adapter_dir, tallies)
+            await run_steps(fleets, replicas, steps, events, adapter_dir, tallies)
         routers = [results(r, fleets[r], probes[r], tallies[r]) for r in ROUTERS]
     for server in servers:
         server.app.clear_faults()
@@ -161,22 +173,31 @@ def test_three_fleets_in_three_processes(
         workers.append(subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True))
     failed: list[BaseException] = []
 
-    def restart() -> None:
-        # Restarts at points of the run the engines' own logs mark: once an engine has had this many
-        # completions (the in-process test restarts when a step of the plan starts).
+    # Restarts and failing gauge reads at points of the run the engines' own logs mark: once an
+    # engine has had this many completions (the in-process test acts when a step of the plan starts).
+    actions = [
+        (at, k, servers[k].app.restart)
+        for at, (_, k) in zip((REQUESTS // 6, REQUESTS // 4), the_plan.restarts, strict=True)
+    ]
+    actions += [
+        (index // 4, k, functools.partial(_fail_gauge_reads, servers[k]))
+        for index, k in the_plan.gauge_faults
+    ]
+
+    def act() -> None:
         try:
-            for at, (_, k) in zip((REQUESTS // 6, REQUESTS // 4), the_plan.restarts, strict=True):
+            for at, k, action in sorted(actions, key=lambda a: a[0]):
                 servers[k].app.wait_for_calls("completions", at, timeout=30)
-                servers[k].app.restart()
+                action()
         except BaseException as exc:
             failed.append(exc)
 
-    restarter = threading.Thread(target=restart, daemon=True)
+    actor = threading.Thread(target=act, daemon=True)
     try:
         for worker in workers:
             assert worker.stdout is not None
             assert worker.stdout.readline() == "ready\n"
-        restarter.start()
+        actor.start()
         for worker in workers:
             assert worker.stdin is not None
             worker.stdin.write("go\n")
@@ -188,7 +209,7 @@ def test_three_fleets_in_three_processes(
             if worker.poll() is None:
                 worker.kill()
                 worker.wait()
-    restarter.join(30)
+    actor.join(30)
     assert not failed, failed
     for server in servers:
         server.app.clear_faults()

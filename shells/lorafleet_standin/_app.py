@@ -43,6 +43,8 @@ class Call:
     """The adapters with completions in flight when the call came, in the order they started."""
     registered: tuple[str, ...] = ()
     """The adapters registered when the call came, in registration order."""
+    misbehaviour: Misbehaviour | None = None
+    """The injected misbehaviour the call met, if any (``answer``, ``hang``, ``drop``...)."""
 
 
 class VllmStandIn:
@@ -190,9 +192,10 @@ class VllmStandIn:
         # What the engine has when the call comes: what an unload lands on, what a load adds to.
         running, registered = engine.running(), tuple(engine.adapters)
         with self._calls_lock:
-            self._calls.append(Call(method, path, body, headers.get("authorization"), running, registered))
-            self._calls_lock.notify_all()
             misbehaviour = self._misbehaviours.take(route) if route else None
+            authorization = headers.get("authorization")
+            self._calls.append(Call(method, path, body, authorization, running, registered, misbehaviour))
+            self._calls_lock.notify_all()
         if path in ("/health", "/ping"):
             await respond(send, 200, b"", None)
             return
