@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import itertools
+import math
 import random
 from collections.abc import Sequence
 from pathlib import Path
@@ -229,6 +230,55 @@ def test_reading_before_evicting_protects_a_request_started_after_the_listing(
     # The listing's reading at t=1 named nothing; only a reading at t=1.6 sees B's request.
     assert figures.unloads_under_others == (0 if before_evicting else 1)
     assert figures.held_max == (2 if before_evicting else 1)
+
+
+class _FailingFrom(Simulation):
+    """Reads fail from ``self.fail_from`` on (set before ``run``)."""
+
+    fail_from = math.inf
+
+    def _read_fails(self) -> bool:
+        return self.now >= self.fail_from
+
+
+@pytest.mark.parametrize(
+    ("fail_from", "drops", "under"),
+    [
+        (math.inf, False, 0),  # every read answered: x named at t=2.5, so y goes over the limit
+        (2.4, False, 0),  # the read before y fails: the listing's reading (x runs) stands
+        (2.4, True, 1),  # ... unless a failed read drops it, as the Fleet once did
+        (1.9, False, 1),  # the read after the t=2 listing fails: it drops the reading, x is fair game
+    ],
+)
+def test_a_failed_read_keeps_the_last_reading_until_the_next_listing(
+    fail_from: float, drops: bool, under: int
+) -> None:
+    fleet = attrs.evolve(UNDER_B_FLEET, read_running=True, read_before_evicting=True, failed_read_drops=drops)
+    s = _FailingFrom(UNDER_B, fleet, POLICIES["lorafleet"], check=True)
+    s.fail_from = fail_from
+    figures = s.run()
+    assert figures.unloads_under_others == under
+    assert (figures.failed_reads > 0) is (fail_from < math.inf)
+
+
+def test_read_failures_are_drawn_from_the_seed() -> None:
+    w = Synthetic(
+        adapters=30, skew=1.0, rate=30.0, service=0.5, requests=1000, routers=3, replicas=4
+    ).generate(1)
+    fleet = Fleet(
+        replicas=4,
+        limit=3,
+        concurrency=4,
+        load_time=0.2,
+        routers=3,
+        listing_interval=5.0,
+        read_running=True,
+        read_before_evicting=True,
+        read_failures=0.5,
+    )
+    one, two = (ls.simulate(w, fleet, POLICIES["lorafleet"], seed=1) for _ in range(2))
+    assert one == two
+    assert 0.4 * one.reads < one.failed_reads < 0.6 * one.reads
 
 
 def test_a_read_with_latency_delays_the_request_and_samples_when_sent() -> None:
@@ -511,6 +561,7 @@ def test_malformed_traces_say_where(tmp_path: Path, lines: str, message: str) ->
         (["--service", "inf"], "'inf' is not a finite number"),
         (["--replicas", "two"], "'two' is not an integer"),
         (["--flash", "1.5"], "must be at most 1"),
+        (["--read-failures", "1.5"], "--read-failures: '1.5' must be at most 1"),
         (["--policy", "fastest"], "unknown policy 'fastest'"),
         (["--trace", "t.txt", "--shift"], "do not apply to --trace"),
         (["--trace", "/nonexistent/trace.txt"], "cannot read trace"),

@@ -55,6 +55,13 @@ def _share(text: str) -> float:
     return value
 
 
+def _fraction(text: str) -> float:
+    value: float = _number(float, "a number", 0.0)(text)
+    if value > 1:
+        raise argparse.ArgumentTypeError(f"{text!r} must be at most 1 (a fraction of the reads)")
+    return value
+
+
 def _headroom(text: str) -> int | None:
     if text.lower() == "none":
         return None
@@ -134,6 +141,21 @@ def parser() -> argparse.ArgumentParser:
         type=_number(float, "a number of seconds", 0.0),
         default=0.0,
         help="seconds from a reading's sample to its report reaching the router (default 0: at once)",
+    )
+    p.add_argument(
+        "--read-failures",
+        type=_fraction,
+        default=0.0,
+        help=(
+            "the fraction of readings that get no answer, drawn from the seed: the last reading stands, "
+            "but one after a listing says nothing runs, as Fleet does (default 0)"
+        ),
+    )
+    p.add_argument(
+        "--failed-read-drops",
+        action=argparse.BooleanOptionalAction,
+        default=False,
+        help="every failed reading says nothing runs, as Fleet did before it kept the last (default: off)",
     )
     p.add_argument(
         "--headroom",
@@ -252,6 +274,8 @@ def _fleet(args: argparse.Namespace, limit: int) -> Fleet:
         read_running=args.read_running,
         read_before_evicting=args.read_before_evicting,
         read_latency=args.read_latency,
+        read_failures=args.read_failures,
+        failed_read_drops=args.failed_read_drops,
     )
 
 
@@ -395,10 +419,14 @@ def router_counts(least: int) -> Callable[[str], list[int]]:
 
 
 def _latency(args: argparse.Namespace) -> str:
-    """The readings' latency, as a clause of the fleet's line (nothing when they are at once)."""
-    if not args.read_latency:
-        return ""
-    return f", readings reported {1000 * args.read_latency:g} ms after their sample"
+    """The readings' latency and failures, as a clause of the fleet's line (nothing: at once, all read)."""
+    clause = ""
+    if args.read_latency:
+        clause = f", readings reported {1000 * args.read_latency:g} ms after their sample"
+    if args.read_failures:
+        kept = "dropping" if args.failed_read_drops else "keeping"
+        clause += f", {100 * args.read_failures:g} % of readings failed ({kept} the last one)"
+    return clause
 
 
 def _settings(args: argparse.Namespace) -> str:

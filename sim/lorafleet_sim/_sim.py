@@ -102,6 +102,11 @@ class Fleet:
             request there with no free slot, and when a release leaves a queue at its cap waiting
             on an adapter the last report named: the reads ``Fleet(read_running=True)`` makes.
         read_latency: seconds from a read's sample to its report reaching the router.
+        read_failures: the fraction of reads that get no answer, drawn from the seed. Such a read
+            reports nothing, so the last report stands; one after a listing reports that nothing
+            runs, so that no report outlives the next listing (what ``Fleet`` does).
+        failed_read_drops: every failed read reports that nothing runs, as the Fleet did before it
+            kept the last reading (for comparison).
         settings: any other machine settings, by name, passed to every router's machine.
     """
 
@@ -117,6 +122,8 @@ class Fleet:
     read_running: bool = False
     read_before_evicting: bool = False
     read_latency: float = 0.0
+    read_failures: float = 0.0
+    failed_read_drops: bool = False
     settings: Mapping[str, Any] = attrs.field(factory=dict)
 
     def machine(self, policy: Policy) -> AdapterStateMachine:
@@ -172,6 +179,8 @@ class Figures:
     """Unloads of an adapter the unloading router itself had requests running or waiting on there."""
     reads: int = 0
     """Readings of a replica's running adapters (``read_running`` and ``read_before_evicting``)."""
+    failed_reads: int = 0
+    """Of those, the ones that got no answer (``read_failures``)."""
 
     def per_1k(self, count: int) -> float:
         return 1000.0 * count / self.requests if self.requests else 0.0
@@ -293,6 +302,9 @@ class Simulation:
         self.unloads_under_others = 0
         self.unloads_under_own = 0
         self.reads = 0
+        self.failed_reads = 0
+        # Its own stream, so that every policy meets the same failures and no other draw moves.
+        self.read_rng = random.Random(f"{seed}:reads")
 
     # -- the loop ------------------------------------------------------------------------------
 
@@ -514,7 +526,7 @@ class Simulation:
                     router.view.machine.handle(ListingReceived(listing=command.listing, adapters=listed)),
                 )
                 if self.fleet.read_running:
-                    self._read(router, engine, None)
+                    self._read(router, engine, None, after_listing=True)
             elif kind is Fail:
                 assert isinstance(command, Fail)
                 attempt = router.attempts.pop(command.ticket)
@@ -523,11 +535,13 @@ class Simulation:
                 self._retry(attempt)
             # MarkMet asks nothing of a shell that never waits for a replica to be met.
 
-    def _read(self, router: _Router, engine: _Engine, then: _Then | None) -> None:
+    def _read(
+        self, router: _Router, engine: _Engine, then: _Then | None, *, after_listing: bool = False
+    ) -> None:
         """The router reads which adapters have requests on ``engine``, then routes ``then``.
 
-        A read in flight is joined; a new one samples the engine now and is reported after
-        ``read_latency`` (at once when it is 0).
+        A read in flight is joined; a new one samples the engine now (or fails, ``read_failures``)
+        and is reported after ``read_latency`` (at once when it is 0).
         """
         waiting = router.reading.get(engine.index)
         if waiting is not None:
@@ -535,23 +549,40 @@ class Simulation:
                 waiting.append(then)
             return
         self.reads += 1
-        running = tuple(sorted(engine.requests))
+        running: tuple[str, ...] | None = tuple(sorted(engine.requests))
+        if self._read_fails():
+            self.failed_reads += 1
+            running = None
         latency = self.fleet.read_latency
         if latency > 0:
             router.reading[engine.index] = [] if then is None else [then]
-            self._push(self.now + latency, _READ_DONE, (router, engine, running))
+            self._push(self.now + latency, _READ_DONE, (router, engine, running, after_listing))
             return
-        self._report(router, engine, running)
+        self._report(router, engine, running, after_listing)
         if then is not None:
             self._route(*then)
 
-    def _read_done(self, router: _Router, engine: _Engine, running: tuple[str, ...]) -> None:
+    def _read_fails(self) -> bool:
+        """Whether the read being sent gets no answer (``read_failures``)."""
+        return bool(self.fleet.read_failures) and self.read_rng.random() < self.fleet.read_failures
+
+    def _read_done(
+        self, router: _Router, engine: _Engine, running: tuple[str, ...] | None, after_listing: bool
+    ) -> None:
         waiting = router.reading.pop(engine.index)
-        self._report(router, engine, running)
+        self._report(router, engine, running, after_listing)
         for then in waiting:
             self._route(*then)
 
-    def _report(self, router: _Router, engine: _Engine, running: tuple[str, ...]) -> None:
+    def _report(
+        self, router: _Router, engine: _Engine, running: tuple[str, ...] | None, after_listing: bool = False
+    ) -> None:
+        if running is None:  # no answer: see Fleet.read_failures
+            if not router.reported.get(engine.index):
+                return
+            if not (after_listing or self.fleet.failed_read_drops):
+                return
+            running = ()
         router.reported[engine.index] = frozenset(running)
         self._commands(
             router, router.view.machine.handle(RunningReported(replica=engine.id, adapters=running))
@@ -671,6 +702,7 @@ class Simulation:
             unloads_under_others=self.unloads_under_others,
             unloads_under_own=self.unloads_under_own,
             reads=self.reads,
+            failed_reads=self.failed_reads,
         )
 
 
