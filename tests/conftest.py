@@ -97,6 +97,9 @@ def quiet(fleet: Fleet) -> None:
 
 KEY = "secret"
 _timings: dict[str, float] = {}
+_slowest: list[tuple[float, str]] = []
+engine_notes: list[str] = []
+"""Lines for the real vLLM summary: what a real-engine test wants seen in CI's output."""
 
 
 @pytest.fixture(scope="session")
@@ -200,6 +203,7 @@ def target(
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     if report.when == "call" and "vllm" in report.nodeid:
         _timings["real vLLM tests"] = _timings.get("real vLLM tests", 0.0) + report.duration
+        _slowest.append((report.duration, report.nodeid.rpartition("::")[2]))
 
 
 def pytest_terminal_summary(terminalreporter: Any) -> None:
@@ -207,6 +211,10 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
         terminalreporter.section("real vLLM timings")
         for what, seconds in _timings.items():
             terminalreporter.write_line(f"{what}: {seconds:.1f} s")
+        for seconds, test in sorted(_slowest, reverse=True)[:3]:
+            terminalreporter.write_line(f"  {test}: {seconds:.1f} s")
+        for line in engine_notes:
+            terminalreporter.write_line(line)
 
 
 def _tasks_now() -> set[object]:
