@@ -227,12 +227,14 @@ class Fleet:
         self._first_pins = self._resolve_pins(pins)
         self._attempts = attempts
         self._placed = dict.fromkeys(Placed, 0)
-        self._gauge_reads = dict.fromkeys(("read", "absent", "failed"), 0)
         """Placements ``route`` acted on, by what the request found there."""
+        self._gauge_reads = dict.fromkeys(("read", "absent", "failed"), 0)
+        """Reads of the engines' running adapters, by how they ended (``gauge_reads``)."""
         self._leased: set[int] = set()
         """Tickets of routed leases granted and not released: the fleet releases them when it closes."""
         self._orphans: list[tuple[int, str, str]] = []
-        """Tickets of routed leases garbage collected unreleased, for the timer task to release."""
+        """Routed leases garbage collected unreleased (ticket, replica id, adapter), for the timer task
+        to release."""
         self._poke: Callable[[], None] | None = None
         self._client = client
         self._own_client = client is None
@@ -244,9 +246,9 @@ class Fleet:
         """Replica id to the adapters its last report of running adapters named; absent until the
         engine has answered with the gauge."""
         self._reading: dict[str, tuple[Replica, anyio.Event]] = {}
+        """Replica id to its gauge read in flight (one at a time), and the event set when it ends."""
         self._listing_read: set[str] = set()
         """Replicas whose read in flight follows a listing: it drops the last reading if it fails."""
-        """Replica id to its gauge read in flight (one at a time), and the event set when it ends."""
         self._replicas: dict[str, Replica] = {}
         self._waiters: dict[int, _Waiter] = {}
         self._unmet: dict[str, anyio.Event] = {}
