@@ -133,8 +133,9 @@ async def test_two_fleets_the_others_running_requests_are_never_unloaded(
     unload s0, and for s2 evicts its own idle s1. Every request of B's runs to its end.
 
     The stand-in holds B's streams open until told. A real engine runs a request to its length, so B
-    keeps s0 busy with three requests of different lengths in turn. Whether vLLM really ran one of them
-    at each moment A read its gauge is up to vLLM's timing on this CPU, not up to the fleet: when a
+    keeps s0 busy with three requests of different lengths in turn, and A starts, and makes each of
+    its two requests, only once the engine's gauge names s0. Whether vLLM still ran one of B's requests
+    at the moment A read its gauge is up to vLLM's timing on this CPU, not up to the fleet: when a
     reading did not name s0, A's decisions are still checked against the readings it had, and the run
     is made again, three times at most."""
     r = rep(target, limit=1)
@@ -181,10 +182,15 @@ async def _two_fleets_once(fleet_type: type[Fleet], target: Target, r: Replica) 
                 else:
                     ends.append(json.loads(await answer.aread())["choices"][0]["finish_reason"])
 
-    async def gauge_names_s0() -> bool:
-        async with httpx.AsyncClient(timeout=120) as client:
-            answer = await client.get(f"{target.url}/metrics")
-        return vllm.running_adapters(answer.content) == frozenset({"s0"})
+    async def b_runs() -> None:
+        """Wait until the engine's gauge names s0: B has a request in flight there."""
+        with anyio.fail_after(60):
+            async with httpx.AsyncClient(timeout=120) as client:
+                while True:
+                    answer = await client.get(f"{target.url}/metrics")
+                    if vllm.running_adapters(answer.content) == frozenset({"s0"}):
+                        return
+                    await anyio.sleep(0.05)
 
     probe_a, probe_b = Probe("A"), Probe("B")
     async with fleet_type() as b:
@@ -193,9 +199,7 @@ async def _two_fleets_once(fleet_type: type[Fleet], target: Target, r: Replica) 
         async with b.acquire(r, "s0", target.adapter("lora-0")), anyio.create_task_group() as tasks:
             for turn in range(3):
                 tasks.start_soon(requests, turn)
-            with anyio.fail_after(60):
-                while not await gauge_names_s0():
-                    await anyio.sleep(0.05)
+            await b_runs()
             # A's reads get a long bound: on a 2-core machine running three servers, vLLM's API server
             # can go seconds without a turn, and a read that times out tells A nothing.
             a = fleet_type(listing_timeout=120)
@@ -203,9 +207,13 @@ async def _two_fleets_once(fleet_type: type[Fleet], target: Target, r: Replica) 
             async with a:
                 await a.sync_unknown([r])
                 await eventually(lambda: bool(probe_a.readings.get("r0")), timeout=120)
+                # Before each of A's decisions, B is seen running: the gap in which all of B's
+                # requests have ended and none has begun shrinks to the moment A takes to read.
+                await b_runs()
                 async with a.acquire(r, "s1", target.adapter("lora-1")) as lease:
                     assert lease.how is How.LOADED
                 over = target.listed()
+                await b_runs()
                 async with a.acquire(r, "s2", target.adapter("lora-2")) as lease:
                     assert lease.how is How.LOADED
                 after = target.listed()
@@ -220,6 +228,7 @@ async def _two_fleets_once(fleet_type: type[Fleet], target: Target, r: Replica) 
     assert probe_b.unloads == [], seen
     if not all(reading == ["s0"] for reading in probe_a.readings["r0"]):
         assert not streaming, seen  # the stand-in held B's streams throughout
+        engine_notes.append(f"two-fleet run under {sniffio.current_async_library()}, premise missed: {seen}")
         return False
     assert over == {"s0", "s1"}, seen  # over the limit rather than unload s0
     assert after == {"s0", "s2"}, seen
