@@ -261,21 +261,17 @@ def test_a_failed_read_keeps_the_last_reading_until_the_next_listing(
     assert (figures.failed_reads > 0) is (fail_from < math.inf)
 
 
-def test_read_failures_are_drawn_from_the_seed() -> None:
+def _three_routers(requests: int, seed: int, **reads: Any) -> tuple[Workload, Fleet]:
+    """A small skewed workload over 4 replicas of limit 3, with 3 routers listing every 5 s."""
     w = Synthetic(
-        adapters=30, skew=1.0, rate=30.0, service=0.5, requests=1000, routers=3, replicas=4
-    ).generate(1)
-    fleet = Fleet(
-        replicas=4,
-        limit=3,
-        concurrency=4,
-        load_time=0.2,
-        routers=3,
-        listing_interval=5.0,
-        read_running=True,
-        read_before_evicting=True,
-        read_failures=0.5,
-    )
+        adapters=30, skew=1.0, rate=30.0, service=0.5, requests=requests, routers=3, replicas=4
+    ).generate(seed)
+    fleet = Fleet(replicas=4, limit=3, concurrency=4, load_time=0.2, routers=3, listing_interval=5.0, **reads)
+    return w, fleet
+
+
+def test_read_failures_are_drawn_from_the_seed() -> None:
+    w, fleet = _three_routers(1000, 1, read_running=True, read_before_evicting=True, read_failures=0.5)
     one, two = (ls.simulate(w, fleet, POLICIES["lorafleet"], seed=1) for _ in range(2))
     assert one == two
     assert 0.4 * one.reads < one.failed_reads < 0.6 * one.reads
@@ -325,18 +321,7 @@ def test_one_routers_own_released_adapter_does_not_hold_its_cap_queue(before_evi
 
 @pytest.mark.parametrize("read_running", [False, True])
 def test_several_routers_count_unloads_under_requests(read_running: bool) -> None:
-    w = Synthetic(
-        adapters=30, skew=1.0, rate=30.0, service=0.5, requests=2000, routers=3, replicas=4
-    ).generate(2)
-    fleet = Fleet(
-        replicas=4,
-        limit=3,
-        concurrency=4,
-        load_time=0.2,
-        routers=3,
-        listing_interval=5.0,
-        read_running=read_running,
-    )
+    w, fleet = _three_routers(2000, 2, read_running=read_running)
     figures = Simulation(w, fleet, POLICIES["lorafleet"], check=True).run()
     alone = Simulation(
         attrs.evolve(w, routers=(0,) * len(w)), attrs.evolve(fleet, routers=1), POLICIES["lorafleet"]
