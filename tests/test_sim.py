@@ -450,12 +450,18 @@ def test_the_running_reads_are_flags_and_columns(capsys: pytest.CaptureFixture[s
     assert "| unloads under others | under own |" in text
 
 
-def test_several_routers_sweeps_counts_and_reads(capsys: pytest.CaptureFixture[str]) -> None:
-    spec = importlib.util.spec_from_file_location("several_routers", SIM / "several_routers.py")
+def _sweep_script(name: str) -> Any:
+    """``sim/<name>.py``, loaded as a module: the sweep scripts are not in the package."""
+    spec = importlib.util.spec_from_file_location(name, SIM / f"{name}.py")
     assert spec is not None
     assert spec.loader is not None
     script = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(script)
+    return script
+
+
+def test_several_routers_sweeps_counts_and_reads(capsys: pytest.CaptureFixture[str]) -> None:
+    script = _sweep_script("several_routers")
     argv = ["--requests", "600", "--replicas", "2", "--adapters", "12", "--rate", "10", "--counts", "1,2"]
     assert script.main([*argv, "--listing-interval", "2"]) == 0
     rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| lorafleet |")]
@@ -466,11 +472,7 @@ def test_several_routers_sweeps_counts_and_reads(capsys: pytest.CaptureFixture[s
 
 
 def test_share_routers_runs_each_count_told_and_not(capsys: pytest.CaptureFixture[str]) -> None:
-    spec = importlib.util.spec_from_file_location("share_routers", SIM / "share_routers.py")
-    assert spec is not None
-    assert spec.loader is not None
-    script = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(script)
+    script = _sweep_script("share_routers")
     argv = ["--requests", "600", "--replicas", "2", "--adapters", "12", "--rate", "10", "--counts", "3"]
     assert script.main([*argv, "--headroom", "0"]) == 0
     rows = [

@@ -360,9 +360,7 @@ def report(
         f"loads of {args.load:g} s"
         + (f", {args.restarts} replica restarts" if args.restarts else "")
         + (f", {args.routers} routers listing every {args.listing_interval:g} s" if args.routers > 1 else "")
-        + (", each reading which adapters run after each listing" if args.read_running else "")
-        + (", and before each cold request that would evict" if args.read_before_evicting else "")
-        + _latency(args)
+        + _reads(args, "each")
         + _settings(args)
         + f"; seeds {args.seed}..{args.seed + args.seeds - 1}, figures are means over the seeds.",
         "",
@@ -394,9 +392,7 @@ def sweep_preamble(
         "",
         f"Fleet: {args.replicas} replicas of limit {args.limit} running {args.concurrency} requests at once, "
         f"loads of {args.load:g} s, listings every {args.listing_interval:g} s"
-        + (", each router reading which adapters run after each listing" if args.read_running else "")
-        + (", and before each cold request that would evict" if args.read_before_evicting else "")
-        + _latency(args)
+        + _reads(args, "each router")
         + _settings(args)
         + f"; {requests} requests a run, seeds {args.seed}..{args.seed + args.seeds - 1}.",
         "",
@@ -418,11 +414,13 @@ def router_counts(least: int) -> Callable[[str], list[int]]:
     return parse
 
 
-def _latency(args: argparse.Namespace) -> str:
-    """The readings' latency and failures, as a clause of the fleet's line (nothing: at once, all read)."""
-    clause = ""
+def _reads(args: argparse.Namespace, who: str) -> str:
+    """How the routers read which adapters run, as a clause of the fleet's line (nothing: no reads)."""
+    clause = f", {who} reading which adapters run after each listing" if args.read_running else ""
+    if args.read_before_evicting:
+        clause += ", and before each cold request that would evict"
     if args.read_latency:
-        clause = f", readings reported {1000 * args.read_latency:g} ms after their sample"
+        clause += f", readings reported {1000 * args.read_latency:g} ms after their sample"
     if args.read_failures:
         kept = "dropping" if args.failed_read_drops else "keeping"
         clause += f", {100 * args.read_failures:g} % of readings failed ({kept} the last one)"

@@ -575,7 +575,7 @@ class Simulation:
             self._route(*then)
 
     def _report(
-        self, router: _Router, engine: _Engine, running: tuple[str, ...] | None, after_listing: bool = False
+        self, router: _Router, engine: _Engine, running: tuple[str, ...] | None, after_listing: bool
     ) -> None:
         if running is None:  # no answer: see Fleet.read_failures
             if not router.reported.get(engine.index):
