@@ -24,7 +24,7 @@ import anyio
 import attrs
 import httpx
 
-from lorafleet import Command, Event, IssueUnload, RunningReported
+from lorafleet import Command, Event, IssueUnload, Requested, RunningReported
 from lorafleet_fleet import Fleet, FleetError, LoadError, Replica
 from lorafleet_standin import Call
 
@@ -109,6 +109,9 @@ class Probe:
     """Each unload decided, in order: replica, adapter, and the adapters of the last reading."""
     readings: dict[str, list[list[str]]] = attrs.field(factory=dict)
     """Replica id to the readings reported to the machine, in order."""
+    requests: list[dict[str, Any]] = attrs.field(factory=list)
+    """Each request the machine decided on (all but the ``hit`` shortcut's), in order: replica,
+    adapter, and the adapters of the last reading, which the decision saw."""
     _last: dict[str, tuple[str, ...]] = attrs.field(factory=dict)
 
     def attach(self, fleet: Fleet) -> None:
@@ -116,6 +119,9 @@ class Probe:
         handle = machine.handle
 
         def probed(event: Event) -> list[Command]:
+            if isinstance(event, Requested):
+                reading = list(self._last.get(event.replica, ()))
+                self.requests.append({"replica": event.replica, "adapter": event.adapter, "reading": reading})
             commands = handle(event)
             if isinstance(event, RunningReported):
                 # Applied before the commands it gives (a queue admitted may evict): they see it.
