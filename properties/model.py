@@ -11,7 +11,8 @@ drops the adapters that were held *when it started* (``at_listing_start``, by id
 out of its additions those dropped *while it was out* (``dropped_while_listing``).
 
 It follows [refuse], [health], [cap] (a queue per replica) and [evict]'s demand weights. It does not
-follow [pin], which places copies where [place] would, nor [elsewhere]: the properties send neither.
+follow [pin], which places copies where [place] would, nor [elsewhere] and [read-failed]: the
+properties send neither.
 """
 
 from __future__ import annotations
@@ -51,6 +52,7 @@ from lorafleet import (
     ReplicasRemoved,
     ReplicaStatistics,
     Requested,
+    RunningReadFailed,
     RunningReported,
     Statistics,
     TimeAdvanced,
@@ -191,9 +193,9 @@ class Model:
                 return self.limit_set(event.model, event.limit)
             case TimeAdvanced():
                 return self.time_advanced(event.now)
-            case AdapterPinned() | AdapterUnpinned() | RunningReported():
-                # [pin] places copies where [place] would, and [elsewhere] reports what other routers
-                # run: this model follows neither, and the properties send neither.
+            case AdapterPinned() | AdapterUnpinned() | RunningReported() | RunningReadFailed():
+                # [pin] places copies where [place] would, and [elsewhere] and [read-failed] report
+                # what other routers run: this model follows neither, and the properties send neither.
                 raise NotImplementedError(f"the model does not follow {type(event).__name__}")
 
     def hit(self, ticket: int, replica: str, adapter: str) -> bool:

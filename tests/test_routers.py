@@ -262,33 +262,35 @@ async def test_a_cold_request_goes_on_when_the_reading_fails(
 async def test_a_failed_read_keeps_the_last_reading_until_the_next_listing(
     fleet_type: type[Fleet], standin: StandInServer, adapter_dir: Path, fault: str
 ) -> None:
-    """r0 (limit 1) holds a0, which another router's request runs on, and the listing's reading says
-    so. The read before a cold request for a1 gets no usable answer: the engine's silence is no news,
-    so a0 is still no victim and r0 goes over its limit. The read after the next listing fails too and
-    drops the reading, so a0 is a victim again: a reading outlives its listing by one interval at most."""
+    """[read-failed] r0 (limit 1) holds a0, which another router's request runs on, and the listing's
+    reading says so. The read before a cold request for a1 gets no usable answer: the engine's silence
+    is no news, so a0 is still no victim and r0 goes over its limit. Then a listing is answered and the
+    read after it fails too: the reading goes, and a0 is a victim again."""
     r = Replica("r0", standin.url, "tiny", 1)
     standin.app.register("a0", str(adapter_dir / "a0"))
     standin.app.hang("completions")
+    standin.app.delay("models", 0)  # the first listing is answered; the next ones fail until told
+    standin.app.answer("models", 500, "Internal Server Error", times=None)
+    standin.app.delay("metrics", 0)  # the read after the first listing names a0; every later one fails
+    if fault == "error":
+        standin.app.answer("metrics", 500, "Internal Server Error", times=None)
+    elif fault == "timeout":
+        standin.app.hang("metrics", times=None)
+    else:
+        standin.app.drop("metrics", times=None)
     async with anyio.create_task_group() as tasks:
         tasks.start_soon(_complete, standin, "a0")
         await calls_reach(standin, "completions", 1)
-        async with fleet_type(listing_interval=3600, listing_timeout=1.0) as fleet:
+        async with fleet_type(listing_interval=0.2, listing_timeout=1.0) as fleet:
             await fleet.sync_unknown([r])
-            await eventually(lambda: fleet.gauge_reads()["read"] == 1)  # it names a0
-            if fault == "error":
-                standin.app.answer("metrics", 500, "Internal Server Error", times=None)
-            elif fault == "timeout":
-                standin.app.hang("metrics", times=None)
-            else:
-                standin.app.drop("metrics", times=None)
+            await eventually(lambda: fleet.gauge_reads()["read"] == 1)
             async with fleet.acquire(r, "a1", str(adapter_dir / "a1")) as lease:
                 assert lease.how is How.LOADED
             assert fleet.gauge_reads() == {"read": 1, "absent": 0, "failed": 1}
             assert _unloaded(standin) == []
             assert set(standin.app.adapters) == {"a0", "a1"}
-            # As after a listing (the interval is an hour): the read fails, and the reading goes.
-            await fleet._read_gauge(fleet._replicas["r0"], after_listing=True).wait()
-            assert fleet.gauge_reads()["failed"] == 2
+            standin.app.clear_faults("models")
+            await eventually(lambda: fleet.gauge_reads()["failed"] >= 2)
             async with fleet.acquire(r, "a2", str(adapter_dir / "a2")):
                 pass
             assert "a0" in _unloaded(standin)

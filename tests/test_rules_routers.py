@@ -1,4 +1,5 @@
-"""[elsewhere]: what the engine says runs on a replica, from any router, is never a victim."""
+"""[elsewhere]: what the engine says runs on a replica, from any router, is never a victim; [read-failed]:
+a read that gets no answer leaves that report standing until the next listing."""
 
 from __future__ import annotations
 
@@ -6,9 +7,11 @@ import pytest
 
 from lorafleet import (
     AdapterMissing,
+    Command,
     InvalidValueError,
     IssueLoad,
     IssueUnload,
+    ListingFailed,
     ListingReceived,
     LoadFinished,
     LoadOutcome,
@@ -19,13 +22,14 @@ from lorafleet import (
     Released,
     ReplicaAdded,
     ReplicasRemoved,
+    RunningReadFailed,
     RunningReported,
     TimeAdvanced,
     UnloadFinished,
     UnloadOutcome,
 )
 
-from scenario import Scenario, loads, unloads
+from scenario import Scenario, loads, unloaded, unloads
 
 
 def idle_pair(s: Scenario, replica: str = "r") -> None:
@@ -146,6 +150,77 @@ def test_elsewhere_a_report_of_the_wrong_kind_is_refused() -> None:
         RunningReported(replica="r", adapters="a"),  # type: ignore[arg-type]
         RunningReported(replica="r", adapters=("a", "")),
         RunningReported(replica=3, adapters=(4,)),  # type: ignore[arg-type]
+    ):
+        with pytest.raises(InvalidValueError):
+            s(event)
+
+
+def queued_behind_a_report() -> Scenario:
+    """r (limit 1, headroom 0) holds a, idle here and reported running; a request for b waits at the cap."""
+    s = Scenario.configured(headroom=0)
+    (listing,) = s(ReplicaAdded(replica="r", model="base", limit=1))
+    assert isinstance(listing, ReadListing)
+    s(ListingReceived(listing=listing.listing, adapters=()))
+    s.expect(Released(ticket=s.load("r", "a")))
+    s.expect(RunningReported(replica="r", adapters=("a",)))
+    _ticket, commands = s.request("r", "b")
+    assert commands == []
+    return s
+
+
+def list_again(s: Scenario, now: float, *adapters: str) -> list[Command]:
+    """Advance to ``now``, when r's listing is due, and answer it with ``adapters``."""
+    (listing,) = s(TimeAdvanced(now=now))
+    assert isinstance(listing, ReadListing)
+    return s(ListingReceived(listing=listing.listing, adapters=adapters))
+
+
+def test_read_failed_with_no_listing_since_the_report_the_report_stands() -> None:
+    s = queued_behind_a_report()
+    s.expect(RunningReadFailed(replica="r", message="no answer within 5 s"))
+    s.expect(RunningReadFailed(replica="r"))
+    # A report after a listing: a failed read after that report changes nothing either.
+    assert list_again(s, 30.0, "a") == []
+    s.expect(RunningReported(replica="r", adapters=("a",)))
+    s.expect(RunningReadFailed(replica="r"))
+
+
+def test_read_failed_after_a_listing_ends_the_report_as_an_empty_one_would() -> None:
+    s = queued_behind_a_report()
+    assert list_again(s, 30.0, "a") == []  # a still runs elsewhere, as far as anyone knows
+    (unload,) = s(RunningReadFailed(replica="r", message="HTTP 503"))
+    assert isinstance(unload, IssueUnload)
+    assert unload.adapter == "a"
+    (load,) = s(unloaded(unload))
+    assert isinstance(load, IssueLoad)
+    assert load.adapter == "b"
+    # The report is over: another failed read finds nothing to end.
+    s.expect(RunningReadFailed(replica="r"))
+
+
+def test_read_failed_a_failed_listing_is_no_listing() -> None:
+    s = queued_behind_a_report()
+    (listing,) = s(TimeAdvanced(now=30.0))
+    assert isinstance(listing, ReadListing)
+    s.expect(ListingFailed(listing=listing.listing, message="HTTP 500"))
+    s.expect(RunningReadFailed(replica="r"))
+
+
+def test_read_failed_for_a_replica_not_in_use_changes_nothing() -> None:
+    s = Scenario.with_replicas(("r", 1))
+    s.expect(Released(ticket=s.load("r", "a")))
+    s.expect(RunningReadFailed(replica="gone"))
+    s.expect(RunningReported(replica="r", adapters=("a",)))
+    s.expect(ReplicasRemoved(replicas=("r",)))
+    s.expect(RunningReadFailed(replica="r"))
+
+
+def test_read_failed_of_the_wrong_kind_is_refused() -> None:
+    s = Scenario.with_replicas(("r", 1))
+    for event in (
+        RunningReadFailed(replica=""),
+        RunningReadFailed(replica=3),  # type: ignore[arg-type]
+        RunningReadFailed(replica="r", message=None),  # type: ignore[arg-type]
     ):
         with pytest.raises(InvalidValueError):
             s(event)

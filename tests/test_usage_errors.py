@@ -128,6 +128,9 @@ CASES: list[tuple[type[lf.UsageError], str, Callable[[AdapterStateMachine], obje
     (lf.InvalidValueError, "finite number", lambda m: m.advance(False)),
     (lf.InvalidValueError, "LoadOutcome", lambda m: m.handle(lf.LoadFinished(load=3, outcome="exploded"))),  # type: ignore[arg-type]
     (lf.InvalidValueError, "LoadOutcome", lambda m: m.load_finished(3, UnloadOutcome.UNLOADED)),  # type: ignore[arg-type]
+    (lf.InvalidValueError, "replica id", lambda m: m.running_read_failed("")),
+    (lf.InvalidValueError, "message", lambda m: m.running_read_failed("nowhere", None)),  # type: ignore[arg-type]
+    (lf.InvalidValueError, "replica id", lambda m: m.running_read_failed(5, None)),  # type: ignore[arg-type]
 ]
 
 

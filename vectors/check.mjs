@@ -16,6 +16,7 @@ const EVENTS = {
   listing_received: ["listing", "adapters"], listing_failed: ["listing", "message"], adapter_missing: ["replica", "adapter", "ticket"],
   replica_failed: ["replica", "message"], adapter_pinned: ["adapter", "path", "copies", "model"],
   adapter_unpinned: ["adapter"], running_reported: ["replica", "adapters"],
+  running_read_failed: ["replica", "message"],
 };
 const COMMANDS = {
   issue_load: ["load", "replica", "adapter", "path"], issue_unload: ["unload", "replica", "adapter"],

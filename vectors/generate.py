@@ -63,6 +63,7 @@ RULES_BY_NAME = [
     ("pin", ["pin", "cold"]),
     ("statistics", ["statistics"]),
     ("elsewhere", ["elsewhere"]),
+    ("read_failed", ["read-failed", "elsewhere"]),
     ("share", ["share", "cold", "evict"]),
     ("the_same_events", ["order"]),
     ("fault_1", ["seed-1", "listing"]),

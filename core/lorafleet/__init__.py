@@ -29,6 +29,7 @@ from ._events import ReplicaAdded as ReplicaAdded
 from ._events import ReplicaFailed as ReplicaFailed
 from ._events import ReplicasRemoved as ReplicasRemoved
 from ._events import Requested as Requested
+from ._events import RunningReadFailed as RunningReadFailed
 from ._events import RunningReported as RunningReported
 from ._events import TimeAdvanced as TimeAdvanced
 from ._events import UnloadFinished as UnloadFinished

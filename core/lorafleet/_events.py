@@ -160,6 +160,17 @@ class RunningReported:
     adapters: tuple[str, ...]
 
 
+@attrs.frozen(kw_only=True)
+class RunningReadFailed:
+    """A read of what runs on ``replica`` got no usable answer (no answer in time, a 5xx, a cut body).
+
+    Not an engine without the gauge, which answers: that is an empty ``RunningReported``.
+    """
+
+    replica: str
+    message: str = ""
+
+
 Event = (
     ReplicaAdded
     | ReplicasRemoved
@@ -177,5 +188,6 @@ Event = (
     | AdapterPinned
     | AdapterUnpinned
     | RunningReported
+    | RunningReadFailed
 )
 """Every event the machine takes."""

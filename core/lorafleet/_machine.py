@@ -41,6 +41,9 @@ held, pinned    adapter_unpinned, no request on it          held, idle (end of `
 held, idle      running_reported names it                   held, in use elsewhere (not idle)    elsewhere
 held, in use    running_reported no longer names it, no     held, idle (end of ``idle``)         elsewhere
  elsewhere      request of this router on it
+held, in use    running_read_failed, a listing received     held, idle (end of ``idle``)         read-
+ elsewhere      since the last report, no request of this                                        failed
+                router on it
 ==============  ==========================================  ===================================  ========
 
 Beside that table, four rules decide without moving an adapter: [place] answers where a request
@@ -126,6 +129,7 @@ from ._events import (
     ReplicaFailed,
     ReplicasRemoved,
     Requested,
+    RunningReadFailed,
     RunningReported,
     TimeAdvanced,
     UnloadFinished,
@@ -249,6 +253,8 @@ class _Replica:
     """Placement avoids the replica while the clock is below this."""
     elsewhere: frozenset[str] = frozenset()
     """Adapters the engine last said have requests on it, any router's ([elsewhere]): never idle."""
+    listed_since_report: bool = False
+    """A listing of it was received after its last report: a failed read ends that report ([read-failed])."""
     base: int = 0
     """Its count (held and loading) once its last listing was applied, or when it was added ([share])."""
     unseen: int = 0
@@ -378,6 +384,8 @@ class AdapterStateMachine:
                 return self._adapter_unpinned(event)
             case RunningReported():
                 return self._running_reported(event)
+            case RunningReadFailed():
+                return self._running_read_failed(event)
             case ReplicaAdded():
                 return self._replica_added(event)
             case ReplicasRemoved():
@@ -440,6 +448,10 @@ class AdapterStateMachine:
         """``handle(RunningReported(...))``: the engine says ``adapters`` have requests on ``replica``."""
         names = adapters if isinstance(adapters, str) else tuple(adapters)
         return self.handle(RunningReported(replica=replica, adapters=names))  # type: ignore[arg-type]
+
+    def running_read_failed(self, replica: str, message: str = "") -> list[Command]:
+        """``handle(RunningReadFailed(...))``: a read of what runs on ``replica`` got no answer."""
+        return self.handle(RunningReadFailed(replica=replica, message=message))
 
     def add_replica(self, replica: str, *, model: str, limit: int) -> list[Command]:
         """``handle(ReplicaAdded(...))``: the router will use ``replica``."""
@@ -937,6 +949,7 @@ class AdapterStateMachine:
                 rep.idle[name] = 0
                 rep.idle.move_to_end(name, last=False)
         rep.base, rep.unseen = len(rep.held) + len(rep.loading), 0  # [share]: shared afresh
+        rep.listed_since_report = True
         commands.extend(self._admit_queued(rep))
         if self._pins:
             commands.extend(self._ensure_pins())
@@ -1050,6 +1063,7 @@ class AdapterStateMachine:
                 continue
             rep.removed = True
             rep.elsewhere = frozenset()  # about the old engine; a re-added one is reported afresh
+            rep.listed_since_report = False
             for name in [n for n, held in rep.held.items() if not held.in_use]:
                 self._drop(rep, name)  # idle ones, and pinned ones no request runs on
             for name in list(rep.held) + list(rep.loading):
@@ -1525,7 +1539,28 @@ class AdapterStateMachine:
         rep = self._replicas.get(replica)
         if rep is None or rep.removed:
             return []
-        before, rep.elsewhere = rep.elsewhere, frozenset(names)
+        return self._report(rep, frozenset(names))
+
+    def _running_read_failed(self, event: RunningReadFailed) -> list[Command]:
+        """[read-failed]: a read of what runs on the replica got no answer.
+
+        A read fails most often when the engine is busiest, which is when what the last report named
+        most likely still runs: so it stands, unless a listing of the replica came in after it. The
+        engine has been read afresh since that report, and no report outlives the next listing by
+        more than a read: then the report ends, as an empty one would end it.
+        """
+        if type(event.replica) is not str or not event.replica:
+            raise _invalid("replica", event.replica, "replica id must be a non-empty str")
+        _check_message(event.message)
+        rep = self._replicas.get(event.replica)
+        if rep is None or rep.removed or not rep.listed_since_report:
+            return []
+        return self._report(rep, frozenset())
+
+    def _report(self, rep: _Replica, names: frozenset[str]) -> list[Command]:
+        """[elsewhere]: ``names`` replace the replica's last report."""
+        rep.listed_since_report = False
+        before, rep.elsewhere = rep.elsewhere, names
         for name in rep.elsewhere - before:
             rep.idle.pop(name, None)
         freed = False

@@ -53,6 +53,7 @@ from lorafleet import (
     ReplicasRemoved,
     ReplicaStatistics,
     Requested,
+    RunningReadFailed,
     RunningReported,
     Statistics,
     TimeAdvanced,
@@ -243,12 +244,11 @@ class Fleet:
         self._metrics = metrics
         self._read_running = read_running
         self._reported: dict[str, frozenset[str]] = {}
-        """Replica id to the adapters its last report of running adapters named; absent until the
-        engine has answered with the gauge."""
+        """Replica id to the adapters the last answered read of its gauge named; absent until the
+        engine has answered with the gauge. (The machine may have ended that report since:
+        [read-failed].)"""
         self._reading: dict[str, tuple[Replica, anyio.Event]] = {}
         """Replica id to its gauge read in flight (one at a time), and the event set when it ends."""
-        self._listing_read: set[str] = set()
-        """Replicas whose read in flight follows a listing: it drops the last reading if it fails."""
         self._replicas: dict[str, Replica] = {}
         self._waiters: dict[int, _Waiter] = {}
         self._unmet: dict[str, anyio.Event] = {}
@@ -839,7 +839,6 @@ class Fleet:
         self._replicas.pop(rid, None)
         self._reported.pop(rid, None)
         self._reading.pop(rid, None)
-        self._listing_read.discard(rid)
         met = self._unmet.pop(rid, None)
         if met is not None:
             met.set()
@@ -877,16 +876,14 @@ class Fleet:
         self._report(replica, command, event, anyio.current_time() - started)
         self._send(event, timed_out=timed_out)
         if isinstance(event, ListingReceived) and self._read_running and self._open:
-            self._read_gauge(replica, after_listing=True)
+            self._read_gauge(replica)
 
-    def _read_gauge(self, replica: Replica, *, after_listing: bool = False) -> anyio.Event:
+    def _read_gauge(self, replica: Replica) -> anyio.Event:
         """Read which adapters run on ``replica``: the event set once the read in flight ends.
 
         A read already in flight is joined, not doubled: one at a time per replica, so that reports
         reach the machine in the order they were read.
         """
-        if after_listing:
-            self._listing_read.add(replica.id)  # joined or new: this read stands for the listing's
         reading = self._reading.get(replica.id)
         if reading is not None and reading[0] is replica:
             return reading[1]
@@ -902,9 +899,7 @@ class Fleet:
         Bounded like a listing. An engine without the gauge (older vLLM, the Rust frontend) reports
         nothing: the machine keeps to its own view, after an empty report if the last one named
         adapters, and the replica is not read before requests again until it answers with the gauge.
-        An engine that gives no usable answer changes nothing, so that what the last reading named
-        stays no victim; but the read after each listing drops it ("they may have run their course"),
-        so that a reading outlives the listing it came with by one interval at most.
+        A read that gets no usable answer is the machine's to judge ([read-failed]).
         """
         assert self._client is not None
         try:
@@ -938,20 +933,16 @@ class Fleet:
             rid = replica.id
             if not self._open or self._replicas.get(rid) is not replica:
                 return
-            if not answered and rid not in self._listing_read:
-                return
-            last = self._reported.get(rid)
-            if running is None and last is None:
-                return
-            if running is not None or last:
-                self._reported[rid] = frozenset(running or ())
-                self._send(RunningReported(replica=rid, adapters=tuple(sorted(running or ()))))
-            if running is None and answered:
-                del self._reported[rid]
+            if not answered:
+                self._send(RunningReadFailed(replica=rid, message=why))
+            elif running is not None:
+                self._reported[rid] = running
+                self._send(RunningReported(replica=rid, adapters=tuple(sorted(running))))
+            elif self._reported.pop(rid, None):  # no gauge: the last reading named some, no more
+                self._send(RunningReported(replica=rid, adapters=()))
         finally:
             if self._reading.get(replica.id, (None, None))[1] is done:
                 del self._reading[replica.id]
-                self._listing_read.discard(replica.id)
             done.set()
 
     def _report(

@@ -163,8 +163,11 @@ class VllmStandIn:
         )
         self.answer("models", 200, f'{{"object":"list","data":[{cards}]}}', times)
 
-    def clear_faults(self) -> None:
-        self._misbehaviours.clear()
+    def clear_faults(self, route: str | None = None) -> None:
+        """Forget the misbehaviours waiting on ``route``, or on every route; hung calls stay hung."""
+        if route is not None:
+            _path_of(route)
+        self._misbehaviours.clear(route)
 
     def hold_streams(self) -> None:
         """Streams send their first chunk, then wait for ``release()``."""

@@ -61,9 +61,12 @@ class Misbehaviours:
                     queue.pop(0)
             return misbehaviour
 
-    def clear(self) -> None:
+    def clear(self, route: str | None = None) -> None:
         with self._lock:
-            self._queues.clear()
+            if route is None:
+                self._queues.clear()
+            else:
+                self._queues.pop(route, None)
 
     def hold_streams(self) -> None:
         with self._lock:

@@ -147,15 +147,15 @@ def parser() -> argparse.ArgumentParser:
         type=_fraction,
         default=0.0,
         help=(
-            "the fraction of readings that get no answer, drawn from the seed: the last reading stands, "
-            "but one after a listing says nothing runs, as Fleet does (default 0)"
+            "the fraction of readings that get no answer, drawn from the seed, each reported as "
+            "RunningReadFailed as Fleet does: the last reading stands until a listing (default 0)"
         ),
     )
     p.add_argument(
         "--failed-read-drops",
         action=argparse.BooleanOptionalAction,
         default=False,
-        help="every failed reading says nothing runs, as Fleet did before it kept the last (default: off)",
+        help="every failed reading says nothing runs, as Fleet did before [read-failed] (default: off)",
     )
     p.add_argument(
         "--headroom",

@@ -61,6 +61,7 @@ from lorafleet import (
     Released,
     ReplicaAdded,
     Requested,
+    RunningReadFailed,
     RunningReported,
     TimeAdvanced,
     UnloadFinished,
@@ -102,11 +103,10 @@ class Fleet:
             request there with no free slot, and when a release leaves a queue at its cap waiting
             on an adapter the last report named: the reads ``Fleet(read_running=True)`` makes.
         read_latency: seconds from a read's sample to its report reaching the router.
-        read_failures: the fraction of reads that get no answer, drawn from the seed. Such a read
-            reports nothing, so the last report stands; one after a listing reports that nothing
-            runs, so that no report outlives the next listing (what ``Fleet`` does).
-        failed_read_drops: every failed read reports that nothing runs, as the Fleet did before it
-            kept the last reading (for comparison).
+        read_failures: the fraction of reads that get no answer, drawn from the seed. The router
+            reports such a read as ``RunningReadFailed`` ([read-failed]), as ``Fleet`` does.
+        failed_read_drops: every failed read reports that nothing runs instead, as the Fleet did
+            before [read-failed] (for comparison).
         settings: any other machine settings, by name, passed to every router's machine.
     """
 
@@ -250,7 +250,8 @@ class _Router:
     loads: dict[int, tuple[int, str]] = attrs.field(factory=dict)
     ticket: int = 0
     reported: dict[int, frozenset[str]] = attrs.field(factory=dict)
-    """Replica index to the adapters the router's last report of it named."""
+    """Replica index to the adapters the router's last answered read of it named: a replica there
+    answers with the gauge, so it is read before evicting ([read-failed] may have ended the report)."""
     reading: dict[int, list[_Then]] = attrs.field(factory=dict)
     """Replica index to the requests waiting for the router's read of it in flight."""
 
@@ -526,7 +527,7 @@ class Simulation:
                     router.view.machine.handle(ListingReceived(listing=command.listing, adapters=listed)),
                 )
                 if self.fleet.read_running:
-                    self._read(router, engine, None, after_listing=True)
+                    self._read(router, engine, None)
             elif kind is Fail:
                 assert isinstance(command, Fail)
                 attempt = router.attempts.pop(command.ticket)
@@ -535,9 +536,7 @@ class Simulation:
                 self._retry(attempt)
             # MarkMet asks nothing of a shell that never waits for a replica to be met.
 
-    def _read(
-        self, router: _Router, engine: _Engine, then: _Then | None, *, after_listing: bool = False
-    ) -> None:
+    def _read(self, router: _Router, engine: _Engine, then: _Then | None) -> None:
         """The router reads which adapters have requests on ``engine``, then routes ``then``.
 
         A read in flight is joined; a new one samples the engine now (or fails, ``read_failures``)
@@ -556,9 +555,9 @@ class Simulation:
         latency = self.fleet.read_latency
         if latency > 0:
             router.reading[engine.index] = [] if then is None else [then]
-            self._push(self.now + latency, _READ_DONE, (router, engine, running, after_listing))
+            self._push(self.now + latency, _READ_DONE, (router, engine, running))
             return
-        self._report(router, engine, running, after_listing)
+        self._report(router, engine, running)
         if then is not None:
             self._route(*then)
 
@@ -566,27 +565,23 @@ class Simulation:
         """Whether the read being sent gets no answer (``read_failures``)."""
         return bool(self.fleet.read_failures) and self.read_rng.random() < self.fleet.read_failures
 
-    def _read_done(
-        self, router: _Router, engine: _Engine, running: tuple[str, ...] | None, after_listing: bool
-    ) -> None:
+    def _read_done(self, router: _Router, engine: _Engine, running: tuple[str, ...] | None) -> None:
         waiting = router.reading.pop(engine.index)
-        self._report(router, engine, running, after_listing)
+        self._report(router, engine, running)
         for then in waiting:
             self._route(*then)
 
-    def _report(
-        self, router: _Router, engine: _Engine, running: tuple[str, ...] | None, after_listing: bool
-    ) -> None:
-        if running is None:  # no answer: see Fleet.read_failures
-            if not router.reported.get(engine.index):
+    def _report(self, router: _Router, engine: _Engine, running: tuple[str, ...] | None) -> None:
+        machine = router.view.machine
+        if running is None:
+            if not self.fleet.failed_read_drops:
+                self._commands(router, machine.handle(RunningReadFailed(replica=engine.id)))
                 return
-            if not (after_listing or self.fleet.failed_read_drops):
+            if not router.reported.get(engine.index):
                 return
             running = ()
         router.reported[engine.index] = frozenset(running)
-        self._commands(
-            router, router.view.machine.handle(RunningReported(replica=engine.id, adapters=running))
-        )
+        self._commands(router, machine.handle(RunningReported(replica=engine.id, adapters=running)))
 
     def _issue_load(self, router: _Router, command: IssueLoad) -> None:
         engine = self.engine_by_id[command.replica]

@@ -86,7 +86,7 @@ export class Machine {
       listing_received: this.listingReceived, listing_failed: this.listingFailed,
       adapter_missing: this.adapterMissing, replica_failed: this.replicaFailed,
       adapter_pinned: this.adapterPinned, adapter_unpinned: this.adapterUnpinned,
-      running_reported: this.runningReported,
+      running_reported: this.runningReported, running_read_failed: this.runningReadFailed,
     }[event.type];
     if (!on) throw new Error(`unknown event type ${event.type}`);
     return on.call(this, event);
@@ -493,6 +493,7 @@ export class Machine {
     rep.idle = new Map([...idle, ...rep.idle]);
     rep.base = rep.held.size + rep.loading.size; // [share]: the free slots it leaves, shared afresh
     rep.unseen = 0;
+    rep.listedSinceReport = true; // [read-failed]
     return [...commands, ...this.admitQueue(rep), ...this.ensurePins()];
   }
 
@@ -552,7 +553,7 @@ export class Machine {
       rep = {
         id: replica, held: new Map(), idle: new Map(), loading: new Map(), unloading: new Map(),
         listing: null, droppedWhileListing: new Set(), outstanding: 0, inFlight: 0, served: 0,
-        failures: 0, avoidUntil: 0, elsewhere: new Set(), base: 0, unseen: 0,
+        failures: 0, avoidUntil: 0, elsewhere: new Set(), listedSinceReport: false, base: 0, unseen: 0,
       };
       rep.queue = { kind: "queue", replica: rep, waiters: [] };
       this.replicas.set(replica, rep);
@@ -574,6 +575,7 @@ export class Machine {
       if (!rep || rep.removed) continue;
       rep.removed = true;
       rep.elsewhere = new Set(); // [elsewhere]: about the engine before the removal
+      rep.listedSinceReport = false;
       // Every adapter no request runs on is dropped (idle ones, and pinned ones): only running ones are kept.
       for (const name of [...rep.held.keys()].sort(byName)) {
         if (rep.held.get(name).inUse === 0) this.drop(rep, name);
@@ -664,6 +666,20 @@ export class Machine {
     for (const name of adapters) if (!isName(name)) throw invalid("adapters", name);
     const rep = this.inUse(replica);
     if (!rep) return [];
+    return this.report(rep, adapters);
+  }
+
+  // [read-failed]: after a listing received since the last report, a failed read is an empty report.
+  runningReadFailed({ replica, message }) {
+    if (!isName(replica)) throw invalid("replica", replica);
+    if (typeof message !== "string") throw invalid("message", message);
+    const rep = this.inUse(replica);
+    if (!rep || !rep.listedSinceReport) return [];
+    return this.report(rep, []);
+  }
+
+  report(rep, adapters) {
+    rep.listedSinceReport = false;
     const before = rep.elsewhere;
     rep.elsewhere = new Set(adapters);
     for (const name of rep.elsewhere) rep.idle.delete(name);
