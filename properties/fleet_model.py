@@ -7,7 +7,8 @@ and how (world.py: as asked, already loaded, not found, the adapter's fault, the
 before or after the engine acted, worded as one vLLM release or another and read back through the
 wire protocol or not), another router loading or unloading behind the machine's back, an engine
 restarting, a 404 on a forwarded request, replicas failing, removed and added back, limits changed,
-time passing, listings racing all of these, and calls that break the contract.
+time passing, the engine saying what runs on it (or a read of that failing), listings racing all of
+these, and calls that break the contract.
 
 Every event goes to the machine and to a naive model (model.py): the commands must be the same list,
 and after every step the statistics (in key order), the views, the next due time, which replicas are
@@ -61,6 +62,8 @@ from lorafleet import (
     ReplicaFailed,
     ReplicasRemoved,
     Requested,
+    RunningReadFailed,
+    RunningReported,
     TicketOrderError,
     TimeAdvanced,
     UnknownOperationError,
@@ -519,6 +522,24 @@ class FleetModel(RuleBasedStateMachine):
         """The router saw a replica fail on its own (a forwarded request got no answer): [health]."""
         replica = data.draw(st.sampled_from([*sorted(REPLICAS), UNKNOWN]))
         self.send(ReplicaFailed(replica=replica, message="no answer"))
+
+    @rule(data=st.data())
+    def the_engine_is_read(self, data: st.DataObject) -> None:
+        """What runs on a replica is read, from any router, maybe right after a listing of it as the
+        shell reads: the gauge names this router's running adapters there and some others'
+        ([elsewhere]), or the read gets no answer ([read-failed])."""
+        replica = data.draw(st.sampled_from([*sorted(REPLICAS), UNKNOWN]))
+        if replica in self.active and data.draw(st.booleans()):
+            note(f"{replica} is listed")
+            self.list_afresh(replica)
+        if data.draw(st.booleans()):
+            note(f"a read of what runs on {replica} gets no answer")
+            self.send(RunningReadFailed(replica=replica, message="no answer within 5 s"))
+            return
+        ours = {t.adapter for t in self.tickets.values() if t.replica == replica and t.state in LEASED}
+        theirs = data.draw(st.sets(st.sampled_from(ADAPTERS[:-1]), max_size=2))
+        note(f"the engine says {sorted(ours | theirs) or 'nothing'} runs on {replica}")
+        self.send(RunningReported(replica=replica, adapters=tuple(sorted(ours | theirs))))
 
     def engine_restarts(self, data: st.DataObject) -> None:
         replica = data.draw(st.sampled_from(sorted(REPLICAS)))

@@ -10,9 +10,9 @@ Where the machine dates things with a logical clock, the model says what the rul
 drops the adapters that were held *when it started* (``at_listing_start``, by identity), and keeps
 out of its additions those dropped *while it was out* (``dropped_while_listing``).
 
-It follows [refuse], [health], [cap] (a queue per replica) and [evict]'s demand weights. It does not
-follow [pin], which places copies where [place] would, nor [elsewhere] and [read-failed]: the
-properties send neither.
+It follows [refuse], [health], [cap] (a queue per replica), [evict]'s demand weights, [elsewhere] and
+[read-failed]. It does not follow [pin], which places copies where [place] would: the properties send
+no pins.
 """
 
 from __future__ import annotations
@@ -124,6 +124,10 @@ class Replica:
     avoid_until: float = 0.0
     in_flight: int = 0
     """Requests counted on it that have not ended."""
+    elsewhere: set[str] = attrs.field(factory=set)
+    """What the engine last said runs on it, from any router ([elsewhere]): never in ``lru``."""
+    listed_since_report: bool = False
+    """A listing of it was received after that report ([read-failed])."""
 
     def count(self) -> int:
         return len(self.held) + len(self.loading)
@@ -193,9 +197,16 @@ class Model:
                 return self.limit_set(event.model, event.limit)
             case TimeAdvanced():
                 return self.time_advanced(event.now)
-            case AdapterPinned() | AdapterUnpinned() | RunningReported() | RunningReadFailed():
-                # [pin] places copies where [place] would, and [elsewhere] and [read-failed] report
-                # what other routers run: this model follows neither, and the properties send neither.
+            case RunningReported():
+                return self.running_reported(event.replica, set(event.adapters))
+            case RunningReadFailed():
+                rep = self.replicas.get(event.replica)
+                if rep is None or rep.removed or not rep.listed_since_report:
+                    return []
+                return self.running_reported(event.replica, set())
+            case AdapterPinned() | AdapterUnpinned():
+                # [pin] places copies where [place] would: this model does not follow it, and the
+                # properties send no pins.
                 raise NotImplementedError(f"the model does not follow {type(event).__name__}")
 
     def hit(self, ticket: int, replica: str, adapter: str) -> bool:
@@ -251,7 +262,7 @@ class Model:
         return self.cold(ticket, rep, adapter, path)
 
     def use(self, ticket: int, rep: Replica, copy: Copy) -> None:
-        if copy.users == 0:
+        if copy.adapter in rep.lru:
             rep.lru.remove(copy.adapter)
         copy.users += 1
         self.leases[ticket] = copy
@@ -305,6 +316,8 @@ class Model:
         if rep.removed:  # kept only while requests ran on it
             self.drop(rep, copy.adapter)
             self.forget_if_done(rep)
+            return []
+        if copy.adapter in rep.elsewhere:
             return []
         rep.lru.append(copy.adapter)
         return self.admit_queued(rep)
@@ -382,7 +395,7 @@ class Model:
         if event.outcome.succeeded:
             copy = Copy(rep, load.adapter, len(load.waiters))
             rep.held[load.adapter] = copy
-            if not load.waiters:
+            if not load.waiters and load.adapter not in rep.elsewhere:
                 rep.lru.append(load.adapter)
             for ticket in load.waiters:
                 del self.waiting[ticket]
@@ -466,8 +479,9 @@ class Model:
         added = sorted(listed - known)
         for name in added:
             rep.held[name] = Copy(rep, name, 0)
-        rep.lru = added + rep.lru
+        rep.lru = [name for name in added if name not in rep.elsewhere] + rep.lru
         rep.dropped_while_listing = set()
+        rep.listed_since_report = True
         return commands + self.admit_queued(rep)
 
     def listing_failed(self, op: int) -> list[Command]:
@@ -511,6 +525,18 @@ class Model:
             rep.removed, rep.model, rep.limit, rep.met, rep.due = False, model, limit, False, due
         return [self.start_listing(rep)]
 
+    def running_reported(self, replica: str, names: set[str]) -> list[Command]:
+        """[elsewhere]: ``names`` replace the last report; those it no longer names, held with no
+        request of this router on them, are idle again, most recently used, in name order."""
+        rep = self.replicas.get(replica)
+        if rep is None or rep.removed:
+            return []
+        before, rep.elsewhere, rep.listed_since_report = rep.elsewhere, names, False
+        rep.lru = [name for name in rep.lru if name not in names]
+        freed = [name for name in sorted(before - names) if name in rep.held and rep.held[name].users == 0]
+        rep.lru += freed
+        return self.admit_queued(rep) if freed else []
+
     def replicas_removed(self, replicas: Iterable[str]) -> list[Command]:
         failed: list[int] = []
         for replica in replicas:
@@ -518,8 +544,10 @@ class Model:
             if rep is None or rep.removed:
                 continue
             rep.removed = True
-            # Idle adapters go; those requests still run on are kept, unseen, until they end.
-            for name in rep.lru:
+            rep.elsewhere, rep.listed_since_report = set(), False
+            # Idle adapters go (reported ones too); those requests still run on are kept, unseen,
+            # until they end.
+            for name in [name for name, copy in rep.held.items() if copy.users == 0]:
                 self.drop(rep, name)
             rep.lru = []
             for load in list(rep.loading.values()):

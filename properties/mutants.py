@@ -346,6 +346,31 @@ MUTANTS = [
         "            rep.unseen += 1\n            if load is not None:",
         "            if load is not None:",
     ),
+    # -- [elsewhere], [read-failed]
+    Mutant(
+        "elsewhere-released-idle",
+        "elsewhere",
+        "a release makes an adapter the engine reports running idle, so a victim",
+        MACHINE,
+        "        if held.adapter in self._pins or held.adapter in rep.elsewhere:\n",
+        "        if held.adapter in self._pins:\n",
+    ),
+    Mutant(
+        "read-failed-always-ends",
+        "read-failed",
+        "every failed read ends the last report, listing or not",
+        MACHINE,
+        "        if rep is None or rep.removed or not rep.listed_since_report:\n",
+        "        if rep is None or rep.removed:\n",
+    ),
+    Mutant(
+        "read-failed-never-ends",
+        "read-failed",
+        "a listing does not mark the report as older than it, so no failed read ends it",
+        MACHINE,
+        "        rep.listed_since_report = True\n",
+        "",
+    ),
     # -- the wire
     Mutant(
         "wire-worker-is-adapter",
