@@ -111,7 +111,8 @@ def test_elsewhere_placement_does_not_count_reported_adapters_as_idle() -> None:
     assert s.machine.place("c", exclude={"r0"}).placed is Placed.OVER
 
 
-def test_elsewhere_at_the_cap_a_report_that_frees_an_adapter_admits_the_queue() -> None:
+def queued_behind_a_report() -> Scenario:
+    """r (limit 1, headroom 0) holds a, idle here and reported running; a request for b waits at the cap."""
     s = Scenario.configured(headroom=0)
     (listing,) = s(ReplicaAdded(replica="r", model="base", limit=1))
     assert isinstance(listing, ReadListing)
@@ -119,7 +120,12 @@ def test_elsewhere_at_the_cap_a_report_that_frees_an_adapter_admits_the_queue() 
     s.expect(Released(ticket=s.load("r", "a")))
     s.expect(RunningReported(replica="r", adapters=("a",)))
     _ticket, commands = s.request("r", "b")
-    assert commands == []  # a runs elsewhere: no room under the cap
+    assert commands == []
+    return s
+
+
+def test_elsewhere_at_the_cap_a_report_that_frees_an_adapter_admits_the_queue() -> None:
+    s = queued_behind_a_report()  # a runs elsewhere: no room under the cap
     (unload,) = s(RunningReported(replica="r", adapters=()))
     assert isinstance(unload, IssueUnload)
     assert unload.adapter == "a"
@@ -153,19 +159,6 @@ def test_elsewhere_a_report_of_the_wrong_kind_is_refused() -> None:
     ):
         with pytest.raises(InvalidValueError):
             s(event)
-
-
-def queued_behind_a_report() -> Scenario:
-    """r (limit 1, headroom 0) holds a, idle here and reported running; a request for b waits at the cap."""
-    s = Scenario.configured(headroom=0)
-    (listing,) = s(ReplicaAdded(replica="r", model="base", limit=1))
-    assert isinstance(listing, ReadListing)
-    s(ListingReceived(listing=listing.listing, adapters=()))
-    s.expect(Released(ticket=s.load("r", "a")))
-    s.expect(RunningReported(replica="r", adapters=("a",)))
-    _ticket, commands = s.request("r", "b")
-    assert commands == []
-    return s
 
 
 def list_again(s: Scenario, now: float, *adapters: str) -> list[Command]:
