@@ -24,7 +24,7 @@ import anyio
 import attrs
 import httpx
 
-from lorafleet import Command, Event, IssueUnload, Requested, RunningReported
+from lorafleet import Command, Event, IssueUnload, Requested, RunningReadFailed, RunningReported
 from lorafleet_fleet import Fleet, FleetError, LoadError, Replica
 from lorafleet_standin import Call
 
@@ -108,7 +108,8 @@ class Probe:
     unloads: list[dict[str, Any]] = attrs.field(factory=list)
     """Each unload decided, in order: replica, adapter, and the adapters of the last reading."""
     readings: dict[str, list[list[str]]] = attrs.field(factory=dict)
-    """Replica id to the readings reported to the machine, in order."""
+    """Replica id to the readings the machine applied, in order: each report, and the empty reading
+    a failed read leaves when it ends the last report ([read-failed])."""
     requests: list[dict[str, Any]] = attrs.field(factory=list)
     """Each request the machine decided on (all but the ``hit`` shortcut's), in order: replica,
     adapter, and the adapters of the last reading, which the decision saw."""
@@ -127,6 +128,12 @@ class Probe:
                 # Applied before the commands it gives (a queue admitted may evict): they see it.
                 self._last[event.replica] = event.adapters
                 self.readings.setdefault(event.replica, []).append(list(event.adapters))
+            elif isinstance(event, RunningReadFailed) and self._last.get(event.replica):
+                # Whether the machine ended the report is its rule to apply: read its verdict.
+                rep = machine._replicas.get(event.replica)
+                if rep is not None and not rep.elsewhere:
+                    self._last[event.replica] = ()
+                    self.readings.setdefault(event.replica, []).append([])
             for command in commands:
                 if isinstance(command, IssueUnload):
                     reading = list(self._last.get(command.replica, ()))
@@ -252,7 +259,7 @@ class Findings:
     """Unloads the stand-in received that no router decided (must be none)."""
     readings_not_from_the_gauge: list[str]
     """Readings a router applied that no answer of the engine's /metrics to it gave (must be none),
-    but for the empty ones that follow a read that failed after a listing."""
+    but for the empty ones a read that failed after a listing leaves ([read-failed])."""
     failed_reads: int
     """Reads of /metrics that met an injected fault."""
     max_held: int
@@ -301,8 +308,8 @@ def findings(engines: dict[str, list[Call]], routers: list[dict[str, Any]]) -> F
                     else:
                         after += 1
             # Each reading is the gauge as the engine answered one of this router's /metrics calls,
-            # in order (most failed reads report nothing, so some answers have no reading), or
-            # (None here) the empty one a failed read after a listing reports.
+            # in order (most failed reads change nothing, so some answers have no reading), or
+            # (None here) the empty one a failed read after a listing leaves ([read-failed]).
             answered = [None if c.misbehaviour else sorted(c.running) for c in mine if c.path == "/metrics"]
             failed += answered.count(None)
             at = 0
