@@ -178,7 +178,9 @@ class Run:
     """One program played against a recording machine, a simulated engine per replica and a shell."""
 
     def __init__(self, program: Program) -> None:
-        self.machine = Recorder()
+        # A program that opens with "cap" runs on a machine with a cap of 0 over each limit ([cap]).
+        self.capped = bool(program) and program[0][0] == "cap"
+        self.machine = Recorder(headroom=0) if self.capped else Recorder()
         self.world = World(dict.fromkeys(REPLICAS, "m"))
         self.waiting: list[int] = []
         self.granted: list[tuple[int, str, str]] = []
@@ -380,23 +382,26 @@ def search_vectors() -> list[dict[str, Any]]:
             print(f"  {done}/{len(wanted)}", file=sys.stderr)
         first = next(p for p, tags in surveyed if set(want) <= tags)
         run = Run(shrink(first, want))
-        key = json.dumps(run.machine.steps)
+        key = json.dumps([run.machine.config, run.machine.steps])
         if key in seen_runs:
             continue
         seen_runs.add(key)
         run.machine.statistics()  # end every vector with what the machine then holds
         name = "hyp-" + "--".join(re.sub(r"[^a-z0-9]+", "-", t.lower()).strip("-") for t in want)
         description = "The smallest run found in which: " + "; ".join(want) + "."
-        vectors[name] = run.machine.vector(name, description, rules_of(list(want)))
+        rules = rules_of(list(want)) + (["cap"] if run.capped else [])
+        vectors[name] = run.machine.vector(name, description, rules)
     return list(vectors.values())
 
 
 def _survey() -> list[Program]:
     """Programs to learn which tags exist: Hypothesis's own first examples, deterministically.
 
-    First of KINDS alone, then of every kind, then of every kind after WARM. A tag, or a pair of tags,
-    is shown by the first program that has it, so kinds added later leave every vector the earlier
-    kinds gave as it was, and fewer kinds to draw from keep the earlier ones' pairs as dense as before.
+    First of KINDS alone, then of every kind, then of every kind after WARM, then the same on a
+    machine with a cap (``headroom=0``), where a report or a release can admit a queue. A tag, or a
+    pair of tags, is shown by the first program that has it, so kinds added later leave every vector
+    the earlier kinds gave as it was, and fewer kinds to draw from keep the earlier ones' pairs as
+    dense as before.
     """
     found: list[Program] = []
 
@@ -405,7 +410,9 @@ def _survey() -> list[Program]:
         return False
 
     every = programs(KINDS + LATER_KINDS)
-    for strategy in (programs(KINDS), every, every.map(lambda program: WARM + program)):
+    warm = every.map(lambda program: WARM + program)
+    capped = every.map(lambda program: [("cap", 0, 0), *WARM, *program])
+    for strategy in (programs(KINDS), every, warm, capped):
         with contextlib.suppress(NoSuchExample):
             find(
                 strategy,
