@@ -128,12 +128,13 @@ class Probe:
                 # Applied before the commands it gives (a queue admitted may evict): they see it.
                 self._last[event.replica] = event.adapters
                 self.readings.setdefault(event.replica, []).append(list(event.adapters))
-            elif isinstance(event, RunningReadFailed) and self._last.get(event.replica):
-                # Whether the machine ended the report is its rule to apply: read its verdict.
-                rep = machine._replicas.get(event.replica)
-                if rep is not None and not rep.elsewhere:
-                    self._last[event.replica] = ()
-                    self.readings.setdefault(event.replica, []).append([])
+            elif (
+                isinstance(event, RunningReadFailed)
+                and self._last.get(event.replica)
+                and not machine.reported(event.replica)  # the failed read ended the report
+            ):
+                self._last[event.replica] = ()
+                self.readings.setdefault(event.replica, []).append([])
             for command in commands:
                 if isinstance(command, IssueUnload):
                     reading = list(self._last.get(command.replica, ()))

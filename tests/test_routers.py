@@ -41,7 +41,7 @@ async def test_another_routers_running_adapter_is_not_evicted(
                     await a.sync_unknown([r])
                     if read_running:
                         await calls_reach(standin, "metrics", metrics_before + 1)
-                        await eventually(lambda: bool(a._reported.get("r0")))
+                        await eventually(lambda: bool(a._machine.reported("r0")))
                     assert a.statistics().replicas["r0"].held == {"a0": 0}
                     async with a.acquire(r, "a1", str(adapter_dir / "a1")):
                         pass
@@ -93,7 +93,7 @@ async def test_a_request_started_after_the_reading_is_not_unloaded_under(
             pass
         async with fleet_type(listing_interval=3600, adapters=paths) as a:
             await a.sync_unknown([r])
-            await eventually(lambda: "r0" in a._reported)  # its listing's reading: nothing runs
+            await eventually(lambda: "r0" in a._gauged)  # its listing's reading: nothing runs
             assert a.statistics().replicas["r0"].held == {"a0": 0}
             readings = len(standin.app.calls_to("metrics"))
             async with b.acquire(r, "a0", paths["a0"]) as held:
@@ -147,7 +147,7 @@ async def test_adapters_a_reading_named_do_not_keep_a_cold_request_at_the_cap(
                 cold_done.set()
 
             await fleet.sync_unknown([r])
-            await eventually(lambda: bool(fleet._reported.get("r0")))  # it names a0
+            await eventually(lambda: bool(fleet._machine.reported("r0")))  # it names a0
             if own == "block":
                 async with fleet.acquire(r, "a0", path) as lease:
                     assert lease.how is How.HIT
@@ -201,7 +201,7 @@ async def test_cold_requests_on_a_full_replica_share_one_reading(
         await fleet.sync_unknown([r])
         async with fleet.acquire(r, "a0", str(adapter_dir / "a0")):
             pass
-        await eventually(lambda: "r0" in fleet._reported)
+        await eventually(lambda: "r0" in fleet._gauged)
         readings = len(standin.app.calls_to("metrics"))
         standin.app.hang("metrics")
 
@@ -255,7 +255,7 @@ async def test_a_cold_request_goes_on_when_the_reading_fails(
         warned = [m for r in caplog.records if (m := r.getMessage()).startswith("could not read which")]
         assert len(warned) == (ended == "failed"), warned
         # An engine that answers without the gauge is not read before requests again.
-        assert ("r0" in fleet._reported) is (fault != "no gauge")
+        assert ("r0" in fleet._gauged) is (fault != "no gauge")
 
 
 @pytest.mark.parametrize("fault", ["error", "timeout", "cut short"])

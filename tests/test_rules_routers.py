@@ -172,6 +172,7 @@ def test_read_failed_with_no_listing_since_the_report_the_report_stands() -> Non
     s = queued_behind_a_report()
     s.expect(RunningReadFailed(replica="r", message="no answer within 5 s"))
     s.expect(RunningReadFailed(replica="r"))
+    assert s.machine.reported("r") == {"a"}
     # A report after a listing: a failed read after that report changes nothing either.
     assert list_again(s, 30.0, "a") == []
     s.expect(RunningReported(replica="r", adapters=("a",)))
@@ -181,7 +182,9 @@ def test_read_failed_with_no_listing_since_the_report_the_report_stands() -> Non
 def test_read_failed_after_a_listing_ends_the_report_as_an_empty_one_would() -> None:
     s = queued_behind_a_report()
     assert list_again(s, 30.0, "a") == []  # a still runs elsewhere, as far as anyone knows
+    assert s.machine.reported("r") == {"a"}
     (unload,) = s(RunningReadFailed(replica="r", message="HTTP 503"))
+    assert s.machine.reported("r") == frozenset()
     assert isinstance(unload, IssueUnload)
     assert unload.adapter == "a"
     (load,) = s(unloaded(unload))
@@ -206,6 +209,7 @@ def test_read_failed_for_a_replica_not_in_use_changes_nothing() -> None:
     s.expect(RunningReported(replica="r", adapters=("a",)))
     s.expect(ReplicasRemoved(replicas=("r",)))
     s.expect(RunningReadFailed(replica="r"))
+    assert s.machine.reported("r") == s.machine.reported("gone") == frozenset()
 
 
 def test_read_failed_of_the_wrong_kind_is_refused() -> None:

@@ -47,7 +47,7 @@ function check(vector) {
     const at = `step ${i}`;
     try {
       if ("query" in step) {
-        if (!["view", "statistics", "next_due", "is_met", "place"].includes(step.query)) throw new Error(`query ${step.query}`);
+        if (!["view", "statistics", "next_due", "is_met", "reported", "place"].includes(step.query)) throw new Error(`query ${step.query}`);
         return;
       }
       if ("hit" in step) {

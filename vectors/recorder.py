@@ -95,3 +95,8 @@ class Recorder(AdapterStateMachine):
         result = super().is_met(replica)
         self.steps.append({"query": "is_met", "replica": replica, "result": result})
         return result
+
+    def reported(self, replica: str) -> frozenset[str]:
+        result = super().reported(replica)
+        self.steps.append({"query": "reported", "replica": replica, "result": sorted(result)})
+        return result

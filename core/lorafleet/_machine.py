@@ -1292,6 +1292,14 @@ class AdapterStateMachine:
         rep = self._replicas.get(replica)
         return rep is not None and not rep.removed and rep.met
 
+    def reported(self, replica: str) -> frozenset[str]:
+        """The adapters the standing report of ``replica`` names ([elsewhere], [read-failed]).
+
+        Empty for a replica not in use, and once a failed read has ended the report.
+        """
+        rep = self._replicas.get(replica)
+        return frozenset() if rep is None or rep.removed else rep.elsewhere
+
     def statistics(self) -> Statistics:
         """A frozen snapshot of the counts and of what every replica in use holds ([statistics])."""
         replicas = {

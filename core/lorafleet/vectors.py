@@ -9,9 +9,9 @@ the rule identifiers it exercises (SPEC.md), the machine's configuration and its
 - ``{"hit": {"ticket": T, "replica": R, "adapter": A}, "result": true}``: the ``hit`` shortcut answers
   this (or ``"error"``, as for an event);
 - ``{"query": "view", "replicas": [...], "adapter": "a", "result": {...}}``, and likewise
-  ``"statistics"`` (no arguments), ``"next_due"``, ``"is_met"`` (``"replica"``) and ``"place"``
-  (``"adapter"``, and optionally ``"model"``, ``"exclude"``, ``"load"``): what the machine answers at
-  that point.
+  ``"statistics"`` (no arguments), ``"next_due"``, ``"is_met"`` and ``"reported"`` (``"replica"``),
+  and ``"place"`` (``"adapter"``, and optionally ``"model"``, ``"exclude"``, ``"load"``): what the
+  machine answers at that point.
 """
 
 from __future__ import annotations
@@ -109,6 +109,8 @@ def _query(machine: AdapterStateMachine, step: dict[str, Any]) -> Any:
             return machine.next_due()
         case "is_met":
             return machine.is_met(step["replica"])
+        case "reported":
+            return sorted(machine.reported(step["replica"]))
         case "place":
             placement = machine.place(
                 step["adapter"],

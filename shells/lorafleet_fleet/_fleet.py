@@ -243,10 +243,8 @@ class Fleet:
         self._listing_timeout = listing_timeout
         self._metrics = metrics
         self._read_running = read_running
-        self._reported: dict[str, frozenset[str]] = {}
-        """Replica id to the adapters the last answered read of its gauge named; absent until the
-        engine has answered with the gauge. (The machine may have ended that report since:
-        [read-failed].)"""
+        self._gauged: set[str] = set()
+        """Replicas whose engine has answered with the gauge: they are read before decisions."""
         self._reading: dict[str, tuple[Replica, anyio.Event]] = {}
         """Replica id to its gauge read in flight (one at a time), and the event set when it ends."""
         self._replicas: dict[str, Replica] = {}
@@ -571,7 +569,7 @@ class Fleet:
         """
         replica = lease.replica
         rid = replica.id
-        if self._read_running and rid in self._reported:
+        if self._read_running and rid in self._gauged:
             view = self._machine.view((rid,), lease.adapter)
             if rid not in view.holders and rid not in view.with_room:
                 await self._read_gauge(self._replicas[rid]).wait()
@@ -681,7 +679,7 @@ class Fleet:
             rid, placed = placement.replica, placement.placed
             if rid is None or placed is None:
                 break
-            if placed in _FULL and self._read_running and rid in self._reported and rid not in read:
+            if placed in _FULL and self._read_running and rid in self._gauged and rid not in read:
                 # No free slot there: read what runs first, then place again, as the answer may
                 # change (a victim another router runs; room an ended request left).
                 read.add(rid)
@@ -731,7 +729,7 @@ class Fleet:
         the queue have the room.
         """
         self._send(Released(ticket=ticket))
-        if adapter not in self._reported.get(rid, ()):
+        if adapter not in self._machine.reported(rid):
             return
         stats = self._machine.replica_statistics(rid)
         replica = self._replicas.get(rid)
@@ -837,7 +835,7 @@ class Fleet:
     def _drop_replica(self, rid: str) -> None:
         # Calls still out hold their own Replica; their answers go to the machine, which ignores them.
         self._replicas.pop(rid, None)
-        self._reported.pop(rid, None)
+        self._gauged.discard(rid)
         self._reading.pop(rid, None)
         met = self._unmet.pop(rid, None)
         if met is not None:
@@ -936,10 +934,12 @@ class Fleet:
             if not answered:
                 self._send(RunningReadFailed(replica=rid, message=why))
             elif running is not None:
-                self._reported[rid] = running
+                self._gauged.add(rid)
                 self._send(RunningReported(replica=rid, adapters=tuple(sorted(running))))
-            elif self._reported.pop(rid, None):  # no gauge: the last reading named some, no more
-                self._send(RunningReported(replica=rid, adapters=()))
+            else:  # no gauge: what the last reading named stands no more
+                self._gauged.discard(rid)
+                if self._machine.reported(rid):
+                    self._send(RunningReported(replica=rid, adapters=()))
         finally:
             if self._reading.get(replica.id, (None, None))[1] is done:
                 del self._reading[replica.id]

@@ -249,9 +249,8 @@ class _Router:
     attempts: dict[int, _Attempt] = attrs.field(factory=dict)
     loads: dict[int, tuple[int, str]] = attrs.field(factory=dict)
     ticket: int = 0
-    reported: dict[int, frozenset[str]] = attrs.field(factory=dict)
-    """Replica index to the adapters the router's last answered read of it named: a replica there
-    answers with the gauge, so it is read before evicting ([read-failed] may have ended the report)."""
+    gauged: set[int] = attrs.field(factory=set)
+    """Replicas whose engine has answered the router's read: they are read before evicting."""
     reading: dict[int, list[_Then]] = attrs.field(factory=dict)
     """Replica index to the requests waiting for the router's read of it in flight."""
 
@@ -388,7 +387,7 @@ class Simulation:
                 return
         else:
             index = chosen
-        if self.fleet.read_before_evicting and index not in read and index in router.reported:
+        if self.fleet.read_before_evicting and index not in read and index in router.gauged:
             placed: Placed | None = getattr(chooser, "placed", None)
             if placed is not None and chosen is None:
                 full = placed in _FULL
@@ -466,7 +465,7 @@ class Simulation:
         if not self.fleet.read_before_evicting:
             return
         adapter = self.workload.adapters[attempt.request]
-        if adapter not in router.reported.get(attempt.replica, ()):
+        if adapter not in router.view.machine.reported(self.engines[attempt.replica].id):
             return
         engine = self.engines[attempt.replica]
         stats = router.view.machine.replica_statistics(engine.id)
@@ -577,10 +576,10 @@ class Simulation:
             if not self.fleet.failed_read_drops:
                 self._commands(router, machine.handle(RunningReadFailed(replica=engine.id)))
                 return
-            if not router.reported.get(engine.index):
+            if not machine.reported(engine.id):
                 return
             running = ()
-        router.reported[engine.index] = frozenset(running)
+        router.gauged.add(engine.index)
         self._commands(router, machine.handle(RunningReported(replica=engine.id, adapters=running)))
 
     def _issue_load(self, router: _Router, command: IssueLoad) -> None:

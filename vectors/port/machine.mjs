@@ -791,6 +791,11 @@ export class Machine {
     return Boolean(this.inUse(replica)?.met);
   }
 
+  // [elsewhere]: the standing report, in name order; empty for a replica not in use.
+  reported(replica) {
+    return [...(this.inUse(replica)?.elsewhere ?? [])].sort(byName);
+  }
+
   // [statistics]
   statistics() {
     const replicas = {};

@@ -72,6 +72,7 @@ function query(machine, step) {
     case "statistics": return machine.statistics();
     case "next_due": return machine.next_due();
     case "is_met": return machine.is_met(step.replica);
+    case "reported": return machine.reported(step.replica);
     case "place":
       return machine.place(step.adapter, { model: step.model, exclude: step.exclude, load: step.load });
     default: throw new Error(`unknown query ${step.query}`);
