@@ -629,6 +629,10 @@ class Model:
             leases=len(self.leases),
         )
 
+    def reported(self, replica: str) -> frozenset[str]:
+        rep = self.replicas.get(replica)
+        return frozenset() if rep is None or rep.removed else frozenset(rep.elsewhere)
+
     def idle_order(self, replica: str) -> list[str]:
         """The replica's idle adapters, first to go first."""
         return list(self.replicas[replica].lru)

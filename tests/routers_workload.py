@@ -113,31 +113,26 @@ class Probe:
     requests: list[dict[str, Any]] = attrs.field(factory=list)
     """Each request the machine decided on (all but the ``hit`` shortcut's), in order: replica,
     adapter, and the adapters of the last reading, which the decision saw."""
-    _last: dict[str, tuple[str, ...]] = attrs.field(factory=dict)
 
     def attach(self, fleet: Fleet) -> None:
         machine = fleet._machine
         handle = machine.handle
 
         def probed(event: Event) -> list[Command]:
+            # The reading in effect is the machine's standing report: its answer to reported().
             if isinstance(event, Requested):
-                reading = list(self._last.get(event.replica, ()))
+                reading = sorted(machine.reported(event.replica))
                 self.requests.append({"replica": event.replica, "adapter": event.adapter, "reading": reading})
+            standing = machine.reported(event.replica) if isinstance(event, RunningReadFailed) else None
             commands = handle(event)
             if isinstance(event, RunningReported):
-                # Applied before the commands it gives (a queue admitted may evict): they see it.
-                self._last[event.replica] = event.adapters
                 self.readings.setdefault(event.replica, []).append(list(event.adapters))
-            elif (
-                isinstance(event, RunningReadFailed)
-                and self._last.get(event.replica)
-                and not machine.reported(event.replica)  # the failed read ended the report
-            ):
-                self._last[event.replica] = ()
-                self.readings.setdefault(event.replica, []).append([])
+            elif isinstance(event, RunningReadFailed) and standing and not machine.reported(event.replica):
+                self.readings.setdefault(event.replica, []).append([])  # [read-failed] ended the report
+            # An event's commands see the report it applied (a report that frees a queue may evict).
             for command in commands:
                 if isinstance(command, IssueUnload):
-                    reading = list(self._last.get(command.replica, ()))
+                    reading = sorted(machine.reported(command.replica))
                     self.unloads.append(
                         {"replica": command.replica, "adapter": command.adapter, "reading": reading}
                     )

@@ -227,8 +227,8 @@ class Run:
         self.world.took(commands)
 
     def reported(self) -> dict[str, frozenset[str]]:
-        """What the last report of each replica in use names, as far as it still stands ([elsewhere])."""
-        return {rid: rep.elsewhere for rid, rep in self.machine._replicas.items() if not rep.removed}
+        """What each replica's report stands at ([elsewhere]), asked past the recorder: a tag, not a step."""
+        return {rid: AdapterStateMachine.reported(self.machine, rid) for rid in REPLICAS}
 
     def tag_reports(
         self, tag: str, commands: list[Command], reported: dict[str, frozenset[str]], before: Statistics
@@ -236,6 +236,8 @@ class Run:
         """Tags for what a report changed: the steps where [elsewhere] and [read-failed] decide."""
         now = self.reported()
         for rid, names in reported.items():
+            if not names:
+                continue
             idle = {name for name, using in before.replicas[rid].held.items() if using == 0}
             if tag == "running read failed" and names and not now.get(rid):
                 self.tags.append("running read failed ends a report")

@@ -64,7 +64,7 @@ from lorafleet import (
 )
 
 from ._http import CutShortError, fetch
-from ._metrics import FleetMetrics
+from ._metrics import GAUGE_READS, FleetMetrics
 from ._resolve import AdapterSource, Resolver, resolver
 from ._types import (
     AdapterError,
@@ -229,7 +229,7 @@ class Fleet:
         self._attempts = attempts
         self._placed = dict.fromkeys(Placed, 0)
         """Placements ``route`` acted on, by what the request found there."""
-        self._gauge_reads = dict.fromkeys(("read", "absent", "failed"), 0)
+        self._gauge_reads = dict.fromkeys(GAUGE_READS, 0)
         """Reads of the engines' running adapters, by how they ended (``gauge_reads``)."""
         self._leased: set[int] = set()
         """Tickets of routed leases granted and not released: the fleet releases them when it closes."""
@@ -894,10 +894,10 @@ class Fleet:
     async def _running_on(self, replica: Replica, done: anyio.Event) -> None:
         """Read which adapters the engine says have requests, from any router, and report them.
 
-        Bounded like a listing. An engine without the gauge (older vLLM, the Rust frontend) reports
-        nothing: the machine keeps to its own view, after an empty report if the last one named
-        adapters, and the replica is not read before requests again until it answers with the gauge.
-        A read that gets no usable answer is the machine's to judge ([read-failed]).
+        Bounded like a listing. An engine without the gauge (older vLLM, the Rust frontend) cannot
+        tell, which is an empty report: the machine keeps to its own view, and the replica is not
+        read before requests again until it answers with the gauge. A read that gets no usable
+        answer is the machine's to judge ([read-failed]).
         """
         assert self._client is not None
         try:
@@ -936,10 +936,9 @@ class Fleet:
             elif running is not None:
                 self._gauged.add(rid)
                 self._send(RunningReported(replica=rid, adapters=tuple(sorted(running))))
-            else:  # no gauge: what the last reading named stands no more
+            else:  # no gauge: the engine cannot tell, which is an empty report
                 self._gauged.discard(rid)
-                if self._machine.reported(rid):
-                    self._send(RunningReported(replica=rid, adapters=()))
+                self._send(RunningReported(replica=rid, adapters=()))
         finally:
             if self._reading.get(replica.id, (None, None))[1] is done:
                 del self._reading[replica.id]

@@ -7,6 +7,9 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from lorafleet import Fault, How, Placed
 
+GAUGE_READS = ("read", "absent", "failed")
+"""How a read of an engine's running adapters can end (``Fleet.gauge_reads``)."""
+
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
 
@@ -91,7 +94,7 @@ class _FleetCollector:
         failures: Counter[str] = Counter(dict.fromkeys((fault.value for fault in Fault), 0))
         loads: Counter[tuple[str, str]] = Counter()
         evictions: Counter[tuple[str, str]] = Counter()
-        gauge_reads: Counter[str] = Counter(dict.fromkeys(("read", "absent", "failed"), 0))
+        gauge_reads: Counter[str] = Counter(dict.fromkeys(GAUGE_READS, 0))
         held: Counter[str] = Counter()
         in_use: Counter[str] = Counter()
         in_flight: Counter[str] = Counter()
