@@ -7,8 +7,8 @@ and how (world.py: as asked, already loaded, not found, the adapter's fault, the
 before or after the engine acted, worded as one vLLM release or another and read back through the
 wire protocol or not), another router loading or unloading behind the machine's back, an engine
 restarting, a 404 on a forwarded request, replicas failing, removed and added back, limits changed,
-time passing, the engine saying what runs on it (or a read of that failing), listings racing all of
-these, and calls that break the contract.
+time passing, other routers' requests running on an engine and the machine's reads of it answered
+(or failing), listings racing all of these, and calls that break the contract.
 
 Every event goes to the machine and to a naive model (model.py): the commands must be the same list,
 and after every step the statistics (in key order), the views, the next due time, which replicas are
@@ -56,14 +56,13 @@ from lorafleet import (
     LoadFinished,
     LoadOutcome,
     MarkMet,
+    ReadEngine,
     ReadListing,
     Released,
     ReplicaAdded,
     ReplicaFailed,
     ReplicasRemoved,
     Requested,
-    RunningReadFailed,
-    RunningReported,
     TicketOrderError,
     TimeAdvanced,
     UnknownOperationError,
@@ -179,13 +178,24 @@ class FleetModel(RuleBasedStateMachine):
         refusal=st.sampled_from([45.0, 45.0, DEFAULT_REFUSAL]),
         backoff=st.sampled_from([DEFAULT_BACKOFF, 40.0]),
         half_life=st.sampled_from([DEFAULT_HALF_LIFE, 3]),
+        read_engine=st.booleans(),
     )
-    def start(self, headroom: int | None, refusal: float, backoff: float, half_life: int) -> None:
+    def start(
+        self, headroom: int | None, refusal: float, backoff: float, half_life: int, read_engine: bool
+    ) -> None:
         """A machine with these settings: the defaults, or a cap, a short refusal, a long backoff,
-        demand halved every few requests."""
-        self.config = {"headroom": headroom, "refusal": refusal, "backoff": backoff, "half_life": half_life}
+        demand halved every few requests, reads of the engines ([read])."""
+        self.config = {
+            "headroom": headroom,
+            "refusal": refusal,
+            "backoff": backoff,
+            "half_life": half_life,
+            "read_engine": read_engine,
+        }
         self.machine = type(self).factory(**self.config)
-        self.model = Model(headroom=headroom, refusal=refusal, backoff=backoff, half_life=half_life)
+        self.model = Model(
+            headroom=headroom, refusal=refusal, backoff=backoff, half_life=half_life, read_engine=read_engine
+        )
         for replica in sorted(REPLICAS):
             self.add(replica, LIMITS[REPLICAS[replica]])
 
@@ -330,8 +340,19 @@ class FleetModel(RuleBasedStateMachine):
         assert (hit in commands) == (adapter in was.held), f"{event} gave {commands}"
         if adapter not in was.held and adapter not in was.loading and adapter not in was.unloading:
             now = self.machine.statistics().replicas[replica]
-            # [cold], or [cap]: a load starts, or the request waits for room.
-            assert adapter in now.loading or now.queued > was.queued, f"{event} started no load: {commands}"
+            # [cold], or [cap]: a load starts, or the request waits for room; [read]: or for a reading,
+            # when the replica has no free slot.
+            read = self.reading(replica) and len(was.held) + len(was.loading) >= was.limit
+            started = adapter in now.loading or now.queued > was.queued
+            assert started or read, f"{event} started no load: {commands}"
+
+    def reading(self, replica: str) -> bool:
+        """Whether a read of ``replica``'s engine is out."""
+        return any(
+            isinstance(self.world.calls[op].command, ReadEngine)
+            and self.world.calls[op].command.replica == replica
+            for op in self.world.pending(ReadEngine)
+        )
 
     # -- requests ----------------------------------------------------------------------------------
 
@@ -418,6 +439,7 @@ class FleetModel(RuleBasedStateMachine):
     # -- the engines answer ------------------------------------------------------------------------
 
     def answer(self, op: int, way: Way, variant: int, wire: bool) -> None:
+        """The engine answers call ``op`` in ``way``, read back through the wire or not."""
         reply = self.world.answer(op, way, variant)
         event = reply.event
         if wire:
@@ -524,22 +546,31 @@ class FleetModel(RuleBasedStateMachine):
         self.send(ReplicaFailed(replica=replica, message="no answer"))
 
     @rule(data=st.data())
-    def the_engine_is_read(self, data: st.DataObject) -> None:
-        """What runs on a replica is read, from any router, maybe right after a listing of it as the
-        shell reads: the gauge names this router's running adapters there and some others'
-        ([elsewhere]), or the read gets no answer ([read-failed])."""
-        replica = data.draw(st.sampled_from([*sorted(REPLICAS), UNKNOWN]))
-        if replica in self.active and data.draw(st.booleans()):
-            note(f"{replica} is listed")
-            self.list_afresh(replica)
-        if data.draw(st.booleans()):
-            note(f"a read of what runs on {replica} gets no answer")
-            self.send(RunningReadFailed(replica=replica, message="no answer within 5 s"))
-            return
-        ours = {t.adapter for t in self.tickets.values() if t.replica == replica and t.state in LEASED}
+    def others_run_requests(self, data: st.DataObject) -> None:
+        """Other routers' requests run on some adapters of an engine now (and on nothing else): its
+        ``/metrics`` names them, and this router's own, to the machine's next read ([elsewhere])."""
+        replica = data.draw(st.sampled_from(sorted(REPLICAS)))
         theirs = data.draw(st.sets(st.sampled_from(ADAPTERS[:-1]), max_size=2))
-        note(f"the engine says {sorted(ours | theirs) or 'nothing'} runs on {replica}")
-        self.send(RunningReported(replica=replica, adapters=tuple(sorted(ours | theirs))))
+        note(f"other routers' requests run on {sorted(theirs) or 'nothing'} on {replica}")
+        self.world.others_run(replica, theirs)
+
+    @precondition(lambda self: bool(self.world.pending(ReadEngine)))
+    @rule(
+        data=st.data(),
+        way=st.sampled_from([Way.AS_ASKED, Way.AS_ASKED, Way.FAULT_BEFORE]),
+        variant=st.integers(0, 11),
+        wire=st.booleans(),
+    )
+    def the_engine_is_read(self, data: st.DataObject, way: Way, variant: int, wire: bool) -> None:
+        """A read the machine asked for is answered: the gauge names this router's running adapters
+        there and the others' ([elsewhere]), or the read gets no answer ([read-failed])."""
+        op = data.draw(st.sampled_from(self.world.pending(ReadEngine)))
+        replica = self.world.calls[op].command.replica
+        ours = {t.adapter for t in self.tickets.values() if t.replica == replica and t.state in LEASED}
+        theirs = self.world.running[replica]
+        self.world.others_run(replica, theirs | ours)
+        self.answer(op, way, variant, wire)
+        self.world.others_run(replica, theirs)
 
     def engine_restarts(self, data: st.DataObject) -> None:
         replica = data.draw(st.sampled_from(sorted(REPLICAS)))

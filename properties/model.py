@@ -10,9 +10,10 @@ Where the machine dates things with a logical clock, the model says what the rul
 drops the adapters that were held *when it started* (``at_listing_start``, by identity), and keeps
 out of its additions those dropped *while it was out* (``dropped_while_listing``).
 
-It follows [refuse], [health], [cap] (a queue per replica), [evict]'s demand weights, [elsewhere] and
-[read-failed]. It does not follow [pin], which places copies where [place] would: the properties send
-no pins.
+It follows [refuse], [health], [cap] (a queue per replica), [evict]'s demand weights, [read] (the
+reads it asks for, and the requests that wait for them), [elsewhere] and [read-failed]. It does not
+follow [pin] or [route], which place where [place] would: the properties send no pins and no routed
+requests.
 """
 
 from __future__ import annotations
@@ -45,6 +46,9 @@ from lorafleet import (
     LoadFinished,
     LoadOutcome,
     MarkMet,
+    ReadEngine,
+    ReadingFailed,
+    ReadingReceived,
     ReadListing,
     Released,
     ReplicaAdded,
@@ -52,8 +56,7 @@ from lorafleet import (
     ReplicasRemoved,
     ReplicaStatistics,
     Requested,
-    RunningReadFailed,
-    RunningReported,
+    Routed,
     Statistics,
     TimeAdvanced,
     UnloadFinished,
@@ -100,6 +103,14 @@ class Listing:
 
 
 @attrs.define(eq=False)
+class Read:
+    """A read of an engine ([read]), and the requests (ticket, adapter, path) waiting for its answer."""
+
+    op: int
+    waiters: list[tuple[int, str, str]] = attrs.field(factory=list)
+
+
+@attrs.define(eq=False)
 class Replica:
     id: str
     model: str
@@ -128,6 +139,9 @@ class Replica:
     """What the engine last said runs on it, from any router ([elsewhere]): never in ``lru``."""
     listed_since_report: bool = False
     """A listing of it was received after that report ([read-failed])."""
+    read: Read | None = None
+    gauged: bool = False
+    """Its engine's last answered read named what runs there ([read])."""
 
     def count(self) -> int:
         return len(self.held) + len(self.loading)
@@ -146,6 +160,7 @@ class Model:
     max_backoff: float = DEFAULT_MAX_BACKOFF
     refusal: float = DEFAULT_REFUSAL
     half_life: int = DEFAULT_HALF_LIFE
+    read_engine: bool = False
     demand: dict[str, int] = attrs.field(factory=dict)
     """Requests per adapter, all halved every ``half_life`` requests ([evict])."""
     requests: int = 0
@@ -154,13 +169,13 @@ class Model:
     refused: dict[str, tuple[float, str]] = attrs.field(factory=dict)
     """Adapters the engine refused as their own fault: until when, and its words."""
     replicas: dict[str, Replica] = attrs.field(factory=dict)
-    ops: dict[int, tuple[Replica, Load | Unload | Listing]] = attrs.field(factory=dict)
+    ops: dict[int, tuple[Replica, Load | Unload | Listing | Read]] = attrs.field(factory=dict)
     next_op: int = 1
     last_ticket: int = 0
     now: float = 0.0
     leases: dict[int, Copy] = attrs.field(factory=dict)
-    waiting: dict[int, Load | Unload | Replica] = attrs.field(factory=dict)
-    """What each waiting request waits for: a load, an unload, or room at a replica's cap."""
+    waiting: dict[int, Load | Unload | Replica | Read] = attrs.field(factory=dict)
+    """What each waiting request waits for: a load, an unload, room at a replica's cap, or a read."""
     loads: dict[tuple[str, str], int] = attrs.field(factory=dict)
     evictions: dict[tuple[str, str], int] = attrs.field(factory=dict)
     grants: dict[str, int] = attrs.field(factory=lambda: {h.value: 0 for h in How})
@@ -197,14 +212,11 @@ class Model:
                 return self.limit_set(event.model, event.limit)
             case TimeAdvanced():
                 return self.time_advanced(event.now)
-            case RunningReported():
-                return self.running_reported(event.replica, set(event.adapters))
-            case RunningReadFailed():
-                rep = self.replicas.get(event.replica)
-                if rep is None or rep.removed or not rep.listed_since_report:
-                    return []
-                return self.running_reported(event.replica, set())
-            case AdapterPinned() | AdapterUnpinned():
+            case ReadingReceived():
+                return self.reading_answered(event.read, event.adapters, failed=False)
+            case ReadingFailed():
+                return self.reading_answered(event.read, None, failed=True)
+            case AdapterPinned() | AdapterUnpinned() | Routed():
                 # [pin] places copies where [place] would: this model does not follow it, and the
                 # properties send no pins.
                 raise NotImplementedError(f"the model does not follow {type(event).__name__}")
@@ -243,9 +255,11 @@ class Model:
             if until > self.now:  # [refuse]: the engine's words again, without a call
                 return [self.fail(event.ticket, Fault.ADAPTER, message)]
             del self.refused[event.adapter]
-        return self.admit(event.ticket, rep, event.adapter, event.path)
+        return self.admit(event.ticket, rep, event.adapter, event.path, first=True)
 
-    def admit(self, ticket: int, rep: Replica, adapter: str, path: str) -> list[Command]:
+    def admit(
+        self, ticket: int, rep: Replica, adapter: str, path: str, *, first: bool = False
+    ) -> list[Command]:
         if adapter in rep.held:  # [hit]
             self.use(ticket, rep, rep.held[adapter])
             return [Grant(ticket=ticket, how=How.HIT)]
@@ -259,7 +273,41 @@ class Model:
             unload.waiters.append((ticket, path))
             self.waiting[ticket] = unload
             return []
+        # [read]: the first time a request is admitted, a replica with no free slot whose engine can
+        # tell (or is being read) is read first, and the request waits for the answer.
+        if first and self.read_engine and (rep.gauged or rep.read is not None) and rep.count() >= rep.limit:
+            commands: list[Command] = []
+            if rep.read is None:
+                commands.append(self.start_read(rep))
+            assert rep.read is not None
+            rep.read.waiters.append((ticket, adapter, path))
+            self.waiting[ticket] = rep.read
+            return commands
         return self.cold(ticket, rep, adapter, path)
+
+    def start_read(self, rep: Replica) -> ReadEngine:
+        rep.read = Read(self.new_op(rep))
+        self.ops[rep.read.op] = (rep, rep.read)
+        return ReadEngine(read=rep.read.op, replica=rep.id)
+
+    def reading_answered(self, op: int, names: Iterable[str] | None, *, failed: bool) -> list[Command]:
+        """[elsewhere], [read-failed]: the reading replaces the last (a failed read: an empty one, only
+        after a listing since); then the requests that waited for it are admitted afresh, in order."""
+        rep, read, live = self.answered(op)
+        if not live or rep.read is not read:
+            return []
+        assert isinstance(read, Read)
+        rep.read = None
+        commands: list[Command] = []
+        if not failed:
+            rep.gauged = names is not None
+            commands += self.new_reading(rep, set(names or ()))
+        elif rep.listed_since_report:
+            commands += self.new_reading(rep, set())
+        for ticket, adapter, path in read.waiters:
+            del self.waiting[ticket]
+            commands += self.admit(ticket, rep, adapter, path)
+        return commands
 
     def use(self, ticket: int, rep: Replica, copy: Copy) -> None:
         if copy.adapter in rep.lru:
@@ -318,6 +366,9 @@ class Model:
             self.forget_if_done(rep)
             return []
         if copy.adapter in rep.elsewhere:
+            # Named by the last reading: not idle; with requests waiting at the cap, read again.
+            if self.read_engine and rep.queue and rep.read is None:
+                return [self.start_read(rep)]
             return []
         rep.lru.append(copy.adapter)
         return self.admit_queued(rep)
@@ -340,6 +391,8 @@ class Model:
             waited.waiters = [(t, p) for t, p in waited.waiters if t != ticket]
         elif isinstance(waited, Replica):
             waited.queue = [w for w in waited.queue if w[0] != ticket]
+        elif isinstance(waited, Read):
+            waited.waiters = [w for w in waited.waiters if w[0] != ticket]
         return []
 
     def admit_queued(self, rep: Replica) -> list[Command]:
@@ -367,7 +420,7 @@ class Model:
 
     # -- answers ------------------------------------------------------------------------------------
 
-    def answered(self, op: int) -> tuple[Replica, Load | Unload | Listing, bool]:
+    def answered(self, op: int) -> tuple[Replica, Load | Unload | Listing | Read, bool]:
         """Take ``op`` off the books; the bool is False when the answer is to be ignored (removed)."""
         rep, what = self.ops.pop(op)
         rep.out.discard(op)
@@ -482,7 +535,10 @@ class Model:
         rep.lru = [name for name in added if name not in rep.elsewhere] + rep.lru
         rep.dropped_while_listing = set()
         rep.listed_since_report = True
-        return commands + self.admit_queued(rep)
+        commands += self.admit_queued(rep)
+        if self.read_engine and rep.read is None:
+            commands.append(self.start_read(rep))
+        return commands
 
     def listing_failed(self, op: int) -> list[Command]:
         rep, commands = self.listing_answered(op)
@@ -525,12 +581,9 @@ class Model:
             rep.removed, rep.model, rep.limit, rep.met, rep.due = False, model, limit, False, due
         return [self.start_listing(rep)]
 
-    def running_reported(self, replica: str, names: set[str]) -> list[Command]:
-        """[elsewhere]: ``names`` replace the last report; those it no longer names, held with no
+    def new_reading(self, rep: Replica, names: set[str]) -> list[Command]:
+        """[elsewhere]: ``names`` replace the last reading; those it no longer names, held with no
         request of this router on them, are idle again, most recently used, in name order."""
-        rep = self.replicas.get(replica)
-        if rep is None or rep.removed:
-            return []
         before, rep.elsewhere, rep.listed_since_report = rep.elsewhere, names, False
         rep.lru = [name for name in rep.lru if name not in names]
         freed = [name for name in sorted(before - names) if name in rep.held and rep.held[name].users == 0]
@@ -544,7 +597,10 @@ class Model:
             if rep is None or rep.removed:
                 continue
             rep.removed = True
-            rep.elsewhere, rep.listed_since_report = set(), False
+            rep.elsewhere, rep.listed_since_report, rep.gauged = set(), False, False
+            if rep.read is not None:  # abandoned: its answer is ignored; its requests fail
+                failed += [t for t, _, _ in rep.read.waiters]
+                rep.read = None
             # Idle adapters go (reported ones too); those requests still run on are kept, unseen,
             # until they end.
             for name in [name for name, copy in rep.held.items() if copy.users == 0]:

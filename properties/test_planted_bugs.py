@@ -51,11 +51,13 @@ class ListingReaddsUnloading(AdapterStateMachine):
 class LoadsTwice(AdapterStateMachine):
     """Starts a second load of an adapter already being loaded instead of joining it."""
 
-    def _admit(self, ticket: int, rep: object, adapter: str, path: str) -> list[Command]:
+    def _admit(
+        self, ticket: int, rep: object, adapter: str, path: str, *, fresh: bool = True
+    ) -> list[Command]:
         loading = rep.loading  # type: ignore[attr-defined]
         if adapter in loading:
             return self._start_load(ticket, rep, adapter, path)  # type: ignore[arg-type]
-        return super()._admit(ticket, rep, adapter, path)  # type: ignore[arg-type]
+        return super()._admit(ticket, rep, adapter, path, fresh=fresh)  # type: ignore[arg-type]
 
 
 class HitKeepsTheTicket(AdapterStateMachine):

@@ -8,7 +8,8 @@ call the machine asks for stays out until the world answers it, in one of four w
 answer changes the registry as the engine would and comes back as a ``Reply``: the event the world
 means, and the HTTP answer that carries it, which ``Reply.over_the_wire`` reads back through
 ``lorafleet.vllm`` as a shell would. Around the engines: another router loads and unloads behind the
-machine's back, and an engine restarts with nothing registered.
+machine's back, and runs requests its engine's ``/metrics`` names, and an engine restarts with nothing
+registered.
 """
 
 from __future__ import annotations
@@ -27,14 +28,17 @@ from lorafleet import (
     ListingReceived,
     LoadFinished,
     LoadOutcome,
+    ReadEngine,
+    ReadingFailed,
+    ReadingReceived,
     ReadListing,
     UnloadFinished,
     UnloadOutcome,
     vllm,
 )
 
-Call = IssueLoad | IssueUnload | ReadListing
-Answer = LoadFinished | UnloadFinished | ListingReceived | ListingFailed
+Call = IssueLoad | IssueUnload | ReadListing | ReadEngine
+Answer = LoadFinished | UnloadFinished | ListingReceived | ListingFailed | ReadingReceived | ReadingFailed
 
 REFUSED = frozenset({"bad"})
 """Adapters every engine refuses (a rank above the engine's limit): the adapter's fault."""
@@ -66,10 +70,12 @@ def operation(command: Call) -> int:
             return command.unload
         case ReadListing():
             return command.listing
+        case ReadEngine():
+            return command.read
 
 
 def _calls(commands: Iterable[Command]) -> list[Call]:
-    return [c for c in commands if isinstance(c, IssueLoad | IssueUnload | ReadListing)]
+    return [c for c in commands if isinstance(c, IssueLoad | IssueUnload | ReadListing | ReadEngine)]
 
 
 @attrs.frozen
@@ -98,6 +104,10 @@ class Reply:
                 return event == self.event
             case ListingFailed(), ListingFailed():
                 return event.listing == self.event.listing
+            case ReadingReceived(), ReadingReceived():
+                return event == self.event
+            case ReadingFailed(), ReadingFailed():
+                return event.read == self.event.read
         return False
 
 
@@ -179,6 +189,24 @@ def _listing_trouble(variant: int) -> tuple[int | None, bytes]:
     return [(None, b"timed out"), (500, _nested("Internal Server Error", 500)), (200, b"<html>")][variant % 3]
 
 
+def _reading_trouble(variant: int) -> tuple[int | None, bytes]:
+    return [(None, b"timed out"), (503, b""), (500, b"Internal Server Error")][variant % 3]
+
+
+def _metrics(names: Iterable[str], running: int, waiting: int) -> bytes:
+    """``/metrics`` as vLLM 0.32 writes it: the gauge (an older, emptier series too) and the queue."""
+    listed = ",".join(names)
+    return (
+        "# HELP vllm:lora_requests_info Running stats on lora requests.\n"
+        "# TYPE vllm:lora_requests_info gauge\n"
+        'vllm:lora_requests_info{max_lora="2",running_lora_adapters="",waiting_lora_adapters=""} 1.0\n'
+        f'vllm:lora_requests_info{{max_lora="2",running_lora_adapters="{listed}",'
+        f'waiting_lora_adapters="{listed}"}} 2.0\n'
+        f'vllm:num_requests_running{{engine="0",model_name="m"}} {running}.0\n'
+        f'vllm:num_requests_waiting{{engine="0",model_name="m"}} {waiting}.0\n'
+    ).encode()
+
+
 def _listing(model: str, names: Iterable[str]) -> bytes:
     cards = [{"id": model, "object": "model", "root": f"/models/{model}", "parent": None}]
     cards += [{"id": n, "object": "model", "root": f"/adapters/{n}", "parent": model} for n in names]
@@ -209,9 +237,12 @@ class World:
     engines: dict[str, dict[str, None]] = attrs.field(init=False)
     """Each engine's registered adapters, in registration order."""
     calls: dict[int, Outstanding] = attrs.field(init=False, factory=dict)
+    running: dict[str, frozenset[str]] = attrs.field(init=False)
+    """What each engine's ``/metrics`` names as running: other routers' requests (``others_run``)."""
 
     def __attrs_post_init__(self) -> None:
         self.engines = {replica: {} for replica in self.models}
+        self.running = dict.fromkeys(self.models, frozenset())
 
     # -- the machine's calls -----------------------------------------------------------------------
 
@@ -225,7 +256,7 @@ class World:
         for command in _calls(commands):
             op = operation(command)
             assert op not in self.calls, f"operation {op} issued twice"
-            if not isinstance(command, ReadListing):
+            if isinstance(command, IssueLoad | IssueUnload):
                 crossing = self.out(command.replica, command.adapter)
                 assert not crossing, f"{command} while {crossing} is out"
             self.calls[op] = Outstanding(command)
@@ -240,7 +271,7 @@ class World:
         ]
 
     def pending(
-        self, kind: type[Call] | tuple[type[Call], ...] = (IssueLoad, IssueUnload, ReadListing)
+        self, kind: type[Call] | tuple[type[Call], ...] = (IssueLoad, IssueUnload, ReadListing, ReadEngine)
     ) -> list[int]:
         """The operation numbers of the calls of ``kind`` not yet answered, lowest first."""
         return sorted(op for op, c in self.calls.items() if isinstance(c.command, kind))
@@ -264,8 +295,8 @@ class World:
                 call.reply = self._load(call.command, names, way, variant)
             case IssueUnload():
                 call.reply = self._unload(call.command, names, way, variant)
-            case ReadListing():
-                raise ValueError(f"a listing is served, not acted on: {call.command}")
+            case ReadListing() | ReadEngine():
+                raise ValueError(f"a read is served, not acted on: {call.command}")
 
     def acted(self, op: int) -> bool:
         return self.calls[op].reply is not None
@@ -290,6 +321,13 @@ class World:
                 listed = call.served if call.served is not None else tuple(names)
                 event = ListingReceived(listing=op, adapters=listed)
                 return Reply(command, event, 200, _listing(self.models[command.replica], listed))
+            case ReadEngine():
+                if way in (Way.FAULT_BEFORE, Way.FAULT_AFTER):
+                    status, body = _reading_trouble(variant)
+                    return Reply(command, ReadingFailed(read=op, message=MESSAGE), status, body)
+                running = tuple(sorted(self.running[command.replica]))
+                reading = ReadingReceived(read=op, adapters=running, running=len(running), waiting=0)
+                return Reply(command, reading, 200, _metrics(running, len(running), 0))
 
     def _load(self, command: IssueLoad, names: dict[str, None], way: Way, variant: int) -> Reply:
         status: int | None
@@ -352,6 +390,12 @@ class World:
         else:
             names.pop(adapter, None)
 
+    def others_run(self, replica: str, adapters: Iterable[str]) -> None:
+        """Other routers' requests run on ``adapters`` there now, and on nothing else, ``/metrics`` says."""
+        self.running[replica] = frozenset(adapters)
+
     def restart(self, replica: str) -> None:
-        """The engine restarts: nothing registered; calls out to it are answered by the new process."""
+        """The engine restarts: nothing registered, nothing running; calls out to it are answered by the
+        new process."""
         self.engines[replica].clear()
+        self.running[replica] = frozenset()

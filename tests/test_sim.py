@@ -18,16 +18,19 @@ import lorafleet
 import lorafleet_sim as ls
 from lorafleet import (
     AdapterStateMachine,
+    Assign,
+    Command,
+    Event,
     IssueLoad,
     IssueUnload,
     ListingReceived,
     LoadFinished,
     LoadOutcome,
-    Placement,
     ReadListing,
     Released,
     ReplicaAdded,
     Requested,
+    Routed,
 )
 from lorafleet_sim import POLICIES, VARIANTS, Fleet, Simulation, Synthetic, Workload
 
@@ -183,7 +186,7 @@ def test_without_the_running_report_a_router_unloads_under_anothers_request() ->
 
 
 def test_with_the_running_report_it_goes_over_the_limit_instead() -> None:
-    s, figures = run_figures(UNDER_B, attrs.evolve(UNDER_B_FLEET, read_running=True), "lorafleet")
+    s, figures = run_figures(UNDER_B, attrs.evolve(UNDER_B_FLEET, read_engine=True), "lorafleet")
     # A's last report named x (B's request on it): no victim, so y's load goes over the limit.
     assert s.evictions == 0
     assert figures.unloads_under_others == figures.unloads_under_own == 0
@@ -191,8 +194,8 @@ def test_with_the_running_report_it_goes_over_the_limit_instead() -> None:
     assert s.started == [0.1, 2.6]
 
 
-@pytest.mark.parametrize("read_running", [False, True])
-def test_an_unload_under_a_routers_own_forgotten_request_is_counted_as_its_own(read_running: bool) -> None:
+@pytest.mark.parametrize("read_engine", [False, True])
+def test_an_unload_under_a_routers_own_forgotten_request_is_counted_as_its_own(read_engine: bool) -> None:
     # A (0) runs x to t=10.1. Without the report, B (1) evicts x at t=1.5 for z (its listing at t=1
     # showed x, idle for all B knows); A's listing at t=2 no longer names x, so A forgets it, lease
     # and all; A loads x again for its request at t=2.5 and evicts that copy at t=3.5 for w, under
@@ -203,9 +206,9 @@ def test_an_unload_under_a_routers_own_forgotten_request_is_counted_as_its_own(r
         durations=(10.0, 0.1, 0.1, 0.1, 0.1),
         routers=(0, 1, 1, 0, 0),
     )
-    fleet = attrs.evolve(UNDER_B_FLEET, read_running=read_running)
+    fleet = attrs.evolve(UNDER_B_FLEET, read_engine=read_engine)
     figures = run_figures(w, fleet, "lorafleet")[1]
-    expected = 0 if read_running else 1
+    expected = 0 if read_engine else 1
     assert figures.unloads_under_others == figures.unloads_under_own == expected
     assert figures.loads == 4 + expected  # x again, without the report
 
@@ -216,20 +219,20 @@ AFTER_READING = Workload(
     times=(0.0, 1.5, 1.6), adapters=("x", "x", "y"), durations=(0.1, 100.0, 1.0), routers=(1, 1, 0)
 )
 AFTER_READING_FLEET = Fleet(
-    replicas=1, limit=1, concurrency=4, load_time=0.1, routers=2, listing_interval=1.0, read_running=True
+    replicas=1, limit=1, concurrency=4, load_time=0.1, routers=2, listing_interval=1.0, read_engine=True
 )
 
 
 @pytest.mark.parametrize("policy", ["lorafleet", "holders-first"])
-@pytest.mark.parametrize("before_evicting", [False, True])
+@pytest.mark.parametrize("read_engine", [False, True])
 def test_reading_before_evicting_protects_a_request_started_after_the_listing(
-    policy: str, before_evicting: bool
+    policy: str, read_engine: bool
 ) -> None:
-    fleet = attrs.evolve(AFTER_READING_FLEET, read_before_evicting=before_evicting)
+    fleet = attrs.evolve(AFTER_READING_FLEET, read_engine=read_engine)
     figures = run_figures(AFTER_READING, fleet, policy)[1]
     # The listing's reading at t=1 named nothing; only a reading at t=1.6 sees B's request.
-    assert figures.unloads_under_others == (0 if before_evicting else 1)
-    assert figures.held_max == (2 if before_evicting else 1)
+    assert figures.unloads_under_others == (0 if read_engine else 1)
+    assert figures.held_max == (2 if read_engine else 1)
 
 
 class _FailingFrom(Simulation):
@@ -253,7 +256,7 @@ class _FailingFrom(Simulation):
 def test_a_failed_read_keeps_the_last_reading_until_the_next_listing(
     fail_from: float, drops: bool, under: int
 ) -> None:
-    fleet = attrs.evolve(UNDER_B_FLEET, read_running=True, read_before_evicting=True, failed_read_drops=drops)
+    fleet = attrs.evolve(UNDER_B_FLEET, read_engine=True, failed_read_drops=drops)
     s = _FailingFrom(UNDER_B, fleet, POLICIES["lorafleet"], check=True)
     s.fail_from = fail_from
     figures = s.run()
@@ -271,14 +274,14 @@ def _three_routers(requests: int, seed: int, **reads: Any) -> tuple[Workload, Fl
 
 
 def test_read_failures_are_drawn_from_the_seed() -> None:
-    w, fleet = _three_routers(1000, 1, read_running=True, read_before_evicting=True, read_failures=0.5)
+    w, fleet = _three_routers(1000, 1, read_engine=True, read_failures=0.5)
     one, two = (ls.simulate(w, fleet, POLICIES["lorafleet"], seed=1) for _ in range(2))
     assert one == two
     assert 0.4 * one.reads < one.failed_reads < 0.6 * one.reads
 
 
 def test_a_read_with_latency_delays_the_request_and_samples_when_sent() -> None:
-    fleet = attrs.evolve(AFTER_READING_FLEET, read_before_evicting=True, read_latency=0.05)
+    fleet = attrs.evolve(AFTER_READING_FLEET, read_latency=0.05)
     s, figures = run_figures(AFTER_READING, fleet, "lorafleet")
     assert figures.unloads_under_others == 0
     assert s.started[2] == pytest.approx(1.6 + 0.05 + 0.1)  # the read, then y's load
@@ -292,15 +295,14 @@ def test_cold_requests_waiting_for_one_read_share_it() -> None:
         durations=(*AFTER_READING.durations, 1.0, 1.0),
         routers=(*AFTER_READING.routers, 0, 0),
     )
-    fleet = attrs.evolve(AFTER_READING_FLEET, read_before_evicting=True, read_latency=0.05)
+    fleet = attrs.evolve(AFTER_READING_FLEET, read_latency=0.05)
     alone = run_figures(AFTER_READING, fleet, "lorafleet")[1]
     figures = run_figures(w, fleet, "lorafleet")[1]
     assert figures.reads == alone.reads  # z and w join y's read at t=1.6
     assert figures.unloads_under_others == 0
 
 
-@pytest.mark.parametrize("before_evicting", [False, True])
-def test_one_routers_own_released_adapter_does_not_hold_its_cap_queue(before_evicting: bool) -> None:
+def test_one_routers_own_released_adapter_does_not_hold_its_cap_queue() -> None:
     # One router, limit 1, no headroom, listings every 10 s. x runs from t=0.1 to t=12.1, so the
     # listing's reading at t=10 names it; y, asked at t=11, waits at the cap. When x's request ends,
     # the release reads again (nothing runs): y loads then, not after the listing at t=20.
@@ -312,16 +314,15 @@ def test_one_routers_own_released_adapter_does_not_hold_its_cap_queue(before_evi
         load_time=0.1,
         listing_interval=10.0,
         headroom=0,
-        read_running=True,
-        read_before_evicting=before_evicting,
+        read_engine=True,
     )
     s = run(w, fleet, "lorafleet")
-    assert s.started[1] == pytest.approx(12.2 if before_evicting else 20.1)
+    assert s.started[1] == pytest.approx(12.2)
 
 
-@pytest.mark.parametrize("read_running", [False, True])
-def test_several_routers_count_unloads_under_requests(read_running: bool) -> None:
-    w, fleet = _three_routers(2000, 2, read_running=read_running)
+@pytest.mark.parametrize("reads", [{}, {"read_engine": True, "read_latency": 0.05}])
+def test_several_routers_count_unloads_under_requests(reads: dict[str, Any]) -> None:
+    w, fleet = _three_routers(2000, 2, **reads)
     figures = Simulation(w, fleet, POLICIES["lorafleet"], check=True).run()
     alone = Simulation(
         attrs.evolve(w, routers=(0,) * len(w)), attrs.evolve(fleet, routers=1), POLICIES["lorafleet"]
@@ -383,20 +384,23 @@ def test_any_other_machine_setting_reaches_every_routers_machine() -> None:
 
 
 def test_lorafleet_sends_each_request_where_the_machine_places_it() -> None:
-    asked: list[tuple[str, str | None]] = []
-    real = AdapterStateMachine.place
+    assigned: list[tuple[str, str]] = []
+    routed: dict[tuple[int, int], str] = {}
+    real = AdapterStateMachine.handle
 
-    def place(self: AdapterStateMachine, adapter: str, **kwargs: Any) -> Placement:
-        placement = real(self, adapter, **kwargs)
-        asked.append((adapter, placement.replica))
-        return placement
+    def handle(self: AdapterStateMachine, event: Event) -> list[Command]:
+        commands = real(self, event)
+        if isinstance(event, Routed):
+            routed[id(self), event.ticket] = event.adapter
+        assigned.extend((routed[id(self), c.ticket], c.replica) for c in commands if isinstance(c, Assign))
+        return commands
 
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(AdapterStateMachine, "place", place)
+        patch.setattr(AdapterStateMachine, "handle", handle)
         s = run(SMALL.generate(3), SMALL_FLEET, "lorafleet")
-    assert len(asked) >= len(SMALL.generate(3))
+    assert len(assigned) >= len(SMALL.generate(3))
     for engine in s.engines:
-        assert engine.sequence == [a for a, replica in asked if replica == engine.id]
+        assert engine.sequence == [a for a, replica in assigned if replica == engine.id]
 
 
 def lru_and_demand(half_life: int) -> list[str]:
@@ -441,12 +445,9 @@ def test_the_cap_bounds_what_an_engine_holds(headroom: int) -> None:
 
 def test_the_running_reads_are_flags_and_columns(capsys: pytest.CaptureFixture[str]) -> None:
     argv = ["--requests", "600", "--replicas", "2", "--adapters", "12", "--rate", "10", "--routers", "2"]
-    assert ls.main([*argv, "--listing-interval", "2", "--read-running", "--read-before-evicting"]) == 0
+    assert ls.main([*argv, "--listing-interval", "2", "--read-engine"]) == 0
     text = capsys.readouterr().out
-    assert (
-        "each reading which adapters run after each listing, and before each cold request that would evict"
-        in text
-    )
+    assert "each reading which adapters run when the machine asks ([read])" in text
     assert "| unloads under others | under own |" in text
 
 
@@ -466,7 +467,7 @@ def test_several_routers_sweeps_counts_and_reads(capsys: pytest.CaptureFixture[s
     assert script.main([*argv, "--listing-interval", "2"]) == 0
     rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| lorafleet |")]
     assert [row.split(" | ")[1:3] for row in rows] == [
-        [str(routers), mode] for routers in (1, 2) for mode in ("off", "listing", "listing+evicting")
+        [str(routers), mode] for routers in (1, 2) for mode in ("off", "read")
     ]
     assert rows[0].split(" | ")[4] == "1.000"  # one router, listings only: the exact view
 

@@ -128,9 +128,20 @@ CASES: list[tuple[type[lf.UsageError], str, Callable[[AdapterStateMachine], obje
     (lf.InvalidValueError, "finite number", lambda m: m.advance(False)),
     (lf.InvalidValueError, "LoadOutcome", lambda m: m.handle(lf.LoadFinished(load=3, outcome="exploded"))),  # type: ignore[arg-type]
     (lf.InvalidValueError, "LoadOutcome", lambda m: m.load_finished(3, UnloadOutcome.UNLOADED)),  # type: ignore[arg-type]
-    (lf.InvalidValueError, "replica id", lambda m: m.running_read_failed("")),
-    (lf.InvalidValueError, "message", lambda m: m.running_read_failed("nowhere", None)),  # type: ignore[arg-type]
-    (lf.InvalidValueError, "replica id", lambda m: m.running_read_failed(5, None)),  # type: ignore[arg-type]
+    (lf.UnknownOperationError, "read 99", lambda m: m.reading_failed(99)),
+    (lf.UnknownOperationError, "read 3 ", lambda m: m.reading_received(3, ())),  # a load's number
+    (lf.UnknownOperationError, "read '3'", lambda m: m.reading_received("3", None)),  # type: ignore[arg-type]
+    (lf.UnknownOperationError, "read 1 ", lambda m: m.reading_failed(1, None)),  # type: ignore[arg-type]
+    (lf.TicketOrderError, "above 2", lambda m: m.route(2, adapter="c", path="/c")),
+    (lf.InvalidValueError, "adapter name", lambda m: m.route(9, adapter="", path="/c")),
+    (lf.InvalidValueError, "adapter path", lambda m: m.route(9, adapter="c", path=None)),  # type: ignore[arg-type]
+    (lf.InvalidValueError, "model", lambda m: m.route(9, adapter="c", path="/c", model="")),
+    (
+        lf.InvalidValueError,
+        "exclude",
+        lambda m: m.handle(lf.Routed(ticket=9, adapter="c", path="/c", exclude="r")),  # type: ignore[arg-type]
+    ),
+    (lf.InvalidValueError, "excluded replica", lambda m: m.route(9, adapter="c", path="/c", exclude=[""])),
 ]
 
 

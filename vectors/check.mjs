@@ -15,17 +15,18 @@ const EVENTS = {
   cancelled: ["ticket"], load_finished: ["load", "outcome", "message"], unload_finished: ["unload", "outcome", "message"],
   listing_received: ["listing", "adapters"], listing_failed: ["listing", "message"], adapter_missing: ["replica", "adapter", "ticket"],
   replica_failed: ["replica", "message"], adapter_pinned: ["adapter", "path", "copies", "model"],
-  adapter_unpinned: ["adapter"], running_reported: ["replica", "adapters"],
-  running_read_failed: ["replica", "message"],
+  adapter_unpinned: ["adapter"], routed: ["ticket", "adapter", "path", "model", "exclude"],
+  reading_received: ["read", "adapters", "running", "waiting"], reading_failed: ["read", "message"],
 };
 const COMMANDS = {
   issue_load: ["load", "replica", "adapter", "path"], issue_unload: ["unload", "replica", "adapter"],
-  read_listing: ["listing", "replica"], grant: ["ticket", "how"], fail: ["ticket", "fault", "message"],
-  mark_met: ["replica"],
+  read_listing: ["listing", "replica"], read_engine: ["read", "replica"], assign: ["ticket", "replica", "placed"],
+  grant: ["ticket", "how"], fail: ["ticket", "fault", "message"], mark_met: ["replica"],
 };
-const OPERATION = { issue_load: "load", issue_unload: "unload", read_listing: "listing" };
+const OPERATION = { issue_load: "load", issue_unload: "unload", read_listing: "listing", read_engine: "read" };
 const FINISH = { load_finished: ["load", "issue_load"], unload_finished: ["unload", "issue_unload"],
-  listing_received: ["listing", "read_listing"], listing_failed: ["listing", "read_listing"] };
+  listing_received: ["listing", "read_listing"], listing_failed: ["listing", "read_listing"],
+  reading_received: ["read", "read_engine"], reading_failed: ["read", "read_engine"] };
 
 function fields(kind, object, table) {
   const want = table[object.type];
@@ -63,7 +64,7 @@ function check(vector) {
       const event = step.event;
       if ("error" in step) return; // a refused event changes nothing
       fields("event", event, EVENTS);
-      if (event.type === "requested") {
+      if (event.type === "requested" || event.type === "routed") {
         if (!Number.isInteger(event.ticket) || event.ticket <= lastTicket) throw new Error(`ticket ${event.ticket} does not rise`);
         lastTicket = event.ticket;
         asked.add(event.ticket);
@@ -85,6 +86,9 @@ function check(vector) {
           lastOp = Math.max(lastOp, op);
         } else if (command.type === "mark_met") {
           // a replica's first listing was answered: nothing to check on its own
+        } else if (command.type === "assign") {
+          // a routed request goes to a replica: it must have been asked, and not have ended
+          if (!asked.has(command.ticket) || ended.has(command.ticket)) throw new Error(`assign of ticket ${command.ticket}`);
         } else {
           if (!asked.has(command.ticket)) throw new Error(`${command.type} for ticket ${command.ticket}, never requested`);
           if (ended.has(command.ticket)) throw new Error(`ticket ${command.ticket} ended twice`);

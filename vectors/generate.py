@@ -6,8 +6,8 @@ hand/: every scenario of tests/test_rules.py and tests/test_seed_faults.py, and 
 usage-error table, run on a recording machine: each is a story someone wrote to show one rule.
 
 hypothesis/: Hypothesis generates programs (request, answer this call this way, another router loads,
-time passes, the engine reports what runs or a read of it fails...), derandomised and without a
-database, so the same Hypothesis gives the same programs.
+time passes, other routers' requests run on an engine, a read of it fails, a request placed by the
+machine...), derandomised and without a database, so the same Hypothesis gives the same programs.
 Each step of a program's run gets a tag (what event, what outcome, which commands it gave). For each
 tag, and each pair of tags seen together, the first program that shows them is shrunk (actions
 removed, numbers lowered) while it still does, and its run is written out. A change in a rule then
@@ -33,12 +33,16 @@ from hypothesis.errors import NoSuchExample
 
 from lorafleet import (
     AdapterStateMachine,
+    Assign,
     Command,
     Fail,
     Grant,
     IssueUnload,
     ListingReceived,
     LoadFinished,
+    ReadEngine,
+    ReadingFailed,
+    ReadingReceived,
     Statistics,
     UnloadFinished,
 )
@@ -73,8 +77,10 @@ RULES_BY_NAME = [
     ("refuse", ["refuse", "load-outcome"]),
     ("pin", ["pin", "cold"]),
     ("statistics", ["statistics"]),
-    ("elsewhere", ["elsewhere"]),
-    ("read_failed", ["read-failed", "elsewhere"]),
+    ("elsewhere", ["elsewhere", "read"]),
+    ("read_failed", ["read-failed", "elsewhere", "read"]),
+    ("read", ["read"]),
+    ("route", ["route", "place"]),
     ("share", ["share", "cold", "evict"]),
     ("the_same_events", ["order"]),
     ("fault_1", ["seed-1", "listing"]),
@@ -158,16 +164,19 @@ KINDS = (
     "add",
     "limit",
 )
-# Kinds added later: surveyed in programs of their own, after those of KINDS (see _survey).
-LATER_KINDS = ("report", "unread")
+# Kinds added later: surveyed in programs of their own, after those of KINDS (see _survey), on a
+# machine that reads its engines ([read]).
+LATER_KINDS = ("report", "unread", "route")
 Program = list[tuple[str, int, int]]
 WARM: Program = [
     step
     for a, b in ((0, 0), (0, 1), (1, 2))
     for step in (("request", a, b), ("answer", 0, 0), ("release", 0, 0))
 ]
-"""r0 holds a0 and a1, r1 holds a2, all idle: where a report can spare a victim, a story too long
+"""r0 holds a0 and a1, r1 holds a2, all idle: where a reading can spare a victim, a story too long
 for random programs to tell often (none in 10,000 without it)."""
+MARKERS = ("cap", "read")
+"""A program's opening steps that set its machine: a cap of 0 over each limit ([cap]), reads ([read])."""
 
 
 def programs(kinds: tuple[str, ...]) -> st.SearchStrategy[Program]:
@@ -178,9 +187,13 @@ class Run:
     """One program played against a recording machine, a simulated engine per replica and a shell."""
 
     def __init__(self, program: Program) -> None:
-        # A program that opens with "cap" runs on a machine with a cap of 0 over each limit ([cap]).
-        self.capped = bool(program) and program[0][0] == "cap"
-        self.machine = Recorder(headroom=0) if self.capped else Recorder()
+        markers = {kind for kind, _, _ in program[:2] if kind in MARKERS}
+        self.capped = "cap" in markers
+        self.reading = "read" in markers
+        config: dict[str, Any] = {"headroom": 0} if self.capped else {}
+        if self.reading:
+            config["read_engine"] = True
+        self.machine = Recorder(**config)
         self.world = World(dict.fromkeys(REPLICAS, "m"))
         self.waiting: list[int] = []
         self.granted: list[tuple[int, str, str]] = []
@@ -194,7 +207,8 @@ class Run:
         for op in self.world.pending():
             self.send(partial(self.machine.handle, self.world.answer(op).event), "setup")
         for kind, a, b in program:
-            self.act(kind, a, b)
+            if kind not in MARKERS:
+                self.act(kind, a, b)
 
     def send(self, call: Callable[[], list[Command]], tag: str) -> None:
         before = AdapterStateMachine.statistics(self.machine)
@@ -204,7 +218,10 @@ class Run:
         kinds = sorted({type(c).__name__ for c in commands})
         if tag != "setup":
             self.tags.append(f"{tag}->{'+'.join(kinds) or 'nothing'}")
-            failed_on = {self.requests[c.ticket][0] for c in commands if isinstance(c, Fail)}
+            assigned = {c.ticket: c.replica for c in commands if isinstance(c, Assign)}
+            failed_on = {
+                assigned.get(c.ticket, self.requests[c.ticket][0]) for c in commands if isinstance(c, Fail)
+            }
             if tag == "replicas removed" and len(failed_on) > 1:
                 self.tags.append("replicas removed with waiters on several")
             for rid, rep in after.replicas.items():
@@ -218,7 +235,9 @@ class Run:
                     self.tags.append("over the limit")
             self.tag_reports(tag, commands, reported, before)
         for command in commands:
-            if isinstance(command, Grant):
+            if isinstance(command, Assign):
+                self.requests[command.ticket] = (command.replica, self.requests[command.ticket][1])
+            elif isinstance(command, Grant):
                 self.waiting.remove(command.ticket)
                 request = self.requests[command.ticket]
                 self.granted.append((command.ticket, *request))
@@ -227,22 +246,22 @@ class Run:
         self.world.took(commands)
 
     def reported(self) -> dict[str, frozenset[str]]:
-        """What each replica's report stands at ([elsewhere]), asked past the recorder: a tag, not a step."""
+        """What each replica's reading stands at ([elsewhere]), asked past the recorder: a tag, not a step."""
         return {rid: AdapterStateMachine.reported(self.machine, rid) for rid in REPLICAS}
 
     def tag_reports(
         self, tag: str, commands: list[Command], reported: dict[str, frozenset[str]], before: Statistics
     ) -> None:
-        """Tags for what a report changed: the steps where [elsewhere] and [read-failed] decide."""
+        """Tags for what a reading changed: the steps where [elsewhere] and [read-failed] decide."""
         now = self.reported()
         for rid, names in reported.items():
-            if not names:
+            if not names or rid not in before.replicas:
                 continue
             idle = {name for name, using in before.replicas[rid].held.items() if using == 0}
-            if tag == "running read failed" and names and not now.get(rid):
-                self.tags.append("running read failed ends a report")
-            if tag == "running reported" and idle & (names - now.get(rid, frozenset())):
-                self.tags.append("running reported frees an adapter")
+            if tag == "reading failed" and names and not now.get(rid):
+                self.tags.append("reading failed ends a reading")
+            if tag == "reading received" and idle & (names - now.get(rid, frozenset())):
+                self.tags.append("reading received frees an adapter")
             if any(isinstance(c, IssueUnload) and c.replica == rid for c in commands) and idle & names:
                 self.tags.append("evicts beside a reported adapter")
 
@@ -297,12 +316,22 @@ class Run:
         elif kind == "limit":
             self.send(lambda: m.set_limit("m", 1 + b % 3), "limit set")
         elif kind == "report":
-            # The engine's gauge names a0 and a1 by b's bits, as other routers' requests would.
+            # Other routers' requests run on a0 and a1 by b's bits: the engine's gauge names them.
             replica, names = REPLICAS[a % 2], [name for i, name in enumerate(ADAPTERS[:2]) if b >> i & 1]
-            self.send(lambda: m.running_reported(replica, names), "running reported")
-        elif kind == "unread":
-            replica = REPLICAS[a % 2]
-            self.send(lambda: m.running_read_failed(replica, "no answer within 5 s"), "running read failed")
+            self.world.others_run(replica, names)
+        elif kind == "unread" and (reads := self.world.pending(ReadEngine)):
+            self.answer(reads[a % len(reads)], 3)
+        elif kind == "route":
+            adapter = ADAPTERS[b % len(ADAPTERS)]
+            exclude = [REPLICAS[a % 2]] if a >= 2 else []
+            self.ticket += 1
+            ticket = self.ticket
+            self.waiting.append(ticket)
+            self.requests[ticket] = ("", adapter)
+            self.send(
+                lambda: m.route(ticket, adapter=adapter, path=f"/adapters/{adapter}", exclude=exclude),
+                "route",
+            )
 
     def answer(self, op: int, how: int) -> None:
         """The engine answers call ``op``: as asked, or (``how`` 3) with a fault before it acted."""
@@ -312,6 +341,8 @@ class Run:
             tag = f"load {event.outcome.value}"
         elif isinstance(event, UnloadFinished):
             tag = f"unload {event.outcome.value}"
+        elif isinstance(event, ReadingReceived | ReadingFailed):
+            tag = "reading received" if isinstance(event, ReadingReceived) else "reading failed"
         else:
             tag = "listing received" if isinstance(event, ListingReceived) else "listing failed"
         self.send(partial(self.machine.handle, event), tag)
@@ -332,8 +363,12 @@ RULE_OF_TAG = [
     ("replica", "replicas"),
     ("limit", "limit"),
     ("over the limit", "evict"),
-    ("running reported", "elsewhere"),
-    ("running read failed", "read-failed"),
+    ("request->ReadEngine", "read"),
+    ("listing received->MarkMet+ReadEngine", "read"),
+    ("reading", "read"),
+    ("reading received", "elsewhere"),
+    ("reading failed", "read-failed"),
+    ("route", "route"),
     ("evicts beside a reported adapter", "elsewhere"),
 ]
 
@@ -391,7 +426,7 @@ def search_vectors() -> list[dict[str, Any]]:
         run.machine.statistics()  # end every vector with what the machine then holds
         name = "hyp-" + "--".join(re.sub(r"[^a-z0-9]+", "-", t.lower()).strip("-") for t in want)
         description = "The smallest run found in which: " + "; ".join(want) + "."
-        rules = rules_of(list(want)) + (["cap"] if run.capped else [])
+        rules = rules_of(list(want)) + (["cap"] if run.capped else []) + (["read"] if run.reading else [])
         vectors[name] = run.machine.vector(name, description, rules)
     return list(vectors.values())
 
@@ -400,10 +435,12 @@ def _survey() -> list[Program]:
     """Programs to learn which tags exist: Hypothesis's own first examples, deterministically.
 
     First of KINDS alone, then of every kind, then of every kind after WARM, then the same on a
-    machine with a cap (``headroom=0``), where a report or a release can admit a queue. A tag, or a
-    pair of tags, is shown by the first program that has it, so kinds added later leave every vector
-    the earlier kinds gave as it was, and fewer kinds to draw from keep the earlier ones' pairs as
-    dense as before.
+    machine with a cap (``headroom=0``), where a release can admit a queue; then all of that again on
+    a machine that reads its engines ([read]), with routed requests too. A tag, or a pair of tags, is
+    shown by the first program that has it, so kinds and machines added later leave every vector the
+    earlier ones gave as it was, and fewer kinds to draw from keep the earlier ones' pairs as dense
+    as before. (On a machine that reads nothing, "report" changes only the engine, and "unread" finds
+    no read to fail: the surveys of the machine before [read] asked its reads, they draw as before.)
     """
     found: list[Program] = []
 
@@ -411,10 +448,16 @@ def _survey() -> list[Program]:
         found.append(p)
         return False
 
-    every = programs(KINDS + LATER_KINDS)
-    warm = every.map(lambda program: WARM + program)
-    capped = every.map(lambda program: [("cap", 0, 0), *WARM, *program])
-    for strategy in (programs(KINDS), every, warm, capped):
+    every = programs(KINDS + LATER_KINDS[:2])
+    reading = programs(KINDS + LATER_KINDS).map(lambda program: [("read", 0, 0), *program])
+    strategies = [programs(KINDS)]
+    for drawn in (every, reading):
+        strategies += [
+            drawn,
+            drawn.map(lambda program: [*_markers(program), *WARM, *_steps(program)]),
+            drawn.map(lambda program: [("cap", 0, 0), *_markers(program), *WARM, *_steps(program)]),
+        ]
+    for strategy in strategies:
         with contextlib.suppress(NoSuchExample):
             find(
                 strategy,
@@ -422,6 +465,14 @@ def _survey() -> list[Program]:
                 settings=settings(database=None, derandomize=True, max_examples=3000, deadline=None),
             )
     return found
+
+
+def _markers(program: Program) -> Program:
+    return [step for step in program[:1] if step[0] in MARKERS]
+
+
+def _steps(program: Program) -> Program:
+    return program[len(_markers(program)) :]
 
 
 # -- writing ------------------------------------------------------------------------------------

@@ -1,11 +1,13 @@
 """lorafleet: which vLLM replica holds which LoRA adapter, as a sans-IO state machine."""
 
+from ._commands import Assign as Assign
 from ._commands import Command as Command
 from ._commands import Fail as Fail
 from ._commands import Grant as Grant
 from ._commands import IssueLoad as IssueLoad
 from ._commands import IssueUnload as IssueUnload
 from ._commands import MarkMet as MarkMet
+from ._commands import ReadEngine as ReadEngine
 from ._commands import ReadListing as ReadListing
 from ._errors import ClockWentBackwardsError as ClockWentBackwardsError
 from ._errors import InvalidValueError as InvalidValueError
@@ -24,13 +26,14 @@ from ._events import LimitSet as LimitSet
 from ._events import ListingFailed as ListingFailed
 from ._events import ListingReceived as ListingReceived
 from ._events import LoadFinished as LoadFinished
+from ._events import ReadingFailed as ReadingFailed
+from ._events import ReadingReceived as ReadingReceived
 from ._events import Released as Released
 from ._events import ReplicaAdded as ReplicaAdded
 from ._events import ReplicaFailed as ReplicaFailed
 from ._events import ReplicasRemoved as ReplicasRemoved
 from ._events import Requested as Requested
-from ._events import RunningReadFailed as RunningReadFailed
-from ._events import RunningReported as RunningReported
+from ._events import Routed as Routed
 from ._events import TimeAdvanced as TimeAdvanced
 from ._events import UnloadFinished as UnloadFinished
 from ._machine import DEFAULT_BACKOFF as DEFAULT_BACKOFF

@@ -1,6 +1,6 @@
 """Commands: what the machine tells the shell to do, each a frozen value with keyword-only fields.
 
-Operation numbers (``load``, ``unload``, ``listing``) come from one counter, so every operation in a
+Operation numbers (``load``, ``unload``, ``listing``, ``read``) come from one counter, so every operation in a
 trace has its own number; the shell reports each one's answer with the matching finish event.
 """
 
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import attrs
 
-from ._values import Fault, How
+from ._values import Fault, How, Placed
 
 
 @attrs.frozen(kw_only=True)
@@ -39,6 +39,27 @@ class ReadListing:
 
 
 @attrs.frozen(kw_only=True)
+class ReadEngine:
+    """Read what runs and waits on ``replica``'s engine (vLLM's ``/metrics``); report it with
+    ``ReadingReceived(read)`` or ``ReadingFailed(read)``."""
+
+    read: int
+    replica: str
+
+
+@attrs.frozen(kw_only=True)
+class Assign:
+    """Routed request ``ticket`` goes to ``replica``, where it finds its adapter as ``placed`` says.
+
+    Its ``Grant`` or ``Fail`` follows, now or later.
+    """
+
+    ticket: int
+    replica: str
+    placed: Placed
+
+
+@attrs.frozen(kw_only=True)
 class Grant:
     """Wake request ``ticket``: its adapter is there and counted as in use until it is released."""
 
@@ -65,5 +86,5 @@ class MarkMet:
     replica: str
 
 
-Command = IssueLoad | IssueUnload | ReadListing | Grant | Fail | MarkMet
+Command = IssueLoad | IssueUnload | ReadListing | ReadEngine | Assign | Grant | Fail | MarkMet
 """Every command the machine gives."""

@@ -149,25 +149,41 @@ class AdapterUnpinned:
 
 
 @attrs.frozen(kw_only=True)
-class RunningReported:
-    """The engine says these adapters have requests running or waiting on ``replica``, from any router.
+class Routed:
+    """A request wants ``adapter`` (stored at ``path``) wherever placement puts it ([route]).
 
-    It is the whole set as of now (vLLM's ``vllm:lora_requests_info``), replacing the last report
-    for the replica; an empty one says nothing runs, or that the engine cannot tell.
+    Of ``model``'s replicas when it is given, never one of ``exclude`` (the replicas this request
+    tried before). ``ticket`` names the request, as in ``Requested``.
     """
 
-    replica: str
-    adapters: tuple[str, ...]
+    ticket: int
+    adapter: str
+    path: str
+    model: str | None = None
+    exclude: tuple[str, ...] = ()
 
 
 @attrs.frozen(kw_only=True)
-class RunningReadFailed:
-    """A read of what runs on ``replica`` got no usable answer (no answer in time, a 5xx, a cut body).
+class ReadingReceived:
+    """The engine answered the read ``read`` (vLLM's ``/metrics``) with these figures.
 
-    Not an engine without the gauge, which answers: that is an empty ``RunningReported``.
+    ``adapters``: the adapters with requests running or waiting on it, from any router
+    (``vllm:lora_requests_info``), or None when it has no such gauge (older vLLM, the Rust
+    frontend). ``running`` and ``waiting``: its requests in the batch and in its queue
+    (``vllm:num_requests_running``, ``vllm:num_requests_waiting``), None when it does not say.
     """
 
-    replica: str
+    read: int
+    adapters: tuple[str, ...] | None
+    running: int | None = None
+    waiting: int | None = None
+
+
+@attrs.frozen(kw_only=True)
+class ReadingFailed:
+    """The read ``read`` got no usable answer (none in time, an error, a 5xx, a cut body)."""
+
+    read: int
     message: str = ""
 
 
@@ -187,7 +203,8 @@ Event = (
     | ReplicaFailed
     | AdapterPinned
     | AdapterUnpinned
-    | RunningReported
-    | RunningReadFailed
+    | Routed
+    | ReadingReceived
+    | ReadingFailed
 )
 """Every event the machine takes."""

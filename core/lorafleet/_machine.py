@@ -38,20 +38,24 @@ any             replicas_removed                            absent, except held 
 absent          adapter_pinned, placement finds room        loading, with no waiter              pin
 held, idle      adapter_pinned                              held, pinned (never in ``idle``)     pin
 held, pinned    adapter_unpinned, no request on it          held, idle (end of ``idle``)         pin
-held, idle      running_reported names it                   held, in use elsewhere (not idle)    elsewhere
-held, in use    running_reported no longer names it, no     held, idle (end of ``idle``)         elsewhere
+held, idle      reading_received names it                   held, in use elsewhere (not idle)    elsewhere
+held, in use    reading_received no longer names it, no     held, idle (end of ``idle``)         elsewhere
  elsewhere      request of this router on it
-held, in use    running_read_failed, a listing received     held, idle (end of ``idle``)         read-
- elsewhere      since the last report, no request of this                                        failed
+held, in use    reading_failed, a listing received since    held, idle (end of ``idle``)         read-
+ elsewhere      the last reading, no request of this                                             failed
                 router on it
 ==============  ==========================================  ===================================  ========
 
-Beside that table, four rules decide without moving an adapter: [place] answers where a request
+Beside that table, six rules decide without moving an adapter: [place] answers where a request
 should go (a query: the least busy holder, else a cold load where it costs least, ties by a
-rendezvous hash every router computes alike); [health] avoids a replica after a failure, for a time
-that doubles with each failure in a row; [refuse] fails at once a request for an adapter the engine
-refused as its own fault, for a while; [cap] makes a cold request wait in the replica's queue, rather
-than take it past ``limit + headroom``, until an adapter goes idle or room comes otherwise.
+rendezvous hash every router computes alike); [route] places a request and admits it there (read
+first, when [read] asks); [read] reads what runs on an engine when a decision needs it (after a
+listing, before a cold load with no free slot, when a release at the cap leaves an adapter the last
+reading named), and the requests that need the reading wait for it; [health] avoids a replica after a
+failure, for a time that doubles with each failure in a row; [refuse] fails at once a request for an
+adapter the engine refused as its own fault, for a while; [cap] makes a cold request wait in the
+replica's queue, rather than take it past ``limit + headroom``, until an adapter goes idle or room
+comes otherwise.
 
 Several routers ([share]). With ``routers=R`` above 1, every rule that asks whether a load has room
 ([evict], [cap], [place], [view]) compares the replica's count with its *line* instead of its limit:
@@ -104,7 +108,7 @@ from typing import Any, assert_never
 
 import attrs
 
-from ._commands import Command, Fail, Grant, IssueLoad, IssueUnload, MarkMet, ReadListing
+from ._commands import Assign, Command, Fail, Grant, IssueLoad, IssueUnload, MarkMet, ReadEngine, ReadListing
 from ._errors import (
     ClockWentBackwardsError,
     InvalidValueError,
@@ -124,13 +128,14 @@ from ._events import (
     ListingFailed,
     ListingReceived,
     LoadFinished,
+    ReadingFailed,
+    ReadingReceived,
     Released,
     ReplicaAdded,
     ReplicaFailed,
     ReplicasRemoved,
     Requested,
-    RunningReadFailed,
-    RunningReported,
+    Routed,
     TimeAdvanced,
     UnloadFinished,
 )
@@ -154,6 +159,9 @@ keeps load failures 15 minutes)."""
 REPLICA_REMOVED = "the replica was removed while the request waited"
 """The message of the ``Fail`` a removal gives every request waiting on the replica."""
 
+_FULL = frozenset({Placed.EVICT, Placed.OVER, Placed.WAIT})
+"""Placements where a cold load finds no free slot: it would evict, go over the limit, or wait."""
+
 _HIT = How.HIT  # looked up once: the hit path is every warm request's
 _NOWHERE: dict[str, _Replica] = {}
 
@@ -161,6 +169,12 @@ _NOWHERE: dict[str, _Replica] = {}
 def load_failed_message(adapter: str, replica: str) -> str:
     """The message of a failed load whose answer came with none."""
     return f"the load of '{adapter}' on '{replica}' failed"
+
+
+def no_replica_message(adapter: str, model: str | None) -> str:
+    """The message of the ``Fail`` of a routed request placement found no replica for ([route])."""
+    of = "" if model is None else f" of model '{model}'"
+    return f"no replica{of} to place '{adapter}' on: each is failing, excluded, or not in use"
 
 
 @attrs.define(eq=False)
@@ -216,8 +230,32 @@ class _Listing:
     started: int
 
 
-_Operation = _Load | _Unload | _Listing
-_Wait = _Load | _Unload | _Queue
+@attrs.define(eq=False)
+class _Route:
+    """A routed request not yet assigned to a replica: what placing it again needs ([route])."""
+
+    ticket: int
+    adapter: str
+    path: str
+    model: str | None
+    exclude: frozenset[str]
+    read: set[str] = attrs.field(factory=set)
+    """Replicas read for it already: each is read at most once for one request."""
+
+
+@attrs.define(eq=False)
+class _Read:
+    """A read of a replica's engine ([read]), and the requests that wait for its answer."""
+
+    replica: _Replica
+    op: int
+    waiters: list[tuple[int, str, str, _Route | None]] = attrs.field(factory=list)
+    """(ticket, adapter, path, route): admitted afresh on the replica once the answer comes (placed
+    afresh, for a routed request not yet assigned)."""
+
+
+_Operation = _Load | _Unload | _Listing | _Read
+_Wait = _Load | _Unload | _Queue | _Read
 
 
 @attrs.define(eq=False)
@@ -255,6 +293,11 @@ class _Replica:
     """Adapters the engine last said have requests on it, any router's ([elsewhere]): never idle."""
     listed_since_report: bool = False
     """A listing of it was received after its last report: a failed read ends that report ([read-failed])."""
+    read: _Read | None = None
+    """Its engine's read in flight ([read]): one at a time."""
+    gauged: bool = False
+    """Its engine's last answered read named what runs there: it is read before a cold load with no
+    free slot ([read])."""
     base: int = 0
     """Its count (held and loading) once its last listing was applied, or when it was added ([share])."""
     unseen: int = 0
@@ -284,6 +327,9 @@ class AdapterStateMachine:
         routers: how many routers share the fleet ([share]): between two listings of a replica,
             this one fills at most ``ceil(f / routers)`` of the ``f`` free slots the last listing
             left, and counts the replica full past that. 1: all of them.
+        read_engine: ask to read what runs on each engine ([read]): after its listings, before a
+            cold load with no free slot there, and when a release leaves its queue waiting on an
+            adapter the last reading named. False: never (the shell reads nothing).
     """
 
     def __init__(
@@ -298,6 +344,7 @@ class AdapterStateMachine:
         max_backoff: float = DEFAULT_MAX_BACKOFF,
         refusal: float = DEFAULT_REFUSAL,
         routers: int = 1,
+        read_engine: bool = False,
     ) -> None:
         for name, seconds in (
             ("listing_interval", listing_interval),
@@ -317,6 +364,9 @@ class AdapterStateMachine:
             raise _invalid("half_life", half_life, "half_life must be an int of at least 1")
         if type(routers) is not int or routers < 1:
             raise _invalid("routers", routers, "routers must be an int of at least 1")
+        if type(read_engine) is not bool:
+            raise _invalid("read_engine", read_engine, "read_engine must be a bool")
+        self._read_engine = read_engine
         self._routers = routers
         self._busy = None if concurrency is None else concurrency + 1
         self._spread = None if concurrency is None else max(1, 3 * concurrency // 4)
@@ -382,10 +432,12 @@ class AdapterStateMachine:
                 return self._adapter_pinned(event)
             case AdapterUnpinned():
                 return self._adapter_unpinned(event)
-            case RunningReported():
-                return self._running_reported(event)
-            case RunningReadFailed():
-                return self._running_read_failed(event)
+            case Routed():
+                return self._routed(event)
+            case ReadingReceived():
+                return self._reading_received(event)
+            case ReadingFailed():
+                return self._reading_failed(event)
             case ReplicaAdded():
                 return self._replica_added(event)
             case ReplicasRemoved():
@@ -444,14 +496,32 @@ class AdapterStateMachine:
         """``handle(AdapterUnpinned(...))``: ``adapter`` may be evicted again."""
         return self.handle(AdapterUnpinned(adapter=adapter))
 
-    def running_reported(self, replica: str, adapters: Iterable[str]) -> list[Command]:
-        """``handle(RunningReported(...))``: the engine says ``adapters`` have requests on ``replica``."""
-        names = adapters if isinstance(adapters, str) else tuple(adapters)
-        return self.handle(RunningReported(replica=replica, adapters=names))  # type: ignore[arg-type]
+    def route(
+        self, ticket: int, *, adapter: str, path: str, model: str | None = None, exclude: Iterable[str] = ()
+    ) -> list[Command]:
+        """``handle(Routed(...))``: a request wants ``adapter`` wherever placement puts it."""
+        skip = exclude if isinstance(exclude, str) else tuple(exclude)
+        return self.handle(
+            Routed(ticket=ticket, adapter=adapter, path=path, model=model, exclude=skip)  # type: ignore[arg-type]
+        )
 
-    def running_read_failed(self, replica: str, message: str = "") -> list[Command]:
-        """``handle(RunningReadFailed(...))``: a read of what runs on ``replica`` got no answer."""
-        return self.handle(RunningReadFailed(replica=replica, message=message))
+    def reading_received(
+        self,
+        read: int,
+        adapters: Iterable[str] | None,
+        *,
+        running: int | None = None,
+        waiting: int | None = None,
+    ) -> list[Command]:
+        """``handle(ReadingReceived(...))``: the engine's figures, ``adapters`` None without the gauge."""
+        names = adapters if adapters is None or isinstance(adapters, str) else tuple(adapters)
+        return self.handle(
+            ReadingReceived(read=read, adapters=names, running=running, waiting=waiting)  # type: ignore[arg-type]
+        )
+
+    def reading_failed(self, read: int, message: str = "") -> list[Command]:
+        """``handle(ReadingFailed(...))``: the read of an engine got no usable answer."""
+        return self.handle(ReadingFailed(read=read, message=message))
 
     def add_replica(self, replica: str, *, model: str, limit: int) -> list[Command]:
         """``handle(ReplicaAdded(...))``: the router will use ``replica``."""
@@ -534,12 +604,24 @@ class AdapterStateMachine:
             raise _invalid("path", path, "adapter path must be a non-empty str")
         self._last_ticket = ticket
         self._count(rep, adapter)
+        refused = self._refused_now(rep, adapter)
+        if refused is not None:  # [refuse]: no call, the engine's words again
+            return [self._fail(ticket, rep, Fault.ADAPTER, refused)]
+        return self._admit(ticket, rep, adapter, path, fresh=False)
+
+    def _refused_now(self, rep: _Replica, adapter: str) -> str | None:
+        """[refuse]: the engine's words if a request for ``adapter`` on ``rep`` fails at once, else None.
+
+        A replica that holds it took it (a listing named it): that is a hit. A refusal that has run
+        out is forgotten.
+        """
         refused = self._refused.get(adapter)
-        if refused is not None and adapter not in rep.held:  # held: the engine took it there
-            if refused[0] > self._clock:  # [refuse]: no call, the engine's words again
-                return [self._fail(ticket, rep, Fault.ADAPTER, refused[1])]
-            del self._refused[adapter]
-        return self._admit(ticket, rep, adapter, path)
+        if refused is None or adapter in rep.held:
+            return None
+        if refused[0] > self._clock:  # [refuse]
+            return refused[1]
+        del self._refused[adapter]
+        return None
 
     def _replica_for(self, ticket: int, replica: str) -> _Replica:
         """The replica a new request names, once its ticket and replica are known to be good."""
@@ -579,7 +661,14 @@ class AdapterStateMachine:
         self._leases[ticket] = held
         self._hits += 1
 
-    def _admit(self, ticket: int, rep: _Replica, adapter: str, path: str) -> list[Command]:
+    def _admit(
+        self, ticket: int, rep: _Replica, adapter: str, path: str, *, fresh: bool = True
+    ) -> list[Command]:
+        """[hit], [join], [wait-unload] or [cold] for a request on ``rep``.
+
+        ``fresh`` False: its first admission, which reads the engine before a cold load with no free
+        slot ([read]); admitted afresh later (after a read, an unload, from the queue), it reads no more.
+        """
         held = rep.held.get(adapter)
         if held is not None:  # [hit]
             self._take(ticket, rep, held)
@@ -594,6 +683,8 @@ class AdapterStateMachine:
             unload.waiters.append((ticket, path))
             self._waiting[ticket] = unload
             return []
+        if not fresh and self._needs_read(rep):
+            return self._park(ticket, rep, adapter, path, None)
         return self._start_load(ticket, rep, adapter, path)
 
     def _start_load(self, ticket: int | None, rep: _Replica, adapter: str, path: str) -> list[Command]:
@@ -666,8 +757,14 @@ class AdapterStateMachine:
             self._drop(rep, held.adapter)
             self._forget_if_done(rep)
             return []
-        if held.adapter in self._pins or held.adapter in rep.elsewhere:
-            return []  # [pin], [elsewhere]: never a victim, so never idle
+        if held.adapter in self._pins:
+            return []  # [pin]: never a victim, so never idle
+        if held.adapter in rep.elsewhere:
+            # [elsewhere]: the last reading keeps it out of idle. [read]: with requests waiting at the
+            # cap, read again, so that the room this request leaves does not wait for the next listing.
+            if self._read_engine and rep.queue is not None and rep.read is None:
+                return [self._start_read(rep)]
+            return []
         # Least recently used order is the order in which adapters became idle: any use of an
         # idle adapter takes it out of the idle list, so its last use is its release.
         rep.idle[held.adapter] = self._tick()
@@ -686,6 +783,12 @@ class AdapterStateMachine:
             self._check_ended_ticket(ticket, "cancel")
             return []
         rep = waited.replica
+        if isinstance(waited, _Read):
+            entry = next(w for w in waited.waiters if w[0] == ticket)
+            waited.waiters.remove(entry)
+            if entry[3] is None:
+                rep.in_flight -= 1  # a routed request not yet assigned is counted nowhere
+            return []
         rep.in_flight -= 1
         if isinstance(waited, _Load):
             waited.waiters.remove(ticket)
@@ -953,6 +1056,8 @@ class AdapterStateMachine:
         commands.extend(self._admit_queued(rep))
         if self._pins:
             commands.extend(self._ensure_pins())
+        if self._read_engine and rep.read is None:
+            commands.append(self._start_read(rep))  # [read]: what runs there, as of the listing
         return commands
 
     def _listing_failed(self, event: ListingFailed) -> list[Command]:
@@ -1057,6 +1162,7 @@ class AdapterStateMachine:
             if type(replica) is not str or not replica:
                 raise _invalid("replicas", replica, "replica ids must be non-empty strs")
         failed: list[int] = []
+        rerouted: list[_Route] = []
         for replica in ids:
             rep = self._replicas.get(replica)
             if rep is None or rep.removed:
@@ -1064,6 +1170,17 @@ class AdapterStateMachine:
             rep.removed = True
             rep.elsewhere = frozenset()  # about the old engine; a re-added one is reported afresh
             rep.listed_since_report = False
+            rep.gauged = False
+            if rep.read is not None:
+                # Its answer will be ignored: requests on the replica fail, routed ones are placed anew.
+                for ticket, _, _, route in rep.read.waiters:
+                    if route is None:
+                        failed.append(ticket)
+                    else:
+                        del self._waiting[ticket]
+                        rerouted.append(route)
+                rep.read.waiters.clear()
+                rep.read = None
             for name in [n for n, held in rep.held.items() if not held.in_use]:
                 self._drop(rep, name)  # idle ones, and pinned ones no request runs on
             for name in list(rep.held) + list(rep.loading):
@@ -1087,6 +1204,8 @@ class AdapterStateMachine:
         for ticket in sorted(failed):
             waited = self._waiting.pop(ticket)
             commands.append(self._fail(ticket, waited.replica, Fault.REPLICA, REPLICA_REMOVED))
+        for route in sorted(rerouted, key=lambda r: r.ticket):
+            commands.extend(self._place_route(route))
         if self._pins:
             commands.extend(self._ensure_pins())
         return commands
@@ -1147,7 +1266,12 @@ class AdapterStateMachine:
         if type(adapter) is not str or not adapter:
             raise _invalid("adapter", adapter, "adapter name must be a non-empty str")
         skip = exclude if isinstance(exclude, set | frozenset | dict) else set(exclude)
-        extra = load or {}
+        return self._placement(adapter, model, skip, load or {})
+
+    def _placement(
+        self, adapter: str, model: str | None, skip: Container[str], extra: Mapping[str, float]
+    ) -> Placement:
+        """[place], for ``place`` and [route] alike (a subclass that records ``place`` sees queries only)."""
         holder = self._holder(adapter, model, skip, extra)
         if holder is not None and (self._busy is None or self._busy_of(holder, extra) < self._busy):
             return self._at(holder, adapter)
@@ -1359,6 +1483,9 @@ class AdapterStateMachine:
             elif isinstance(waited, _Unload):
                 assert ticket in [t for t, _ in waited.waiters], ticket
                 assert waited.replica.unloading.get(waited.adapter) is waited, ticket
+            elif isinstance(waited, _Read):
+                assert [w[0] for w in waited.waiters].count(ticket) == 1, ticket
+                assert waited.replica.read is waited, ticket
             else:
                 assert ticket in [w[0] for w in waited.waiters], ticket
                 assert waited.replica.queue is waited, ticket
@@ -1373,7 +1500,9 @@ class AdapterStateMachine:
         in_flight: dict[int, int] = {}  # by the replica object: a forgotten one's id can come back
         for held in self._leases.values():
             in_flight[id(held.replica)] = in_flight.get(id(held.replica), 0) + 1
-        for waited in self._waiting.values():
+        for ticket, waited in self._waiting.items():
+            if isinstance(waited, _Read) and next(w for w in waited.waiters if w[0] == ticket)[3] is not None:
+                continue  # a routed request not yet assigned is counted on no replica
             in_flight[id(waited.replica)] = in_flight.get(id(waited.replica), 0) + 1
         where = {
             (name, rep.id)
@@ -1414,11 +1543,15 @@ class AdapterStateMachine:
                 assert not rep.dropped_while_listing, rid
             else:
                 assert self._ops.get(rep.listing.op) is rep.listing, rid
+            if rep.read is not None:
+                assert self._ops.get(rep.read.op) is rep.read, rid
+                assert all(self._waiting.get(w[0]) is rep.read for w in rep.read.waiters), rid
             if rep.removed:
                 assert rep.outstanding or rep.held, f"removed replica {rid} kept for nothing"
                 assert not rep.idle, rid
                 assert all(load.issued and not load.waiters for load in rep.loading.values()), rid
                 assert rep.listing is None, rid
+                assert rep.read is None, rid
             else:
                 assert (rep.due, rid) in self._due, rid
 
@@ -1528,42 +1661,154 @@ class AdapterStateMachine:
             rep.queue = None
         return commands
 
-    def _running_reported(self, event: RunningReported) -> list[Command]:
-        """[elsewhere]: the adapters the engine says have requests on the replica, from any router.
+    # -- reading the engine ---------------------------------------------------------------------
 
-        Until the next report for the replica, each is no victim and not idle, as if in use: another
-        router may be running requests on it. A held adapter the new report no longer names, with no
-        request of this router on it, becomes idle again, most recently used (in name order): the
-        engine ran it last. A replica not in use: nothing.
+    def _needs_read(self, rep: _Replica) -> bool:
+        """[read]: whether a cold load on ``rep`` waits for a reading of its engine first.
+
+        When it has no free slot (the load would evict, go over its limit or wait at its cap) and its
+        engine names what runs there, or is being read: a fresh reading may spare a victim another
+        router runs on, or show room an ended request left.
         """
-        replica, names = event.replica, event.adapters
-        if type(replica) is not str or not replica:
-            raise _invalid("replica", replica, "replica id must be a non-empty str")
-        if not isinstance(names, tuple | list):
-            raise _invalid("adapters", names, "adapters must be a list of adapter names")
-        for name in names:
-            if type(name) is not str or not name:
-                raise _invalid("adapters", name, "reported adapter names must be non-empty strs")
-        rep = self._replicas.get(replica)
-        if rep is None or rep.removed:
+        if not self._read_engine or not (rep.gauged or rep.read is not None):
+            return False  # an engine that cannot tell, unless the read in flight is its first
+        return len(rep.held) + len(rep.loading) >= self._line(rep)
+
+    def _park(
+        self, ticket: int, rep: _Replica, adapter: str, path: str, route: _Route | None
+    ) -> list[Command]:
+        """[read]: the request waits for the read of ``rep`` in flight, or for one started now."""
+        commands: list[Command] = []
+        if rep.read is None:
+            commands.append(self._start_read(rep))
+        assert rep.read is not None
+        rep.read.waiters.append((ticket, adapter, path, route))
+        self._waiting[ticket] = rep.read
+        return commands
+
+    def _start_read(self, rep: _Replica) -> ReadEngine:
+        read = _Read(rep, self._new_op())
+        rep.read = read
+        rep.outstanding += 1
+        self._ops[read.op] = read
+        return ReadEngine(read=read.op, replica=rep.id)
+
+    def _read_op(self, read: int) -> _Read:
+        op = self._ops.get(read) if type(read) is int else None
+        if not isinstance(op, _Read):
+            raise UnknownOperationError(
+                f"read {read!r} is not an issued read awaiting its answer", operation=read, kind="read"
+            )
+        return op
+
+    def _finish_read(self, op: _Read) -> bool:
+        """Count ``op`` as answered; False when its answer is to be ignored (removed, or abandoned)."""
+        del self._ops[op.op]
+        rep = op.replica
+        if self._count_answer(rep) or rep.read is not op:
+            return False
+        rep.read = None
+        return True
+
+    def _reading_received(self, event: ReadingReceived) -> list[Command]:
+        """[read], [elsewhere]: the engine's figures replace the last reading; waiting requests go on."""
+        op = self._read_op(event.read)
+        names = event.adapters
+        if names is not None:
+            if not isinstance(names, tuple | list):
+                raise _invalid("adapters", names, "adapters must be a list of adapter names, or null")
+            for name in names:
+                if type(name) is not str or not name:
+                    raise _invalid("adapters", name, "reported adapter names must be non-empty strs")
+        for field, value in (("running", event.running), ("waiting", event.waiting)):
+            if value is not None and (type(value) is not int or value < 0):
+                raise _invalid(field, value, f"{field} must be an int of at least 0, or null")
+        if not self._finish_read(op):
             return []
-        return self._report(rep, frozenset(names))
+        rep = op.replica
+        rep.gauged = names is not None
+        # An engine without the gauge cannot tell: an empty reading, and no reads before requests.
+        commands = self._report(rep, frozenset(names or ()))
+        commands.extend(self._unpark(op))
+        return commands
 
-    def _running_read_failed(self, event: RunningReadFailed) -> list[Command]:
-        """[read-failed]: a read of what runs on the replica got no answer.
+    def _reading_failed(self, event: ReadingFailed) -> list[Command]:
+        """[read-failed]: a read got no answer; the last reading stands unless a listing came in since.
 
-        A read fails most often when the engine is busiest, which is when what the last report named
+        A read fails most often when the engine is busiest, which is when what the last reading named
         most likely still runs: so it stands, unless a listing of the replica came in after it. The
-        engine has been read afresh since that report, and no report outlives the next listing by
-        more than a read: then the report ends, as an empty one would end it.
+        engine has been read afresh since that reading, and no reading outlives the next listing by
+        more than a read: then it ends, as an empty one would end it. The requests waiting for the
+        read go on with what the machine knows.
         """
-        if type(event.replica) is not str or not event.replica:
-            raise _invalid("replica", event.replica, "replica id must be a non-empty str")
+        op = self._read_op(event.read)
         _check_message(event.message)
-        rep = self._replicas.get(event.replica)
-        if rep is None or rep.removed or not rep.listed_since_report:
+        if not self._finish_read(op):
             return []
-        return self._report(rep, frozenset())
+        rep = op.replica
+        commands = self._report(rep, frozenset()) if rep.listed_since_report else []
+        commands.extend(self._unpark(op))
+        return commands
+
+    def _unpark(self, op: _Read) -> list[Command]:
+        """[read]: admit afresh the requests that waited for ``op``, in order; routed ones placed afresh."""
+        commands: list[Command] = []
+        rep = op.replica
+        for ticket, adapter, path, route in op.waiters:
+            del self._waiting[ticket]
+            if route is None:
+                commands.extend(self._admit(ticket, rep, adapter, path))
+            else:
+                commands.extend(self._place_route(route))
+        return commands
+
+    # -- routing --------------------------------------------------------------------------------
+
+    def _routed(self, event: Routed) -> list[Command]:
+        """[route]: a request for ``adapter`` wherever placement puts it."""
+        ticket, adapter, path, model, exclude = (
+            event.ticket,
+            event.adapter,
+            event.path,
+            event.model,
+            event.exclude,
+        )
+        self._check_ticket(ticket)
+        if type(adapter) is not str or not adapter:
+            raise _invalid("adapter", adapter, "adapter name must be a non-empty str")
+        if type(path) is not str or not path:
+            raise _invalid("path", path, "adapter path must be a non-empty str")
+        if model is not None and (type(model) is not str or not model):
+            raise _invalid("model", model, "model must be a non-empty str or absent")
+        if not isinstance(exclude, tuple | list):
+            raise _invalid("exclude", exclude, "exclude must be a list of replica ids")
+        for replica in exclude:
+            if type(replica) is not str or not replica:
+                raise _invalid("exclude", replica, "excluded replica ids must be non-empty strs")
+        self._last_ticket = ticket
+        return self._place_route(_Route(ticket, adapter, path, model, frozenset(exclude)))
+
+    def _place_route(self, route: _Route) -> list[Command]:
+        """[route]: place the request, read the replica first if [read] asks, then assign and admit it."""
+        ticket, adapter = route.ticket, route.adapter
+        placement = self._placement(adapter, route.model, route.exclude, {})
+        if placement.replica is None or placement.placed is None:
+            self._failures[Fault.REPLICA.value] = self._failures.get(Fault.REPLICA.value, 0) + 1
+            return [
+                Fail(ticket=ticket, fault=Fault.REPLICA, message=no_replica_message(adapter, route.model))
+            ]
+        rep = self._replicas[placement.replica]
+        refused = self._refused_now(rep, adapter)
+        if refused is not None:  # no call, no replica, the engine's words again
+            self._failures[Fault.ADAPTER.value] = self._failures.get(Fault.ADAPTER.value, 0) + 1
+            return [Fail(ticket=ticket, fault=Fault.ADAPTER, message=refused)]
+        if placement.placed in _FULL and rep.id not in route.read and self._needs_read(rep):
+            route.read.add(rep.id)
+            return self._park(ticket, rep, adapter, route.path, route)
+        self._count(rep, adapter)
+        commands: list[Command] = [Assign(ticket=ticket, replica=rep.id, placed=placement.placed)]
+        commands.extend(self._admit(ticket, rep, adapter, route.path))
+        return commands
 
     def _report(self, rep: _Replica, names: frozenset[str]) -> list[Command]:
         """[elsewhere]: ``names`` replace the replica's last report."""

@@ -1,10 +1,11 @@
 """The shell: runs the machine's commands over HTTP and turns the answers back into events.
 
 Every decision is the machine's. This module only makes calls, waits, keeps time and logs. Every input
-reaches the machine through ``Fleet._send``, which also carries out what the machine answers; the one
-shortcut is ``AdapterStateMachine.hit``, a warm request's path, which has no command to carry out.
-``Fleet.route`` asks the machine where to go (``place``) and tries the next placement when a replica
-fails; which replica, and whether one is healthy, is the machine's answer, never the shell's.
+reaches the machine through ``Fleet._send``, which also carries out what the machine answers; the
+shortcuts are ``AdapterStateMachine.hit`` and ``place_hit``, a warm request's path, which has no
+command to carry out. ``Fleet.route`` sends ``Routed`` and the machine places the request (reading
+an engine first when it wants to, [read]); when a replica fails before the lease is granted, the
+request is routed again without it.
 
 It is written on anyio, which runs natively on trio and on asyncio: one ``Fleet`` serves both, and
 keeps trio's rule for a hit (a checkpoint) when it finds itself under trio.
@@ -32,6 +33,7 @@ from lorafleet import (
     AdapterPinned,
     AdapterStateMachine,
     AdapterUnpinned,
+    Assign,
     Cancelled,
     Event,
     Fail,
@@ -46,6 +48,9 @@ from lorafleet import (
     LoadFinished,
     MarkMet,
     Placed,
+    ReadEngine,
+    ReadingFailed,
+    ReadingReceived,
     ReadListing,
     Released,
     ReplicaAdded,
@@ -53,8 +58,7 @@ from lorafleet import (
     ReplicasRemoved,
     ReplicaStatistics,
     Requested,
-    RunningReadFailed,
-    RunningReported,
+    Routed,
     Statistics,
     TimeAdvanced,
     UnloadFinished,
@@ -99,15 +103,13 @@ ATTEMPTS = 3
 
 _HIT = How.HIT
 _HELD = Placed.HELD
-_FULL = frozenset({Placed.EVICT, Placed.OVER, Placed.WAIT})
-"""Placements where a cold load finds no free slot: it would evict, go over the limit, or wait."""
 _NO_PINS: Mapping[str, int] = MappingProxyType({})
 
 
 class _Waiter:
     """One request that was not a hit: the event it waits on, and what it gets."""
 
-    __slots__ = ("closed", "event", "failed", "how", "timeout")
+    __slots__ = ("assigned", "closed", "event", "failed", "how", "replica", "timeout")
 
     def __init__(self) -> None:
         self.event = anyio.Event()
@@ -115,6 +117,9 @@ class _Waiter:
         self.failed: Fail | None = None
         self.timeout: float | None = None
         self.closed = False
+        self.assigned: Assign | None = None
+        """Where the machine sent a routed request, once it did, and that replica."""
+        self.replica: Replica | None = None
 
 
 class _Call:
@@ -122,7 +127,7 @@ class _Call:
 
     __slots__ = ("abandoned", "command", "replica", "scope")
 
-    def __init__(self, command: IssueLoad | IssueUnload | ReadListing, replica: Replica) -> None:
+    def __init__(self, command: IssueLoad | IssueUnload | ReadListing | ReadEngine, replica: Replica) -> None:
         self.command = command
         self.replica = replica
         self.scope = anyio.CancelScope()
@@ -159,13 +164,13 @@ class Fleet:
         refusal: seconds an adapter the engine refused as the adapter's fault is refused at once,
             without a call.
         read_running: read which adapters the engine says have requests (vLLM's
-            ``vllm:lora_requests_info``, from any router), so that none of them is evicted: after
-            each listing, and again before a cold request on a replica with no free slot (its load
-            would evict, go over the limit or wait at the cap) and when a request ends on an adapter
-            the last reading named while requests wait at that replica's cap. One read at a time
-            per replica, bounded by ``listing_timeout``; a replica that never answered with the
-            gauge is not read before requests. False: listings only (one router alone loses
-            nothing by it).
+            ``vllm:lora_requests_info``, from any router), so that none of them is evicted, when the
+            machine asks ([read]): after each listing, before a cold request on a replica with no
+            free slot (its load would evict, go over the limit or wait at the cap), and when a
+            request ends on an adapter the last reading named while requests wait at that replica's
+            cap. One read at a time per replica, bounded by ``listing_timeout``; a replica that never
+            answered with the gauge is not read before requests. False: listings only (one router
+            alone loses nothing by it).
         routers: how many routers (fleets, in any process) share these replicas: each fills at most
             its share of the free slots a replica's last listing left (the core's [share]; README.md,
             "Several routers"). 1: a router alone.
@@ -212,6 +217,7 @@ class Fleet:
             max_backoff=max_backoff,
             refusal=refusal,
             routers=routers,
+            read_engine=read_running,
         )
         self._first = tuple(replicas)
         for replica in self._first:
@@ -242,11 +248,6 @@ class Fleet:
         self._load_timeout = load_timeout
         self._listing_timeout = listing_timeout
         self._metrics = metrics
-        self._read_running = read_running
-        self._gauged: set[str] = set()
-        """Replicas whose engine has answered with the gauge: they are read before decisions."""
-        self._reading: dict[str, tuple[Replica, anyio.Event]] = {}
-        """Replica id to its gauge read in flight (one at a time), and the event set when it ends."""
         self._replicas: dict[str, Replica] = {}
         self._waiters: dict[int, _Waiter] = {}
         self._unmet: dict[str, anyio.Event] = {}
@@ -560,38 +561,21 @@ class Fleet:
         return False
 
     async def _acquire_cold(self, lease: Lease) -> None:
-        """The rest of ``acquire`` when it was not a hit: read the gauge first if the load has no room.
-
-        The machine's view says whether the replica holds or loads the adapter, and whether it has a
-        free slot; without one, the load would evict (or go over, or wait), so what runs there is
-        read afresh first. Then the request is made anew: another took the ticket meanwhile, or
-        loaded the adapter.
-        """
+        """The rest of ``acquire`` when it was not a hit: wait for the load, a read, or an unload."""
         replica = lease.replica
-        rid = replica.id
-        if self._read_running and rid in self._gauged:
-            view = self._machine.view((rid,), lease.adapter)
-            if rid not in view.holders and rid not in view.with_room:
-                await self._read_gauge(self._replicas[rid]).wait()
-                if not self._open:
-                    raise self._not_open()
-                known = self._replicas.get(rid)
-                if known is not replica and known != replica:
-                    self._declare(replica)  # removed, or moved, while the gauge was read
-                machine = self._machine
-                ticket = lease.ticket = machine.next_ticket
-                if machine.hit(ticket, replica=rid, adapter=lease.adapter):
-                    lease._how = _HIT
-                    return
-        await self._wait(lease)
+        event = Requested(ticket=lease.ticket, replica=replica.id, adapter=lease.adapter, path=lease._path)
+        waiter = await self._wait(lease.ticket, event)
+        failed = waiter.failed
+        if failed is not None:
+            kind = AdapterError if failed.fault is Fault.ADAPTER else ReplicaError
+            raise kind(replica, lease.adapter, failed.message, timeout=waiter.timeout)
+        lease._how = waiter.how
 
-    async def _wait(self, lease: Lease) -> None:
-        """The rest of a request that was not a hit: wait for the load, or the unload in its way."""
-        ticket = lease.ticket
-        replica = lease.replica
+    async def _wait(self, ticket: int, event: Requested | Routed) -> _Waiter:
+        """Send ``event`` and wait until the machine grants or fails its request."""
         waiter = self._waiters[ticket] = _Waiter()
         try:
-            self._send(Requested(ticket=ticket, replica=replica.id, adapter=lease.adapter, path=lease._path))
+            self._send(event)
         except BaseException:
             del self._waiters[ticket]  # refused: the machine never took the ticket
             raise
@@ -605,11 +589,7 @@ class Fleet:
             raise
         if waiter.closed:
             raise FleetClosedError("the fleet was closed while the request waited for its adapter")
-        failed = waiter.failed
-        if failed is not None:
-            kind = AdapterError if failed.fault is Fault.ADAPTER else ReplicaError
-            raise kind(replica, lease.adapter, failed.message, timeout=waiter.timeout)
-        lease._how = waiter.how
+        return waiter
 
     # -- routing, for Route --------------------------------------------------------------------
 
@@ -666,40 +646,37 @@ class Fleet:
         return await self._route_cold(lease)
 
     async def _route_cold(self, lease: Route) -> Route:
-        """The rest of ``_route``: wait for a load, or an unload, or room; on a replica's fault, go on."""
+        """The rest of ``_route``: the machine places the request and it waits for a load, a read, an
+        unload or room; on a replica's fault, it is routed again without that replica."""
         machine = self._machine
         adapter, model = lease.adapter, lease._model
         tried: list[ReplicaError] = []
-        exclude: set[str] = set()
-        read: set[str] = set()
+        exclude: list[str] = []
         while len(tried) < self._attempts:
             # Placement reads the machine's clock: a failed replica's backoff may be over by now.
             self._send(TimeAdvanced(now=anyio.current_time()))
-            placement = machine.place(adapter, model=model, exclude=exclude)
-            rid, placed = placement.replica, placement.placed
-            if rid is None or placed is None:
-                break
-            if placed in _FULL and self._read_running and rid in self._gauged and rid not in read:
-                # No free slot there: read what runs first, then place again, as the answer may
-                # change (a victim another router runs; room an ended request left).
-                read.add(rid)
-                await self._read_gauge(self._replicas[rid]).wait()
-                if not self._open:
-                    raise self._not_open()
-                continue
-            lease.replica = self._replicas[rid]
-            lease.placed = placed
-            self._placed[placed] += 1
             ticket = lease.ticket = machine.next_ticket
-            if placed is _HELD and machine.hit(ticket, replica=rid, adapter=adapter):
-                lease._how = _HIT
-            else:
-                try:
-                    await self._wait(lease)
-                except ReplicaError as exc:
-                    tried.append(exc)
-                    exclude.add(rid)
-                    continue
+            event = Routed(
+                ticket=ticket, adapter=adapter, path=lease._path, model=model, exclude=tuple(exclude)
+            )
+            waiter = await self._wait(ticket, event)
+            assigned = waiter.assigned
+            failed = waiter.failed
+            replica = waiter.replica
+            if assigned is None or replica is None:
+                assert failed is not None
+                if failed.fault is Fault.ADAPTER:  # refused at once, on no replica
+                    raise AdapterError(None, adapter, failed.message)
+                break  # no replica left to place it on
+            if failed is not None:
+                if failed.fault is Fault.ADAPTER:
+                    raise AdapterError(replica, adapter, failed.message, timeout=waiter.timeout)
+                tried.append(ReplicaError(replica, adapter, failed.message, timeout=waiter.timeout))
+                exclude.append(assigned.replica)
+                continue
+            lease.replica = replica
+            lease.placed = assigned.placed
+            lease._how = waiter.how
             self._leased.add(ticket)
             return lease
         raise self._no_replica(adapter, model, tried)
@@ -722,19 +699,8 @@ class Fleet:
         self._release(ticket, rid, adapter)
 
     def _release(self, ticket: int, rid: str, adapter: str) -> None:
-        """End a lease; if requests wait at its replica's cap, read what still runs there.
-
-        The last reading named the adapter, so the machine keeps it occupied until the next one,
-        though this router's request on it has ended and others' may have: a fresh reading lets
-        the queue have the room.
-        """
+        """End a lease."""
         self._send(Released(ticket=ticket))
-        if adapter not in self._machine.reported(rid):
-            return
-        stats = self._machine.replica_statistics(rid)
-        replica = self._replicas.get(rid)
-        if stats is not None and stats.queued and not stats.held.get(adapter) and replica and self._open:
-            self._read_gauge(replica)
 
     def _orphan(self, ticket: int, rid: str, adapter: str) -> None:
         """A routed lease was garbage collected unreleased: release it soon, from the timer task.
@@ -780,6 +746,12 @@ class Fleet:
                     waiter.failed = command
                     waiter.timeout = timed_out
                 waiter.event.set()
+            elif isinstance(command, Assign):
+                waiter = self._waiters.get(command.ticket)
+                if waiter is not None:
+                    waiter.assigned = command
+                    waiter.replica = self._replicas[command.replica]
+                self._placed[command.placed] += 1
             elif isinstance(command, MarkMet):
                 met = self._unmet.pop(command.replica, None)
                 if met is not None:
@@ -835,8 +807,6 @@ class Fleet:
     def _drop_replica(self, rid: str) -> None:
         # Calls still out hold their own Replica; their answers go to the machine, which ignores them.
         self._replicas.pop(rid, None)
-        self._gauged.discard(rid)
-        self._reading.pop(rid, None)
         met = self._unmet.pop(rid, None)
         if met is not None:
             met.set()
@@ -844,7 +814,9 @@ class Fleet:
     async def _make(self, call: _Call) -> None:
         """Make one call to a replica and feed its answer to the machine."""
         command, replica = call.command, call.replica
-        timeout = self._listing_timeout if isinstance(command, ReadListing) else self._load_timeout
+        timeout = (
+            self._listing_timeout if isinstance(command, ReadListing | ReadEngine) else self._load_timeout
+        )
         request = vllm.http_request(command, replica.api_key)
         if isinstance(command, IssueLoad):
             log.debug("loading adapter %r on %s from %s", command.adapter, replica.id, command.path)
@@ -873,81 +845,15 @@ class Fleet:
             del self._calls[replica.id]
         self._report(replica, command, event, anyio.current_time() - started)
         self._send(event, timed_out=timed_out)
-        if isinstance(event, ListingReceived) and self._read_running and self._open:
-            self._read_gauge(replica)
-
-    def _read_gauge(self, replica: Replica) -> anyio.Event:
-        """Read which adapters run on ``replica``: the event set once the read in flight ends.
-
-        A read already in flight is joined, not doubled: one at a time per replica, so that reports
-        reach the machine in the order they were read.
-        """
-        reading = self._reading.get(replica.id)
-        if reading is not None and reading[0] is replica:
-            return reading[1]
-        done = anyio.Event()
-        self._reading[replica.id] = (replica, done)
-        assert self._tasks is not None
-        self._tasks.start_soon(self._running_on, replica, done)
-        return done
-
-    async def _running_on(self, replica: Replica, done: anyio.Event) -> None:
-        """Read which adapters the engine says have requests, from any router, and report them.
-
-        Bounded like a listing. An engine without the gauge (older vLLM, the Rust frontend) cannot
-        tell, which is an empty report: the machine keeps to its own view, and the replica is not
-        read before requests again until it answers with the gauge. A read that gets no usable
-        answer is the machine's to judge ([read-failed]).
-        """
-        assert self._client is not None
-        try:
-            timeout = self._listing_timeout
-            running = None
-            answered = False
-            why = ""
-            try:
-                with anyio.fail_after(timeout):
-                    request = vllm.metrics_request(replica.api_key)
-                    status, body, cut = await fetch(self._client, replica.url, request, timeout)
-            except TimeoutError:
-                why = f"no answer within {timeout:g} s"
-            except (CutShortError, httpx.HTTPError) as exc:
-                why = str(exc) or type(exc).__name__
-            else:
-                if cut:
-                    why = f"an answer longer than {vllm.MAX_METRICS_BYTES} bytes"
-                elif status >= 500:
-                    why = f"HTTP {status}"
-                else:
-                    answered = True
-                    running = vllm.running_adapters(body) if status == 200 else None
-            if running is not None:
-                self._gauge_reads["read"] += 1
-            elif answered:
-                self._gauge_reads["absent"] += 1
-            else:
-                self._gauge_reads["failed"] += 1
-                log.warning("could not read which adapters run on %s: %s", replica.id, why)
-            rid = replica.id
-            if not self._open or self._replicas.get(rid) is not replica:
-                return
-            if not answered:
-                self._send(RunningReadFailed(replica=rid, message=why))
-            elif running is not None:
-                self._gauged.add(rid)
-                self._send(RunningReported(replica=rid, adapters=tuple(sorted(running))))
-            else:  # no gauge: the engine cannot tell, which is an empty report
-                self._gauged.discard(rid)
-                self._send(RunningReported(replica=rid, adapters=()))
-        finally:
-            if self._reading.get(replica.id, (None, None))[1] is done:
-                del self._reading[replica.id]
-            done.set()
 
     def _report(
-        self, replica: Replica, command: IssueLoad | IssueUnload | ReadListing, event: Event, seconds: float
+        self,
+        replica: Replica,
+        command: IssueLoad | IssueUnload | ReadListing | ReadEngine,
+        event: Event,
+        seconds: float,
     ) -> None:
-        """Log one answer, and time a load; the machine counts the rest itself."""
+        """Log one answer, time a load and count a read; the machine counts the rest itself."""
         if isinstance(event, LoadFinished):
             assert isinstance(command, IssueLoad)
             if event.outcome.succeeded:
@@ -970,6 +876,11 @@ class Fleet:
                 log.info("evicted adapter %r from %s", command.adapter, replica.id)
         elif isinstance(event, ListingFailed):
             log.warning("could not read the adapters of %s: %s", replica.id, event.message)
+        elif isinstance(event, ReadingReceived):
+            self._gauge_reads["read" if event.adapters is not None else "absent"] += 1
+        elif isinstance(event, ReadingFailed):
+            self._gauge_reads["failed"] += 1
+            log.warning("could not read which adapters run on %s: %s", replica.id, event.message)
         else:
             assert isinstance(event, ListingReceived)
 

@@ -118,22 +118,18 @@ def parser() -> argparse.ArgumentParser:
         "--listing-interval", type=positive, default=30.0, help="seconds between listings (default 30)"
     )
     p.add_argument(
+        "--read-engine",
         "--read-running",
-        action=argparse.BooleanOptionalAction,
-        default=False,
-        help=(
-            "after each listing, each router also reads which adapters have requests on the replica, "
-            "from any router, as Fleet(read_running=True) does (default: off, listings only)"
-        ),
-    )
-    p.add_argument(
         "--read-before-evicting",
+        dest="read_engine",
         action=argparse.BooleanOptionalAction,
         default=False,
         help=(
-            "each router also reads which adapters have requests on a replica before a cold request "
-            "there with no free slot, and when a release leaves a queue at its cap waiting on an adapter "
-            "the last reading named, as Fleet(read_running=True) does (default: off)"
+            "each router's machine reads which adapters run on an engine, from any router, when it "
+            "wants to ([read]: after each listing, before a cold request with no free slot, and when a "
+            "release leaves a queue at the cap waiting on an adapter the last reading named), as "
+            "Fleet(read_running=True) does (default: off, listings only; --read-running and "
+            "--read-before-evicting are older names for it)"
         ),
     )
     p.add_argument(
@@ -271,8 +267,7 @@ def _fleet(args: argparse.Namespace, limit: int) -> Fleet:
         headroom=args.headroom,
         overflow=args.overflow,
         half_life=args.half_life,
-        read_running=args.read_running,
-        read_before_evicting=args.read_before_evicting,
+        read_engine=args.read_engine,
         read_latency=args.read_latency,
         read_failures=args.read_failures,
         failed_read_drops=args.failed_read_drops,
@@ -416,9 +411,7 @@ def router_counts(least: int) -> Callable[[str], list[int]]:
 
 def _reads(args: argparse.Namespace, who: str) -> str:
     """How the routers read which adapters run, as a clause of the fleet's line (nothing: no reads)."""
-    clause = f", {who} reading which adapters run after each listing" if args.read_running else ""
-    if args.read_before_evicting:
-        clause += ", and before each cold request that would evict"
+    clause = f", {who} reading which adapters run when the machine asks ([read])" if args.read_engine else ""
     if args.read_latency:
         clause += f", readings reported {1000 * args.read_latency:g} ms after their sample"
     if args.read_failures:

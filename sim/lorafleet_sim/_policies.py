@@ -13,9 +13,7 @@ from collections.abc import Sequence
 
 import attrs
 
-from lorafleet import Placed
-
-from ._state import MODEL, Policy, RouterView
+from ._state import Policy, RouterView
 
 
 def _least(candidates: Sequence[int], outstanding: list[int], rng: random.Random) -> int:
@@ -84,20 +82,11 @@ class _HoldersFirst:
 
 
 @attrs.define
-class _Lorafleet:
-    """The machine's own [place]: the router asks, and sends the request where it answers."""
-
-    router: RouterView
-    placed: Placed | None = None
-    """What the last placement found on its replica (a router reads the gauge before a full one)."""
+class _Placed:
+    """The machine's own [place]: the router sends ``Routed``, and the machine chooses; never asked."""
 
     def choose(self, adapter: str, candidates: Sequence[int], tried: frozenset[int]) -> int | None:
-        router = self.router
-        exclude = {router.ids[i] for i in tried}
-        placement = router.machine.place(adapter, model=MODEL, exclude=exclude)
-        self.placed = placement.placed
-        # None: every replica not tried is avoided after a failure ([health]); try again later.
-        return None if placement.replica is None else router.index[placement.replica]
+        raise AssertionError("a policy that routes is never asked to choose")
 
 
 BASELINES: dict[str, Policy] = {
@@ -122,8 +111,8 @@ BASELINES: dict[str, Policy] = {
 }
 
 
-def _lorafleet(router: RouterView, rng: random.Random, concurrency: int) -> _Lorafleet:
-    return _Lorafleet(router)
+def _lorafleet(router: RouterView, rng: random.Random, concurrency: int) -> _Placed:
+    return _Placed()
 
 
 POLICIES: dict[str, Policy] = {
@@ -131,7 +120,8 @@ POLICIES: dict[str, Policy] = {
     "lorafleet": Policy(
         "lorafleet",
         _lorafleet,
-        description="the machine's [place] and [evict] (AdapterStateMachine.place)",
+        description="the machine's [route]: its [place] and [evict] (Routed)",
+        routes=True,
     ),
 }
 """Every policy the simulator compares by default, by name, in the order it prints them."""
@@ -153,18 +143,21 @@ VARIANTS: dict[str, Policy] = {
             _lorafleet,
             settings=LRU,
             description="lorafleet with victims valued by idle age alone (half_life=1)",
+            routes=True,
         ),
         Policy(
             "lorafleet-no-overflow",
             _lorafleet,
             settings={"overflow": 0},
             description="lorafleet that never prefers a replica whose adapters are all in use (overflow=0)",
+            routes=True,
         ),
         Policy(
             "lorafleet-no-spill",
             _lorafleet,
             settings={"concurrency": None},
             description="lorafleet that never spills past a busy holder (concurrency=None)",
+            routes=True,
         ),
     )
 }

@@ -2,9 +2,10 @@
 
 Virtual time only. Each router runs its own machine (the fleet's settings, with the policy's over
 them), fed ``TimeAdvanced`` with the virtual clock, ``hit`` on the warm path and ``handle`` for
-everything else. The policy picks each request's replica (lorafleet's asks the machine's ``place``);
-the limit, the eviction and the cap are the machine's alone. The simulator plays the shell (it carries
-out every command at once, as a shell would) and the engines:
+everything else. A baseline policy picks each request's replica and sends ``Requested``; lorafleet's
+sends ``Routed`` and the machine places it (``Assign``); the limit, the eviction, the cap and when to
+read an engine are the machine's alone. The simulator plays the shell (it carries out every command
+as a shell would, and decides nothing) and the engines:
 
 - a replica runs at most ``concurrency`` requests at once, first come first served beyond that; a
   request reaches it once its lease is granted, and keeps its lease until its service ends;
@@ -15,15 +16,9 @@ out every command at once, as a shell would) and the engines:
   engine does not hold is answered "no such model" (404), which the router reports as
   ``AdapterMissing`` before it releases the request and routes it again, elsewhere if it can;
 - the engine knows which adapters have requests running or waiting in its queue, from every router
-  (vLLM's ``vllm:lora_requests_info``); with ``read_running``, each router reads that set right
-  after each of its listings of the replica and reports it as ``RunningReported``; with
-  ``read_before_evicting`` it also reads it when ``Fleet(read_running=True)`` does: before a cold
-  request on a replica with no free slot (placed ``evict``, ``over`` or ``wait`` by lorafleet's
-  ``place``, which is asked again after the report; for the other policies, the machine's ``view``
-  shows no holder and no room), and when a release leaves requests queued at the replica's cap and
-  the last report named the released adapter, no longer in use by the router. A read samples the
-  engine when it is sent and its report arrives ``read_latency`` seconds later (0: at once, like a
-  listing); one read at a time per router and replica, which the requests needing it wait for;
+  (vLLM's ``vllm:lora_requests_info``), and how many requests it runs and queues; a ``ReadEngine``
+  (the machine asks for one with ``read_engine``) samples them when it is sent, and its answer
+  arrives ``read_latency`` seconds later (0: at once, like a listing), or fails (``read_failures``);
 - a restart empties the engine; loads in flight there fail (a replica fault: the waiters are routed
   again).
 
@@ -48,6 +43,7 @@ import lorafleet
 from lorafleet import (
     AdapterMissing,
     AdapterStateMachine,
+    Assign,
     Fail,
     Grant,
     How,
@@ -56,13 +52,14 @@ from lorafleet import (
     ListingReceived,
     LoadFinished,
     LoadOutcome,
-    Placed,
+    ReadEngine,
+    ReadingFailed,
+    ReadingReceived,
     ReadListing,
     Released,
     ReplicaAdded,
     Requested,
-    RunningReadFailed,
-    RunningReported,
+    Routed,
     TimeAdvanced,
     UnloadFinished,
     UnloadOutcome,
@@ -77,12 +74,6 @@ RELOAD_WINDOW = 10.0
 
 _LOAD_DONE, _SERVICE_DONE, _TICK, _RESTART, _RETRY, _READ_DONE = range(6)
 
-_FULL = frozenset({Placed.EVICT, Placed.OVER, Placed.WAIT})
-"""Placements where a cold load finds no free slot: it would evict, go over the limit, or wait."""
-
-_Then = tuple[int, int, frozenset[int], frozenset[int], int | None]
-"""A request to route once a read has been reported: request, router, tried, read, replica chosen."""
-
 
 @attrs.frozen
 class Fleet:
@@ -95,18 +86,13 @@ class Fleet:
         load_time: seconds a load takes.
         routers: how many routers, each with its own machine.
         listing_interval: seconds between two readings of a replica's listing.
-        headroom, overflow, half_life: the machine's settings of those names ([cap], [place],
-            [evict]); its ``concurrency`` is the replicas'.
-        read_running: after each listing of a replica, each router also reads which adapters have
-            requests on it, from any router, and reports them ([elsewhere]); False: listings only.
-        read_before_evicting: the router also reads a replica's running adapters before a cold
-            request there with no free slot, and when a release leaves a queue at its cap waiting
-            on an adapter the last report named: the reads ``Fleet(read_running=True)`` makes.
-        read_latency: seconds from a read's sample to its report reaching the router.
-        read_failures: the fraction of reads that get no answer, drawn from the seed. The router
-            reports such a read as ``RunningReadFailed`` ([read-failed]), as ``Fleet`` does.
-        failed_read_drops: every failed read reports that nothing runs instead, as the Fleet did
-            before [read-failed] (for comparison).
+        headroom, overflow, half_life, read_engine: the machine's settings of those names ([cap],
+            [place], [evict], [read]); its ``concurrency`` is the replicas'.
+        read_latency: seconds from a read's sample to its answer reaching the router.
+        read_failures: the fraction of reads that get no answer, drawn from the seed, answered
+            ``ReadingFailed`` ([read-failed]), as ``Fleet`` does.
+        failed_read_drops: every failed read is answered as a reading that names nothing instead,
+            as the Fleet did before [read-failed] (for comparison).
         settings: any other machine settings, by name, passed to every router's machine.
     """
 
@@ -119,8 +105,7 @@ class Fleet:
     headroom: int | None = None
     overflow: int = lorafleet.DEFAULT_OVERFLOW
     half_life: int = lorafleet.DEFAULT_HALF_LIFE
-    read_running: bool = False
-    read_before_evicting: bool = False
+    read_engine: bool = False
     read_latency: float = 0.0
     read_failures: float = 0.0
     failed_read_drops: bool = False
@@ -134,6 +119,7 @@ class Fleet:
             "headroom": self.headroom,
             "overflow": self.overflow,
             "half_life": self.half_life,
+            "read_engine": self.read_engine,
         }
         settings.update(self.settings)
         settings.update(policy.settings)
@@ -178,7 +164,7 @@ class Figures:
     unloads_under_own: int = 0
     """Unloads of an adapter the unloading router itself had requests running or waiting on there."""
     reads: int = 0
-    """Readings of a replica's running adapters (``read_running`` and ``read_before_evicting``)."""
+    """Reads of an engine the machines asked for ([read])."""
     failed_reads: int = 0
     """Of those, the ones that got no answer (``read_failures``)."""
 
@@ -237,6 +223,7 @@ class _Attempt:
     request: int
     router: int
     replica: int
+    """-1 for a routed request the machine has not assigned yet."""
     ticket: int
     tried: frozenset[int]
 
@@ -249,10 +236,6 @@ class _Router:
     attempts: dict[int, _Attempt] = attrs.field(factory=dict)
     loads: dict[int, tuple[int, str]] = attrs.field(factory=dict)
     ticket: int = 0
-    gauged: set[int] = attrs.field(factory=set)
-    """Replicas whose engine has answered the router's read: they are read before evicting."""
-    reading: dict[int, list[_Then]] = attrs.field(factory=dict)
-    """Replica index to the requests waiting for the router's read of it in flight."""
 
 
 class Simulation:
@@ -364,52 +347,34 @@ class Simulation:
 
     # -- requests ------------------------------------------------------------------------------
 
-    def _route(
-        self,
-        request: int,
-        r: int,
-        tried: frozenset[int],
-        read: frozenset[int] = frozenset(),
-        chosen: int | None = None,
-    ) -> None:
-        """Send a request to a replica; ``read``: replicas read for it, ``chosen``: its replica, kept."""
+    def _route(self, request: int, r: int, tried: frozenset[int]) -> None:
+        """Send a request: to the replica its policy chooses, or (lorafleet's) as the machine places it."""
         router = self.routers[r]
         view = router.view
         adapter = self.workload.adapters[request]
-        chooser = router.chooser
-        if chosen is None:
-            candidates = [i for i in self.everyone if i not in tried] if tried else self.everyone
-            index = chooser.choose(adapter, candidates, tried)
-            if index is None:
-                # Every replica it may try is avoided after a failure: try again after a load's time.
-                self.deferred += 1
-                self._push(self.now + max(self.fleet.load_time, 0.001), _RETRY, (request, r, frozenset()))
-                return
-        else:
-            index = chosen
-        if self.fleet.read_before_evicting and index not in read and index in router.gauged:
-            placed: Placed | None = getattr(chooser, "placed", None)
-            if placed is not None and chosen is None:
-                full = placed in _FULL
-            else:
-                rid = view.ids[index]
-                seen = view.machine.view((rid,), adapter)
-                full = rid not in seen.holders and rid not in seen.with_room
-            if full:
-                # A placer (lorafleet) places again after the report; the others keep their replica.
-                again = None if placed is not None else index
-                self._read(router, self.engines[index], (request, r, tried, read | {index}, again))
-                return
-        view.outstanding[index] += 1
+        m = view.machine
         router.ticket += 1
         ticket = router.ticket
-        attempt = _Attempt(request, r, index, ticket, tried)
+        if self.policy.routes:
+            attempt = _Attempt(request, r, -1, ticket, tried)
+            router.attempts[ticket] = attempt
+            exclude = tuple(view.ids[i] for i in sorted(tried))
+            self._commands(
+                router,
+                m.handle(Routed(ticket=ticket, adapter=adapter, path=adapter, model=MODEL, exclude=exclude)),
+            )
+            return
+        candidates = [i for i in self.everyone if i not in tried] if tried else self.everyone
+        index = router.chooser.choose(adapter, candidates, tried)
+        if index is None:
+            # Every replica it may try is avoided after a failure: try again after a load's time.
+            self.deferred += 1
+            self._push(self.now + max(self.fleet.load_time, 0.001), _RETRY, (request, r, frozenset()))
+            return
+        attempt = _Attempt(request, r, -1, ticket, tried)
         router.attempts[ticket] = attempt
+        position = self._assign(router, attempt, index)
         engine = self.engines[index]
-        position = len(engine.sequence)
-        engine.sequence.append(adapter)
-        engine.capacities.append(0)
-        m = view.machine
         if m.hit(ticket, replica=engine.id, adapter=adapter):
             self.hits += 1
             self._forward(attempt)
@@ -417,7 +382,19 @@ class Simulation:
             self._commands(
                 router, m.handle(Requested(ticket=ticket, replica=engine.id, adapter=adapter, path=adapter))
             )
-        # What the replica held once this request was admitted: the capacity the policy had there.
+        self._capacity(engine, position)
+
+    def _assign(self, router: _Router, attempt: _Attempt, index: int) -> int:
+        """The request goes to replica ``index``: count it there; its place in the replica's sequence."""
+        attempt.replica = index
+        router.view.outstanding[index] += 1
+        engine = self.engines[index]
+        engine.sequence.append(self.workload.adapters[attempt.request])
+        engine.capacities.append(0)
+        return len(engine.sequence) - 1
+
+    def _capacity(self, engine: _Engine, position: int) -> None:
+        """What the replica held once the request was admitted: the capacity the policy had there."""
         engine.capacities[position] = max(self.fleet.limit, len(engine.registered) + len(engine.loading))
 
     def _forward(self, attempt: _Attempt) -> None:
@@ -458,19 +435,6 @@ class Simulation:
         del router.attempts[attempt.ticket]
         router.view.outstanding[attempt.replica] -= 1
         self._commands(router, router.view.machine.handle(Released(ticket=attempt.ticket)))
-        self._released(router, attempt)
-
-    def _released(self, router: _Router, attempt: _Attempt) -> None:
-        """After a release: read the replica if its cap's queue waits on an adapter the report named."""
-        if not self.fleet.read_before_evicting:
-            return
-        adapter = self.workload.adapters[attempt.request]
-        if adapter not in router.view.machine.reported(self.engines[attempt.replica].id):
-            return
-        engine = self.engines[attempt.replica]
-        stats = router.view.machine.replica_statistics(engine.id)
-        if stats is not None and stats.queued and not stats.held.get(adapter):
-            self._read(router, engine, None)
 
     def _not_found(self, attempt: _Attempt, adapter: str) -> None:
         """The engine answered "no such model": report it, release, and route the request again."""
@@ -484,14 +448,21 @@ class Simulation:
             router, m.handle(AdapterMissing(replica=replica, adapter=adapter, ticket=attempt.ticket))
         )
         self._commands(router, m.handle(Released(ticket=attempt.ticket)))
-        self._released(router, attempt)
         self._retry(attempt)
 
     def _retry(self, attempt: _Attempt) -> None:
         """Route a request again, to a replica it has not tried yet if there is one.
 
-        When it has tried them all, it tries again after a load's time.
+        When it has tried them all (or none would take it), it tries again after a load's time.
         """
+        if attempt.replica < 0:
+            self.deferred += 1
+            self._push(
+                self.now + max(self.fleet.load_time, 0.001),
+                _RETRY,
+                (attempt.request, attempt.router, frozenset()),
+            )
+            return
         tried = attempt.tried | {attempt.replica}
         if len(tried) < self.fleet.replicas:
             self._push(self.now, _RETRY, (attempt.request, attempt.router, tried))
@@ -503,7 +474,19 @@ class Simulation:
     # -- commands ------------------------------------------------------------------------------
 
     def _commands(self, router: _Router, commands: list[lorafleet.Command]) -> None:
-        """Carry out the machine's commands, as a shell would, feeding back each answer."""
+        """Carry out the machine's commands, as a shell would, feeding back each answer.
+
+        The engines answer some calls at once, so an answer's commands are carried out before the
+        rest of the list: each ``Assign`` of the list is noted first, as a shell notes it before any
+        answer can come, so that a grant among those nested commands finds its replica.
+        """
+        assigned: list[tuple[_Engine, int]] = []
+        for command in commands:
+            if type(command) is Assign:
+                assert isinstance(command, Assign)
+                attempt = router.attempts[command.ticket]
+                index = router.view.index[command.replica]
+                assigned.append((self.engines[index], self._assign(router, attempt, index)))
         for command in commands:
             kind = type(command)
             if kind is Grant:
@@ -525,62 +508,52 @@ class Simulation:
                     router,
                     router.view.machine.handle(ListingReceived(listing=command.listing, adapters=listed)),
                 )
-                if self.fleet.read_running:
-                    self._read(router, engine, None)
+            elif kind is ReadEngine:
+                assert isinstance(command, ReadEngine)
+                self._read(router, self.engine_by_id[command.replica], command.read)
             elif kind is Fail:
                 assert isinstance(command, Fail)
                 attempt = router.attempts.pop(command.ticket)
-                router.view.outstanding[attempt.replica] -= 1
-                self.failed += 1
+                if attempt.replica >= 0:
+                    router.view.outstanding[attempt.replica] -= 1
+                    self.failed += 1
                 self._retry(attempt)
             # MarkMet asks nothing of a shell that never waits for a replica to be met.
+        for engine, position in assigned:
+            self._capacity(engine, position)
 
-    def _read(self, router: _Router, engine: _Engine, then: _Then | None) -> None:
-        """The router reads which adapters have requests on ``engine``, then routes ``then``.
-
-        A read in flight is joined; a new one samples the engine now (or fails, ``read_failures``)
-        and is reported after ``read_latency`` (at once when it is 0).
-        """
-        waiting = router.reading.get(engine.index)
-        if waiting is not None:
-            if then is not None:
-                waiting.append(then)
-            return
+    def _read(self, router: _Router, engine: _Engine, read: int) -> None:
+        """Read ``engine`` for the machine: a sample now (or a failure, ``read_failures``), answered
+        ``read_latency`` seconds later (at once when it is 0)."""
         self.reads += 1
-        running: tuple[str, ...] | None = tuple(sorted(engine.requests))
+        sample: tuple[tuple[str, ...], int, int] | None = (
+            tuple(sorted(engine.requests)),
+            engine.running,
+            len(engine.queue),
+        )
         if self._read_fails():
             self.failed_reads += 1
-            running = None
+            sample = None
         latency = self.fleet.read_latency
         if latency > 0:
-            router.reading[engine.index] = [] if then is None else [then]
-            self._push(self.now + latency, _READ_DONE, (router, engine, running))
-            return
-        self._report(router, engine, running)
-        if then is not None:
-            self._route(*then)
+            self._push(self.now + latency, _READ_DONE, (router, read, sample))
+        else:
+            self._read_done(router, read, sample)
 
     def _read_fails(self) -> bool:
         """Whether the read being sent gets no answer (``read_failures``)."""
         return bool(self.fleet.read_failures) and self.read_rng.random() < self.fleet.read_failures
 
-    def _read_done(self, router: _Router, engine: _Engine, running: tuple[str, ...] | None) -> None:
-        waiting = router.reading.pop(engine.index)
-        self._report(router, engine, running)
-        for then in waiting:
-            self._route(*then)
-
-    def _report(self, router: _Router, engine: _Engine, running: tuple[str, ...] | None) -> None:
+    def _read_done(self, router: _Router, read: int, sample: tuple[tuple[str, ...], int, int] | None) -> None:
         machine = router.view.machine
-        if running is None:
-            if not self.fleet.failed_read_drops:
-                self._commands(router, machine.handle(RunningReadFailed(replica=engine.id)))
-                return
-            if not machine.reported(engine.id):
-                return
-            running = ()
-        router.gauged.add(engine.index)
-        self._commands(router, machine.handle(RunningReported(replica=engine.id, adapters=running)))
+        if sample is None and not self.fleet.failed_read_drops:
+            self._commands(router, machine.handle(ReadingFailed(read=read, message="no answer")))
+            return
+        names, running, waiting = sample or ((), None, None)
+        self._commands(
+            router,
+            machine.handle(ReadingReceived(read=read, adapters=names, running=running, waiting=waiting)),
+        )
 
     def _issue_load(self, router: _Router, command: IssueLoad) -> None:
         engine = self.engine_by_id[command.replica]

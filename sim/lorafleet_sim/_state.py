@@ -58,3 +58,5 @@ class Policy:
     """Given the router, its seeded generator and the replicas' concurrency, a chooser for it."""
     settings: Mapping[str, Any] = attrs.field(factory=dict)
     description: str = ""
+    routes: bool = False
+    """The machine places each request (``Routed``), and ``make``'s chooser is never asked."""

@@ -33,6 +33,7 @@ export class Machine {
   constructor(settings = {}) {
     const { listing_interval = 30, backoff = 5, max_backoff = 300, refusal = 900 } = settings;
     const { headroom = null, concurrency = null, overflow = 2n, half_life = 4000n, routers = 1n } = settings;
+    const { read_engine = false } = settings;
     const seconds = { listing_interval, backoff, max_backoff, refusal };
     for (const [name, value] of Object.entries(seconds)) {
       if (!isNumber(value) || Number(value) <= 0) throw invalid(name, value);
@@ -44,6 +45,8 @@ export class Machine {
     if (!isInteger(overflow) || overflow < 0n) throw invalid("overflow", overflow);
     if (!isInteger(half_life) || half_life < 1n) throw invalid("half_life", half_life);
     if (!isInteger(routers) || routers < 1n) throw invalid("routers", routers);
+    if (typeof read_engine !== "boolean") throw invalid("read_engine", read_engine);
+    this.readEngine = read_engine;
     this.routers = Number(routers);
     // [place]: a holder with `busy` in flight is busy; no cold load where `spread` are in flight.
     this.busy = concurrency === null ? null : Number(concurrency) + 1;
@@ -86,7 +89,7 @@ export class Machine {
       listing_received: this.listingReceived, listing_failed: this.listingFailed,
       adapter_missing: this.adapterMissing, replica_failed: this.replicaFailed,
       adapter_pinned: this.adapterPinned, adapter_unpinned: this.adapterUnpinned,
-      running_reported: this.runningReported, running_read_failed: this.runningReadFailed,
+      routed: this.routed, reading_received: this.readingReceived, reading_failed: this.readingFailed,
     }[event.type];
     if (!on) throw new Error(`unknown event type ${event.type}`);
     return on.call(this, event);
@@ -117,7 +120,7 @@ export class Machine {
       }
       this.refused.delete(adapter);
     }
-    return this.admit(ticket, rep, adapter, path);
+    return this.admit(ticket, rep, adapter, path, true);
   }
 
   // The [hit] shortcut: true when granted at once, false (having changed nothing) otherwise.
@@ -131,7 +134,9 @@ export class Machine {
     return true;
   }
 
-  admit(ticket, rep, adapter, path) {
+  // Admitted `first` (a requested request's first admission) it may wait for a reading ([read]);
+  // afresh (after a read, an unload, from the queue), from the top, it never does.
+  admit(ticket, rep, adapter, path, first = false) {
     const held = rep.held.get(adapter);
     if (held) { // [hit]
       this.take(ticket, held);
@@ -149,6 +154,7 @@ export class Machine {
       this.waiting.set(ticket, unload);
       return [];
     }
+    if (first && this.needsReading(rep)) return this.awaitReading(rep, { ticket, adapter, path, route: null });
     return this.cold(ticket, rep, adapter, path);
   }
 
@@ -368,7 +374,12 @@ export class Machine {
       this.forgetIfDone(rep);
       return [];
     }
-    if (!this.idleable(rep, held.adapter)) return []; // [pin], [elsewhere]: never idle
+    if (this.pins.has(held.adapter)) return []; // [pin]: never idle
+    if (rep.elsewhere.has(held.adapter)) { // [elsewhere]: never idle until the next reading
+      // [read]: with requests waiting at the cap, read again for the room this request leaves.
+      if (this.readEngine && rep.queue.waiters.length > 0 && !rep.read) return [this.startRead(rep)];
+      return [];
+    }
     rep.idle.set(held.adapter, this.tick()); // the end of idle: most recently used
     return this.admitQueue(rep);
   }
@@ -382,6 +393,12 @@ export class Machine {
       return [];
     }
     this.waiting.delete(ticket);
+    if (waited.kind === "read") { // the read goes on; a routed request waiting here is counted nowhere
+      const entry = waited.waiters.find((w) => w.ticket === ticket);
+      waited.waiters = waited.waiters.filter((w) => w !== entry);
+      if (entry.route === null) waited.replica.inFlight -= 1;
+      return [];
+    }
     waited.replica.inFlight -= 1;
     if (waited.kind === "load") {
       waited.waiters = waited.waiters.filter((t) => t !== ticket);
@@ -494,7 +511,9 @@ export class Machine {
     rep.base = rep.held.size + rep.loading.size; // [share]: the free slots it leaves, shared afresh
     rep.unseen = 0;
     rep.listedSinceReport = true; // [read-failed]
-    return [...commands, ...this.admitQueue(rep), ...this.ensurePins()];
+    commands.push(...this.admitQueue(rep), ...this.ensurePins());
+    if (this.readEngine && !rep.read) commands.push(this.startRead(rep)); // [read], step 6
+    return commands;
   }
 
   listingFailed({ listing: number, message }) {
@@ -554,6 +573,7 @@ export class Machine {
         id: replica, held: new Map(), idle: new Map(), loading: new Map(), unloading: new Map(),
         listing: null, droppedWhileListing: new Set(), outstanding: 0, inFlight: 0, served: 0,
         failures: 0, avoidUntil: 0, elsewhere: new Set(), listedSinceReport: false, base: 0, unseen: 0,
+        read: null, gauged: false,
       };
       rep.queue = { kind: "queue", replica: rep, waiters: [] };
       this.replicas.set(replica, rep);
@@ -570,12 +590,25 @@ export class Machine {
     if (!Array.isArray(ids)) throw invalid("replicas", ids);
     for (const id of ids) if (!isName(id)) throw invalid("replicas", id);
     const failed = [];
+    const placeAgain = [];
     for (const id of ids) {
       const rep = this.replicas.get(id);
       if (!rep || rep.removed) continue;
       rep.removed = true;
       rep.elsewhere = new Set(); // [elsewhere]: about the engine before the removal
       rep.listedSinceReport = false;
+      rep.gauged = false;
+      if (rep.read) { // abandoned: requested waiters fail with the others, routed ones are placed again
+        for (const waiter of rep.read.waiters) {
+          if (waiter.route === null) failed.push(waiter.ticket);
+          else {
+            this.waiting.delete(waiter.ticket);
+            placeAgain.push(waiter.route);
+          }
+        }
+        rep.read.waiters = [];
+        rep.read = null;
+      }
       // Every adapter no request runs on is dropped (idle ones, and pinned ones): only running ones are kept.
       for (const name of [...rep.held.keys()].sort(byName)) {
         if (rep.held.get(name).inUse === 0) this.drop(rep, name);
@@ -601,6 +634,9 @@ export class Machine {
       this.waiting.delete(ticket);
       return this.fail(ticket, waited.replica, "replica", REPLICA_REMOVED);
     });
+    for (const route of placeAgain.sort((a, b) => byTicket(a.ticket, b.ticket))) {
+      commands.push(...this.placeRoute(route));
+    }
     return [...commands, ...this.ensurePins()];
   }
 
@@ -658,26 +694,127 @@ export class Machine {
 
   // -- §3.13 Several routers ---------------------------------------------------------------------
 
-  // [elsewhere]: the engine's set replaces the last; named adapters leave idle, unnamed ones held
-  // with no request of ours on them come back to its end, in name order.
-  runningReported({ replica, adapters }) {
-    if (!isName(replica)) throw invalid("replica", replica);
-    if (!Array.isArray(adapters)) throw invalid("adapters", adapters);
-    for (const name of adapters) if (!isName(name)) throw invalid("adapters", name);
-    const rep = this.inUse(replica);
-    if (!rep) return [];
-    return this.report(rep, adapters);
+  // -- §3.15 Reading engines, and requests the machine places ------------------------------------
+
+  // [read]: a cold load there waits for a reading: no free slot, and an engine that can tell (or is
+  // being read for the first time).
+  needsReading(rep) {
+    if (!this.readEngine || !(rep.gauged || rep.read)) return false;
+    return rep.held.size + rep.loading.size >= this.line(rep);
   }
 
-  // [read-failed]: after a listing received since the last report, a failed read is an empty report.
-  runningReadFailed({ replica, message }) {
-    if (!isName(replica)) throw invalid("replica", replica);
+  startRead(rep) {
+    const read = { kind: "read", replica: rep, op: this.newOp(), waiters: [] };
+    rep.read = read;
+    rep.outstanding += 1;
+    this.ops.set(read.op, read);
+    return { type: "read_engine", read: read.op, replica: rep.id };
+  }
+
+  awaitReading(rep, waiter) {
+    const commands = rep.read ? [] : [this.startRead(rep)];
+    rep.read.waiters.push(waiter);
+    this.waiting.set(waiter.ticket, rep.read);
+    return commands;
+  }
+
+  readOp(number) {
+    const read = isInteger(number) ? this.ops.get(number) : undefined;
+    if (!read || read.kind !== "read") {
+      throw new UsageError("UnknownOperationError", `read ${number} is not awaiting its answer`);
+    }
+    return read;
+  }
+
+  // Counts the read as answered; false when the answer is to be ignored (abandoned).
+  finishRead(read) {
+    this.ops.delete(read.op);
+    const rep = read.replica;
+    if (this.answered(rep) || rep.read !== read) return false;
+    rep.read = null;
+    return true;
+  }
+
+  // [elsewhere]: the engine's set replaces the last reading; then the read's waiters go on.
+  readingReceived({ read: number, adapters, running = null, waiting = null }) {
+    const read = this.readOp(number);
+    if (adapters !== null) {
+      if (!Array.isArray(adapters)) throw invalid("adapters", adapters);
+      for (const name of adapters) if (!isName(name)) throw invalid("adapters", name);
+    }
+    for (const [field, value] of [["running", running], ["waiting", waiting]]) {
+      if (value !== null && (!isInteger(value) || value < 0n)) throw invalid(field, value);
+    }
+    if (!this.finishRead(read)) return [];
+    const rep = read.replica;
+    rep.gauged = adapters !== null;
+    return [...this.report(rep, adapters ?? []), ...this.unpark(read)];
+  }
+
+  // [read-failed]: after a listing received since the last reading, a failed read is an empty one.
+  readingFailed({ read: number, message }) {
+    const read = this.readOp(number);
     if (typeof message !== "string") throw invalid("message", message);
-    const rep = this.inUse(replica);
-    if (!rep || !rep.listedSinceReport) return [];
-    return this.report(rep, []);
+    if (!this.finishRead(read)) return [];
+    const rep = read.replica;
+    const commands = rep.listedSinceReport ? this.report(rep, []) : [];
+    return [...commands, ...this.unpark(read)];
   }
 
+  // The read's waiters, in order: requested ones admitted afresh, routed ones placed again.
+  unpark(read) {
+    const commands = [];
+    for (const { ticket, adapter, path, route } of read.waiters) {
+      this.waiting.delete(ticket);
+      if (route === null) commands.push(...this.admit(ticket, read.replica, adapter, path));
+      else commands.push(...this.placeRoute(route));
+    }
+    return commands;
+  }
+
+  // [route]
+  routed({ ticket, adapter, path, model = null, exclude = [] }) {
+    if (!isInteger(ticket) || ticket <= this.highest) {
+      throw new UsageError("TicketOrderError", `ticket ${ticket} is not an integer above ${this.highest}`);
+    }
+    if (!isName(adapter)) throw invalid("adapter", adapter);
+    if (!isName(path)) throw invalid("path", path);
+    if (model !== null && !isName(model)) throw invalid("model", model);
+    if (!Array.isArray(exclude)) throw invalid("exclude", exclude);
+    for (const id of exclude) if (!isName(id)) throw invalid("exclude", id);
+    this.highest = ticket;
+    return this.placeRoute({ ticket, adapter, path, model, exclude, read: new Set() });
+  }
+
+  placeRoute(route) {
+    const { ticket, adapter, path, model, exclude } = route;
+    const { replica, placed } = this.place(adapter, { model, exclude });
+    if (replica === null) {
+      const of = model === null ? "" : ` of model '${model}'`;
+      this.failures.replica = (this.failures.replica ?? 0) + 1;
+      const message = `no replica${of} to place '${adapter}' on: each is failing, excluded, or not in use`;
+      return [{ type: "fail", ticket, fault: "replica", message }];
+    }
+    const rep = this.replicas.get(replica);
+    const refused = this.refused.get(adapter);
+    if (refused && !rep.held.has(adapter)) {
+      if (refused.until > this.now) { // [refuse]
+        this.failures.adapter = (this.failures.adapter ?? 0) + 1;
+        return [{ type: "fail", ticket, fault: "adapter", message: refused.message }];
+      }
+      this.refused.delete(adapter);
+    }
+    const full = placed === "evict" || placed === "over" || placed === "wait";
+    if (full && !route.read.has(replica) && this.needsReading(rep)) {
+      route.read.add(replica);
+      return this.awaitReading(rep, { ticket, adapter, path, route });
+    }
+    this.count(rep, adapter);
+    return [{ type: "assign", ticket, replica, placed }, ...this.admit(ticket, rep, adapter, path)];
+  }
+
+  // The reading replaces the last one: named adapters leave idle; ones no longer named, held with no
+  // request of ours on them, come back to its end, in name order, and the queue may get the room.
   report(rep, adapters) {
     rep.listedSinceReport = false;
     const before = rep.elsewhere;

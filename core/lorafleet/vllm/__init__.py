@@ -10,15 +10,17 @@ what each release line says is in ``_wording``.
     event = vllm.failure_event(command, "no answer within 5 s")   # timed out, refused, dropped
     vllm.adapter_missing(status, body, "sql")              # a forwarded request's "does not exist"
     running = vllm.running_adapters(body)                  # of vllm.metrics_request(key): who runs there
+    running, waiting = vllm.engine_queue(body)             # the engine's batch and queue
 """
 
 from ._answers import adapter_missing as adapter_missing
 from ._answers import answer_event as answer_event
 from ._answers import failure_event as failure_event
-from ._metrics import MAX_METRICS_BYTES as MAX_METRICS_BYTES
-from ._metrics import METRICS_PATH as METRICS_PATH
+from ._metrics import engine_queue as engine_queue
 from ._metrics import metrics_request as metrics_request
 from ._metrics import running_adapters as running_adapters
 from ._requests import MAX_LISTING_BYTES as MAX_LISTING_BYTES
+from ._requests import MAX_METRICS_BYTES as MAX_METRICS_BYTES
+from ._requests import METRICS_PATH as METRICS_PATH
 from ._requests import HttpRequest as HttpRequest
 from ._requests import http_request as http_request

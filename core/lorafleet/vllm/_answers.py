@@ -12,10 +12,18 @@ from __future__ import annotations
 import json
 from typing import Any, overload
 
-from lorafleet._commands import IssueLoad, IssueUnload, ReadListing
-from lorafleet._events import ListingFailed, ListingReceived, LoadFinished, UnloadFinished
+from lorafleet._commands import IssueLoad, IssueUnload, ReadEngine, ReadListing
+from lorafleet._events import (
+    ListingFailed,
+    ListingReceived,
+    LoadFinished,
+    ReadingFailed,
+    ReadingReceived,
+    UnloadFinished,
+)
 from lorafleet._values import LoadOutcome, UnloadOutcome
 
+from ._metrics import reading_answer
 from ._requests import MAX_LISTING_BYTES
 from ._wording import (
     ADAPTER_AT_FAULT,
@@ -144,11 +152,23 @@ def answer_event(
 ) -> ListingReceived | ListingFailed: ...
 @overload
 def answer_event(
-    command: IssueLoad | IssueUnload | ReadListing, status: int, body: bytes, *, truncated: bool = False
-) -> LoadFinished | UnloadFinished | ListingReceived | ListingFailed: ...
+    command: ReadEngine, status: int, body: bytes, *, truncated: bool = False
+) -> ReadingReceived | ReadingFailed: ...
+@overload
 def answer_event(
-    command: IssueLoad | IssueUnload | ReadListing, status: int, body: bytes, *, truncated: bool = False
-) -> LoadFinished | UnloadFinished | ListingReceived | ListingFailed:
+    command: IssueLoad | IssueUnload | ReadListing | ReadEngine,
+    status: int,
+    body: bytes,
+    *,
+    truncated: bool = False,
+) -> LoadFinished | UnloadFinished | ListingReceived | ListingFailed | ReadingReceived | ReadingFailed: ...
+def answer_event(
+    command: IssueLoad | IssueUnload | ReadListing | ReadEngine,
+    status: int,
+    body: bytes,
+    *,
+    truncated: bool = False,
+) -> LoadFinished | UnloadFinished | ListingReceived | ListingFailed | ReadingReceived | ReadingFailed:
     """The event for the HTTP answer to ``command``'s request.
 
     Args:
@@ -164,6 +184,8 @@ def answer_event(
             return unload_answer(command.unload, status, body)
         case ReadListing():
             return listing_answer(command.listing, status, body, truncated)
+        case ReadEngine():
+            return reading_answer(command.read, status, body, truncated)
 
 
 @overload
@@ -173,12 +195,14 @@ def failure_event(command: IssueUnload, reason: str) -> UnloadFinished: ...
 @overload
 def failure_event(command: ReadListing, reason: str) -> ListingFailed: ...
 @overload
+def failure_event(command: ReadEngine, reason: str) -> ReadingFailed: ...
+@overload
 def failure_event(
-    command: IssueLoad | IssueUnload | ReadListing, reason: str
-) -> LoadFinished | UnloadFinished | ListingFailed: ...
+    command: IssueLoad | IssueUnload | ReadListing | ReadEngine, reason: str
+) -> LoadFinished | UnloadFinished | ListingFailed | ReadingFailed: ...
 def failure_event(
-    command: IssueLoad | IssueUnload | ReadListing, reason: str
-) -> LoadFinished | UnloadFinished | ListingFailed:
+    command: IssueLoad | IssueUnload | ReadListing | ReadEngine, reason: str
+) -> LoadFinished | UnloadFinished | ListingFailed | ReadingFailed:
     """The event for a call that got no whole answer (timed out, refused, cut off): the replica's fault.
 
     Args:
@@ -192,3 +216,5 @@ def failure_event(
             return UnloadFinished(unload=command.unload, outcome=UnloadOutcome.FAILED, message=reason)
         case ReadListing():
             return ListingFailed(listing=command.listing, message=reason)
+        case ReadEngine():
+            return ReadingFailed(read=command.read, message=reason)

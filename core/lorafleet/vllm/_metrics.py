@@ -1,27 +1,90 @@
-"""What the engine says runs: ``vllm:lora_requests_info`` from ``GET /metrics``.
+"""What the engine says runs and waits: ``GET /metrics``, read for ``ReadEngine``.
 
-vLLM keeps one series of this gauge per set of adapters it has ever had requests for, valued at the
-time that set was last current; the newest series is the current set. Its ``running_lora_adapters``
-and ``waiting_lora_adapters`` labels carry the same names in 0.32 (one map fills both), so the two
-are read together: an adapter named in either has requests on the engine, from any router.
+``vllm:lora_requests_info``: vLLM keeps one series of this gauge per set of adapters it has ever had
+requests for, valued at the time that set was last current; the newest series is the current set.
+Its ``running_lora_adapters`` and ``waiting_lora_adapters`` labels carry the same names in 0.32 (one
+map fills both), so the two are read together: an adapter named in either has requests on the
+engine, from any router. vLLM names a request there from its first step (when the engine's first
+output for it reaches the API server) until the API server has processed its last: not while it
+waits for its first step, and not while its answer is still on its way to the client.
+
+``vllm:num_requests_running`` and ``vllm:num_requests_waiting``: the requests in the engine's batch
+and in its queue, from any router, one series per engine (summed).
 """
 
 from __future__ import annotations
 
 import math
 
-from ._requests import HttpRequest
+from lorafleet._commands import ReadEngine
+from lorafleet._events import ReadingFailed, ReadingReceived
 
-METRICS_PATH = "/metrics"
-MAX_METRICS_BYTES = 4 << 20
-"""A ``/metrics`` body larger than this is not read: the gauge is taken as absent."""
+from ._requests import MAX_METRICS_BYTES, HttpRequest, http_request
 
 
 def metrics_request(api_key: str | None = None) -> HttpRequest:
-    """The ``GET /metrics`` whose answer ``running_adapters`` reads (vLLM's key guards /v1 only; it is
-    sent anyway, for a proxy that guards everything)."""
-    headers = (("Authorization", f"Bearer {api_key}"),) if api_key else ()
-    return HttpRequest("GET", METRICS_PATH, (*headers, ("Accept", "text/plain")), None, MAX_METRICS_BYTES)
+    """The ``GET /metrics`` whose answer ``running_adapters`` and ``engine_queue`` read."""
+    return http_request(ReadEngine(read=0, replica="-"), api_key)
+
+
+def reading_answer(read: int, status: int, body: bytes, truncated: bool) -> ReadingReceived | ReadingFailed:
+    """The event for a read's answer: the engine's figures, or why there are none.
+
+    A 5xx or a body cut short is a failed read; any other answer without the figures (a 404 from a
+    server with no ``/metrics``, an engine without the gauge) reads as an engine that cannot tell.
+    """
+    if status >= 500:
+        return ReadingFailed(read=read, message=f"HTTP {status}")
+    if truncated or len(body) > MAX_METRICS_BYTES:
+        return ReadingFailed(read=read, message=f"an answer longer than {MAX_METRICS_BYTES} bytes")
+    if status != 200:
+        return ReadingReceived(read=read, adapters=None)
+    running, waiting = engine_queue(body)
+    return ReadingReceived(
+        read=read, adapters=_sorted(running_adapters(body)), running=running, waiting=waiting
+    )
+
+
+def _sorted(names: frozenset[str] | None) -> tuple[str, ...] | None:
+    return None if names is None else tuple(sorted(names))
+
+
+_RUNNING = b"vllm:num_requests_running"
+_WAITING = b"vllm:num_requests_waiting"
+
+
+def engine_queue(body: bytes) -> tuple[int | None, int | None]:
+    """(running, waiting): ``vllm:num_requests_running`` and ``vllm:num_requests_waiting``, each summed
+    over its series, or None when it is absent or cannot be read."""
+    return _gauge_sum(body, _RUNNING), _gauge_sum(body, _WAITING)
+
+
+def _gauge_sum(body: bytes, name: bytes) -> int | None:
+    if name not in body:
+        return None
+    total = 0.0
+    seen = False
+    for raw in body.split(b"\n"):
+        if not raw.startswith(name):
+            continue
+        rest = raw[len(name) :]
+        if rest[:1] == b"{":
+            end = rest.rfind(b"}")
+            if end < 0:
+                return None
+            rest = rest[end + 1 :]
+        elif rest[:1] not in (b" ", b"\t"):
+            continue  # another metric whose name starts with this one's
+        fields = rest.split()
+        try:
+            value = float(fields[0]) if fields else math.nan
+        except ValueError:
+            return None
+        if not math.isfinite(value) or value < 0:
+            return None
+        total += value
+        seen = True
+    return round(total) if seen else None
 
 
 _NAME = b"vllm:lora_requests_info"
