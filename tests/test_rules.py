@@ -596,6 +596,9 @@ def test_place_only_among_replicas_of_the_model_and_never_a_removed_one() -> Non
     s = Scenario.with_replicas(("r0", 2))
     s.expect(ReplicaAdded(replica="q", model="other", limit=2), ReadListing(listing=2, replica="q"))
     s.load("r0", "a")
+    # q is no candidate until its first listing says what it holds.
+    assert s.machine.place("a", model="other") == Placement(replica=None, placed=None)
+    s.expect(ListingReceived(listing=2, adapters=()), MarkMet(replica="q"))
     assert s.machine.place("a", model="other") == Placement(replica="q", placed=Placed.FREE)
     s(ReplicasRemoved(replicas=("r0",)))
     assert s.machine.place("a", model="base") == Placement(replica=None, placed=None)

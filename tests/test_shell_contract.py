@@ -262,6 +262,14 @@ def test_the_shells_export_the_usage_errors_a_router_can_meet(package: Any) -> N
     assert package.REPLICA_REMOVED == lorafleet.REPLICA_REMOVED  # what a removal's ReplicaError says
 
 
+@pytest.mark.parametrize("face", [lorafleet_trio, lorafleet_asyncio])
+def test_the_runtime_faces_export_exactly_the_fleets_names(face: Any) -> None:
+    def public(module: Any) -> dict[str, Any]:
+        return {name: value for name, value in vars(module).items() if not name.startswith("_")}
+
+    assert public(face) == public(lorafleet_fleet)
+
+
 @pytest.mark.parametrize("value", [0, -1.5, float("nan"), float("inf"), "5"])
 def test_a_bad_timeout_is_a_usage_error(value: Any) -> None:
     for name in ("load_timeout", "listing_timeout", "listing_interval"):

@@ -1302,7 +1302,9 @@ class AdapterStateMachine:
         best_weight = -1
         clock = self._clock
         for rep in self._where.get(adapter, _NOWHERE).values():
-            if rep.avoid_until > clock or rep.id in skip or (model is not None and rep.model != model):
+            if not rep.met or rep.avoid_until > clock or rep.id in skip:
+                continue
+            if model is not None and rep.model != model:
                 continue
             key = (rep.in_flight + extra.get(rep.id, 0) if extra else rep.in_flight, rep.served)
             if best is None or key < best_key:
@@ -1337,7 +1339,7 @@ class AdapterStateMachine:
         headroom = self._headroom
         shared = self._routers > 1
         for rep in self._replicas.values():
-            if rep.removed or rep.id in skip or rep.avoid_until > clock:
+            if rep.removed or not rep.met or rep.id in skip or rep.avoid_until > clock:
                 continue
             if (model is not None and rep.model != model) or adapter in rep.held or adapter in rep.loading:
                 continue

@@ -35,4 +35,5 @@ from ._types import FleetError as FleetError
 from ._types import LoadError as LoadError
 from ._types import OutsideBlockError as OutsideBlockError
 from ._types import Replica as Replica
+from ._types import ReplicaChanges as ReplicaChanges
 from ._types import ReplicaError as ReplicaError

@@ -78,6 +78,7 @@ from ._types import (
     LoadError,
     OutsideBlockError,
     Replica,
+    ReplicaChanges,
     ReplicaError,
     _invalid,
 )
@@ -510,6 +511,51 @@ class Fleet:
         """Stop using every replica not among ``replicas``."""
         wanted = {r.id for r in replicas}
         self.remove(sorted(rid for rid in self._replicas if rid not in wanted))
+
+    def set_replicas(self, replicas: Iterable[Replica]) -> ReplicaChanges:
+        """Use exactly ``replicas`` from now on; as often as they change, with the whole set each time.
+
+        A replica the fleet uses already with the same URL and key keeps all it knows (a new limit
+        applies from its next load). A new one, or one whose URL or key changed (another server, as
+        far as anyone knows), has its listing and its engine read before requests are placed there.
+        One no longer named is removed: requests running there end and release as ever, and nothing
+        is unloaded for its sake; requests waiting there fail with ``ReplicaError`` (``route`` places
+        them elsewhere). Calling it again with the same set changes nothing.
+
+        Returns:
+            What changed, by replica id.
+
+        Raises:
+            InvalidValueError: an item is not a ``Replica``, or two have the same id.
+            ReplicaConflictError: an id is known here with another model and the same URL.
+            FleetClosedError, OutsideBlockError: the fleet is not open.
+        """
+        self._check_open()
+        wanted: dict[str, Replica] = {}
+        for replica in replicas:
+            if not isinstance(replica, Replica):
+                raise _invalid("replicas", replica, "replicas must be Replica values")
+            if replica.id in wanted:
+                raise _invalid("replicas", replica.id, "two replicas have the same id")
+            wanted[replica.id] = replica
+        gone = sorted(rid for rid in self._replicas if rid not in wanted)
+        added: list[str] = []
+        changed: list[str] = []
+        for rid, replica in wanted.items():
+            known = self._replicas.get(rid)
+            if known is None:
+                added.append(rid)
+            elif (known.url, known.api_key) != (replica.url, replica.api_key):
+                # Another server, as far as anyone knows: read afresh, as a replica never met.
+                self.remove([rid])
+                changed.append(rid)
+            elif known.limit != replica.limit:
+                changed.append(rid)
+        if gone:
+            self.remove(gone)
+        for replica in wanted.values():
+            self._declare(replica)
+        return ReplicaChanges(added=tuple(added), removed=tuple(gone), changed=tuple(sorted(changed)))
 
     def set_limit(self, model: str, limit: int) -> None:
         """Every replica of ``model`` may hold ``limit`` adapters (a lower one applies at the next load).

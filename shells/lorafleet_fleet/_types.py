@@ -148,3 +148,16 @@ class OutsideBlockError(UsageError):
 
 class EnteredTwiceError(UsageError):
     """A ``Fleet`` or a ``Lease`` was entered a second time: each is entered once."""
+
+
+@attrs.frozen
+class ReplicaChanges:
+    """What ``Fleet.set_replicas`` changed, by replica id: each tuple in name order."""
+
+    added: tuple[str, ...] = ()
+    removed: tuple[str, ...] = ()
+    changed: tuple[str, ...] = ()
+    """Known with another URL, key or limit."""
+
+    def __bool__(self) -> bool:
+        return bool(self.added or self.removed or self.changed)

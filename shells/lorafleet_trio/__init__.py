@@ -9,6 +9,7 @@ The same names as lorafleet_fleet, whose one Fleet runs under trio and asyncio a
 
 from lorafleet_fleet import ATTEMPTS as ATTEMPTS
 from lorafleet_fleet import HEADROOM as HEADROOM
+from lorafleet_fleet import KEEPALIVE_EXPIRY as KEEPALIVE_EXPIRY
 from lorafleet_fleet import LISTING_INTERVAL as LISTING_INTERVAL
 from lorafleet_fleet import LISTING_TIMEOUT as LISTING_TIMEOUT
 from lorafleet_fleet import LOAD_TIMEOUT as LOAD_TIMEOUT
@@ -28,6 +29,7 @@ from lorafleet_fleet import OutsideBlockError as OutsideBlockError
 from lorafleet_fleet import Placed as Placed
 from lorafleet_fleet import PrometheusMetrics as PrometheusMetrics
 from lorafleet_fleet import Replica as Replica
+from lorafleet_fleet import ReplicaChanges as ReplicaChanges
 from lorafleet_fleet import ReplicaConflictError as ReplicaConflictError
 from lorafleet_fleet import ReplicaError as ReplicaError
 from lorafleet_fleet import ReplicaStatistics as ReplicaStatistics

@@ -971,7 +971,7 @@ export class Machine {
 
   candidates(model, exclude) {
     return [...this.replicas.values()].filter(
-      (rep) => !rep.removed && !this.avoided(rep) && !exclude.includes(rep.id)
+      (rep) => !rep.removed && rep.met && !this.avoided(rep) && !exclude.includes(rep.id)
         && (model === null || rep.model === model),
     );
   }
