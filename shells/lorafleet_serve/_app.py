@@ -42,6 +42,9 @@ if TYPE_CHECKING:
 log = logging.getLogger("lorafleet.serve")
 
 COMPLETIONS = {"/v1/completions": "completions", "/v1/chat/completions": "chat"}
+DRAIN_FLOOR = 16 << 20
+"""The router reads (and drops) the body of a request it refuses, up to 4 times ``max_body_bytes`` and
+at least this much, before it answers: see ``Router._drained``."""
 ERROR_HEAD_BYTES = 64 << 10
 """How much of a replica's error answer is read to judge it ("does not exist"?) before relaying it."""
 HOP_BY_HOP = frozenset(
@@ -163,6 +166,7 @@ class Router:
         self._clients = dict(clients)
         self._key = client_key.encode() if client_key is not None else None
         self._max_body = config.max_body_bytes
+        self._drain = max(4 * config.max_body_bytes, DRAIN_FLOOR)
         self._attempts = config.attempts
         self._replicas = replicas
         self._by_model: dict[str, list[Replica]] = {}
@@ -201,6 +205,14 @@ class Router:
             return
         record = _Record(method, path, time.perf_counter())
         try:
+            try:
+                # These routes take no body; one sent is read and dropped, so that the connection
+                # can take the next request.
+                if not await self._drop_body(receive):
+                    raise _closing(_too_large(self._max_body))
+            except _ClientGoneError:
+                record.end = "client_gone"
+                return
             if path in ("/health", "/metrics", "/v1/models") or route is not None:
                 wanted = "POST" if route is not None else "GET"
                 if method != wanted:
@@ -236,7 +248,10 @@ class Router:
             metrics.in_flight += 1
         try:
             try:
-                self._authorize(scope)
+                try:
+                    self._authorize(scope)
+                except RefusedError as refusal:
+                    raise await self._drained(receive, refusal) from None
                 raw = await self._read_body(scope, receive)
                 model, record.stream = _model_of(raw)
             except RefusedError as refusal:
@@ -496,6 +511,13 @@ class Router:
         )
 
     async def _read_body(self, scope: Scope, receive: Receive) -> bytes:
+        """The request's body, at most ``max_body_bytes`` of it.
+
+        Raises:
+            RefusedError: 413 past the bound (the rest of the body read and dropped, see ``_drained``),
+                400 for a Content-Length that is no number.
+            _ClientGoneError: the client went away first.
+        """
         limit = self._max_body
         for name, value in scope["headers"]:
             if name == b"content-length":
@@ -506,7 +528,7 @@ class Router:
                         400, "The Content-Length header is not a number", "invalid_request"
                     ) from None
                 if declared > limit:
-                    raise _too_large(limit)
+                    raise await self._drained(receive, _too_large(limit), declared=declared)
                 break
         chunks: list[bytes] = []
         size = 0
@@ -516,11 +538,54 @@ class Router:
                 raise _ClientGoneError
             body: bytes = message.get("body", b"")
             size += len(body)
+            more: bool = message.get("more_body", False)
             if size > limit:
-                raise _too_large(limit)
+                raise await self._drained(receive, _too_large(limit), read=size, more=more)
             chunks.append(body)
-            if not message.get("more_body"):
+            if not more:
                 return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+
+    async def _drained(
+        self,
+        receive: Receive,
+        refusal: RefusedError,
+        *,
+        read: int = 0,
+        more: bool = True,
+        declared: int | None = None,
+    ) -> RefusedError:
+        """``refusal``, to answer once the rest of the request's body is read and dropped.
+
+        A client that sends its whole body before it reads the answer (httpx, most others) gets no
+        answer at all when the server closes the connection on a body it did not read: the close
+        resets the connection, and the client's write fails before it reads. So the router reads the
+        rest, and the connection takes the next request. Past ``_drain`` bytes (or declared past
+        them) it stops reading and answers with ``connection: close``: a client that reads as it
+        sends gets the answer, one that does not sees the connection reset.
+
+        Args:
+            read: bytes of the body read so far; more: whether more follow.
+            declared: the body's Content-Length, if it has one.
+        """
+        if declared is not None and declared > self._drain:
+            return _closing(refusal)
+        return refusal if await self._drop_body(receive, read=read, more=more) else _closing(refusal)
+
+    async def _drop_body(self, receive: Receive, *, read: int = 0, more: bool = True) -> bool:
+        """Read the rest of the request's body and drop it: True when it ended within ``_drain`` bytes.
+
+        Raises:
+            _ClientGoneError: the client went away first.
+        """
+        while more:
+            if read > self._drain:
+                return False
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                raise _ClientGoneError
+            read += len(message.get("body", b""))
+            more = message.get("more_body", False)
+        return True
 
     # -- the other routes ---------------------------------------------------------------------
 
@@ -669,6 +734,18 @@ def _model_of(raw: bytes) -> tuple[str, bool]:
 def _too_large(limit: int) -> RefusedError:
     return RefusedError(
         413, f"The request body is larger than this router takes ({limit} bytes)", "request_too_large"
+    )
+
+
+def _closing(refusal: RefusedError) -> RefusedError:
+    """``refusal``, answered with ``connection: close``: the server closes the connection after it."""
+    return RefusedError(
+        refusal.status,
+        refusal.message,
+        refusal.code,
+        kind=refusal.kind,
+        param=refusal.param,
+        headers=(*refusal.headers, (b"connection", b"close")),
     )
 
 

@@ -23,7 +23,8 @@ from lorafleet_fleet import Replica
 
 DEFAULT_PORT = 8000
 DEFAULT_MAX_BODY_BYTES = 4 << 20
-"""4 MiB: a prompt of 100,000 tokens or so. Past the bound a request is answered 413, unread."""
+"""4 MiB: a prompt of 100,000 tokens or so. Past the bound a request is answered 413; its body is read and
+dropped first (up to 4 times the bound, 16 MiB at least), so that the client reads the answer."""
 
 ADAPTER_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.\-]{0,127}")
 """A name a directory root resolves: one path component, no dot first (so never ``..`` or hidden)."""
