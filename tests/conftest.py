@@ -198,7 +198,7 @@ def target(
 ) -> Target:
     """Where an engine test runs: the stand-in (as vLLM 0.32) or a real vLLM 0.32 on the CPU."""
     if request.param == "standin":
-        server = serve(version="0.32", api_key=KEY)
+        server = serve(version="0.32", api_key=KEY, max_model_len=4096)  # as the keyed vLLM
         return Target("standin", server.url, KEY, built_adapters, server.app.restart, server)
     servers = request.getfixturevalue("vllm_servers")
     engine = request.getfixturevalue("real_engine")

@@ -140,6 +140,62 @@ def test_the_stand_in_answers_as_vllm_does(
         assert mine == theirs, f"{method} {path} {body}:\n  vLLM      {theirs}\n  stand-in  {mine}"
 
 
+MESSAGES = [{"role": "user", "content": "hi"}]
+BAD_BODIES: list[tuple[str, Any]] = [
+    ("completions", {"model": "tiny", "prompt": "hi", "max_tokens": "four"}),
+    ("completions", {"model": "tiny", "prompt": "hi", "max_tokens": 4.5}),
+    ("completions", {"model": "tiny", "prompt": "hi", "max_tokens": [1]}),
+    ("completions", {"model": "tiny", "prompt": "hi", "max_tokens": ""}),
+    ("completions", {"model": "tiny", "prompt": "hi", "max_tokens": 0}),
+    ("completions", {"model": "tiny", "prompt": "hi", "max_tokens": 5000}),
+    ("completions", {"model": "tiny", "prompt": "hi", "max_tokens": 2, "temperature": "hot"}),
+    ("completions", {"model": "tiny", "prompt": "hi", "max_tokens": 2, "temperature": [1]}),
+    ("completions", {"model": "tiny", "prompt": "hi", "max_tokens": 2, "temperature": -1}),
+    ("completions", {"model": "tiny", "prompt": "hi", "max_tokens": 2, "temperature": 3}),
+    ("completions", {"model": "tiny", "prompt": "hi", "max_tokens": -1, "temperature": -1}),
+    ("completions", {"model": "tiny", "prompt": "hi", "max_tokens": "four", "temperature": "hot"}),
+    ("completions", {"model": "tiny", "prompt": 5, "max_tokens": 2}),
+    ("completions", {"model": "tiny", "prompt": {"a": 1}, "max_tokens": "four"}),
+    ("completions", {"model": "tiny", "prompt": "", "max_tokens": 2}),
+    ("completions", {"model": "tiny", "prompt": [], "max_tokens": 2}),
+    ("completions", {"model": "tiny", "max_tokens": 2}),
+    ("completions", {"model": "tiny", "prompt": "hi", "max_tokens": 2, "stream": [1]}),
+    ("completions", {"model": 5, "prompt": "hi", "max_tokens": 2}),
+    ("completions", {"model": "nope", "prompt": "hi", "max_tokens": "four"}),
+    ("completions", {"model": "nope", "prompt": "hi", "max_tokens": -1}),
+    ("completions", [1, 2]),
+    ("chat", {"model": "tiny", "messages": MESSAGES, "max_tokens": "four"}),
+    ("chat", {"model": "tiny", "messages": MESSAGES, "max_tokens": -1}),
+    ("chat", {"model": "tiny", "messages": MESSAGES, "max_tokens": 2, "temperature": "hot"}),
+    ("chat", {"model": "tiny", "messages": "hi", "max_tokens": 2}),
+    ("chat", {"model": "tiny", "messages": {"a": 1}, "max_tokens": 2}),
+    ("chat", {"model": "tiny", "messages": 5, "max_tokens": "four"}),
+    ("chat", {"model": "tiny", "messages": None, "max_tokens": 2}),
+    ("chat", {"model": "tiny", "messages": [], "max_tokens": 2}),
+    ("chat", {"model": "tiny", "max_tokens": 2}),
+]
+"""Bodies clients get wrong: each answered 400 (or 404) by vLLM before anything runs."""
+
+
+def refusals(url: str) -> list[tuple[int, str | None, Any]]:
+    paths = {"completions": "/v1/completions", "chat": "/v1/chat/completions"}
+    with httpx.Client(base_url=url, timeout=60) as client:
+        return [answer(client.post(paths[route], json=body)) for route, body in BAD_BODIES]
+
+
+def test_the_stand_in_refuses_bodies_as_vllm_does(
+    serve: Callable[..., StandInServer], request: pytest.FixtureRequest
+) -> None:
+    """A wrong type (pydantic's errors, as vLLM words them) or a value out of range: the same 400."""
+    server = request.getfixturevalue("vllm_servers")["open"]
+    standin = serve(version="0.32")
+    real = refusals(server.url)
+    ours = refusals(standin.url)
+    for (route, body), theirs, mine in zip(BAD_BODIES, real, ours, strict=True):
+        assert theirs[0] in (400, 404), (route, body, theirs)
+        assert mine == theirs, f"{route} {body}:\n  vLLM      {theirs}\n  stand-in  {mine}"
+
+
 LORA_INFO = "vllm:lora_requests_info"
 
 

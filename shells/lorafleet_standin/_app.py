@@ -13,7 +13,7 @@ from typing import Any
 
 import attrs
 
-from . import _completions, _lora, _metrics
+from . import _completions, _lora, _metrics, _validation
 from ._asgi import Receive, Scope, Send, json_or_none, lifespan, read_body, respond, respond_json
 from ._engine import Engine
 from ._family import Family
@@ -59,6 +59,7 @@ class VllmStandIn:
         max_lora_rank: like ``--max-lora-rank``.
         model_root: the base model's ``root`` in /v1/models (vLLM shows the folder it was started with).
         max_loras: like ``--max-loras``: the ``max_lora`` label of ``vllm:lora_requests_info``.
+        max_model_len: like ``--max-model-len``: the most tokens a completion may ask for.
         lora_metrics: False to serve no ``/metrics`` (404), as a server without the LoRA gauge.
     """
 
@@ -74,6 +75,7 @@ class VllmStandIn:
         model_root: str | None = None,
         max_loras: int = 1,
         lora_metrics: bool = True,
+        max_model_len: int = 2048,
     ) -> None:
         self.model = model
         self.family = Family.of(version)
@@ -87,6 +89,7 @@ class VllmStandIn:
             enable_lora=enable_lora,
             max_lora_rank=max_lora_rank,
             max_loras=max_loras,
+            max_model_len=max_model_len,
         )
         self._misbehaviours = Misbehaviours()
         self._calls_lock = threading.Condition()
@@ -237,14 +240,22 @@ class VllmStandIn:
     ) -> None:
         """A completion, in flight (``vllm:lora_requests_info``) from its start to its end, held or not."""
         engine = self._engine
-        model = (body.get("model") or engine.model) if isinstance(body, dict) else None
+        family = self.family
         # What vLLM turns away (a bad body, an unknown model) never reaches its engine.
-        if method != "POST" or not isinstance(model, str) or not engine.serves(model):
+        turned_away: tuple[int, Any] | None = None
+        if method != "POST":
+            turned_away = 405, {"detail": "Method Not Allowed"}
+        elif (refused := _validation.refusal(route, body, family)) is not None:
+            turned_away = 400, refused
+        elif not engine.serves(model := body.get("model") or engine.model):
+            param = "model" if family.names_the_model_param else None
+            message = family.unknown_model(model, engine.model)
+            turned_away = 404, family.error(404, message, "NotFoundError", param)
+        elif (refused := _validation.out_of_range(body, family, engine.max_model_len)) is not None:
+            turned_away = 400, refused
+        if turned_away is not None:
             if misbehaviour is None or not await self._misbehaviours.act(misbehaviour, send):
-                if method != "POST":
-                    await respond_json(send, 405, {"detail": "Method Not Allowed"})
-                else:
-                    await _completions.complete(engine, send, route, body, self._misbehaviours.pause_stream)
+                await respond_json(send, *turned_away)
             return
         adapter = None if model == engine.model else model
         engine.started(adapter)

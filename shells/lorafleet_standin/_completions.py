@@ -14,6 +14,7 @@ from typing import Any
 
 from ._asgi import Send, respond_json
 from ._engine import Engine
+from ._validation import max_tokens, wants_stream
 
 WORDS = "alpha bravo charlie delta echo foxtrot golf hotel india juliet kilo lima mike november".split()
 
@@ -32,26 +33,19 @@ def token_id(word: str) -> int:
 async def complete(
     engine: Engine, send: Send, route: str, body: Any, pause: Callable[[], Awaitable[None]]
 ) -> None:
-    """Answer a completion (``route`` "completions") or a chat completion ("chat").
+    """Answer a completion (``route`` "completions") or a chat completion ("chat") the engine serves,
+    whose body ``_validation`` took.
 
     Args:
         pause: awaited after a stream's first chunk (the test may hold streams there).
     """
     family = engine.family
-    if not isinstance(body, dict):
-        await respond_json(send, 400, family.error(400, "the body must be a JSON object", "Bad Request"))
-        return
     model = body.get("model") or engine.model
-    if not engine.serves(model):
-        param = "model" if family.names_the_model_param else None
-        message = family.unknown_model(model, engine.model)
-        await respond_json(send, 404, family.error(404, message, "NotFoundError", param))
-        return
     prompt = body.get("prompt") if route == "completions" else json.dumps(body.get("messages"))
-    tokens = max(1, min(int(body.get("max_tokens") or 16), 512))
+    tokens = min(max_tokens(body), 512)
     words = generated(model, str(prompt), tokens)
     ident = f"{'cmpl' if route == 'completions' else 'chatcmpl'}-{engine.next_id():016x}"
-    if body.get("stream"):
+    if wants_stream(body):
         await _stream(engine, send, route, ident, model, words, pause)
         return
     text = "".join(words)

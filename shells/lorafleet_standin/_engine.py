@@ -25,6 +25,7 @@ class Engine:
         enable_lora: bool,
         max_lora_rank: int,
         max_loras: int = 1,
+        max_model_len: int = 2048,
     ) -> None:
         self.model = model
         self.model_root = model_root
@@ -32,6 +33,7 @@ class Engine:
         self.enable_lora = enable_lora
         self.max_lora_rank = max_lora_rank
         self.max_loras = max_loras
+        self.max_model_len = max_model_len
         self.created = int(time.time())
         self._lock = threading.Lock()
         self._adapters: dict[str, str] = {}

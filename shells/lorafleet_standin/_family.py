@@ -62,6 +62,11 @@ class Family:
         """A 404 for an unknown model names ``model`` as its ``param``."""
         return self.version >= (0, 14, 0)
 
+    @property
+    def names_the_invalid_field(self) -> bool:
+        """A 400 for a body pydantic refused names the first field at fault (``body.max_tokens``)."""
+        return self.version >= (0, 25, 0)
+
     def error(self, status: int, message: str, type_: str, param: str | None = None) -> dict[str, Any]:
         """An error body, flat (up to 0.10.0) or nested (0.10.1 on)."""
         error = {"message": message, "type": type_, "param": param, "code": status}

@@ -26,7 +26,7 @@ def _card(engine: Engine, name: str, root: str, parent: str | None) -> dict[str,
         "owned_by": "vllm",
         "root": root,
         "parent": parent,
-        "max_model_len": 2048 if parent is None else None,
+        "max_model_len": engine.max_model_len if parent is None else None,
         "permission": [
             {
                 "id": f"modelperm-{engine.next_id():016x}",
