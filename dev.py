@@ -40,8 +40,24 @@ def ensure_venv() -> None:
         venv.EnvBuilder(with_pip=True).create(VENV)
     print("[dev] installing lorafleet (editable) with its dev tools", flush=True)
     pip = [str(PYTHON), "-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--no-input"]
-    subprocess.run([*pip, "-e", f"{ROOT}[{EXTRAS}]"], check=True, cwd=ROOT)
+    done = subprocess.run([*pip, "-e", f"{ROOT}[{EXTRAS}]"], cwd=ROOT, stderr=subprocess.PIPE, text=True)
+    sys.stderr.write(quiet_pip(done.stderr))
+    if done.returncode != 0:
+        sys.exit(f"[dev] pip install failed ({done.returncode})")
     stamp.write_text(want)
+
+
+def quiet_pip(stderr: str) -> str:
+    """pip's stderr without its warning for every package about find-links folders that are not there
+    (this kind of machine's pip configuration names some): forty lines that say nothing."""
+    return "".join(
+        line
+        for line in stderr.splitlines(keepends=True)
+        if not (
+            line.startswith("WARNING: Location '")
+            and "is ignored: it is neither a file nor a directory" in line
+        )
+    )
 
 
 def run_checks() -> int:

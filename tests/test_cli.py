@@ -317,6 +317,7 @@ def test_the_demo_runs_end_to_end(runtime: str, capsys: pytest.CaptureFixture[st
     assert main(["demo", *flags, "--concurrency", "4", "--runtime", runtime]) == 0
     captured = capsys.readouterr()
     assert "\r" not in captured.err  # captured output is not a terminal
+    assert "CTRL + C" not in captured.err + captured.out  # hypercorn's start-up lines are not the demo's
     done = [line for line in captured.err.splitlines() if line.endswith("40/40 requests done")]
     assert done == [
         "lorafleet demo: lorafleet router: 40/40 requests done",

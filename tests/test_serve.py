@@ -865,6 +865,7 @@ def test_lorafleet_serve_runs_until_interrupted(
     text = "".join(logged)
     assert "model=a5 replica=r0 how=loaded status=200" in text
     assert "SIGINT: stopping" in text
+    assert "CTRL + C" not in text  # hypercorn's start-up line: the router's "ready on" says it
     assert "replica-secret" not in text
     assert "Traceback" not in text
 

@@ -25,6 +25,18 @@ from ._config import Config, check, resolve
 log = logging.getLogger("lorafleet.serve")
 
 
+class _NoStartupLines(logging.Filter):
+    """Drops hypercorn's "Running on ... (CTRL + C to quit)": the router says where it listens itself,
+    and a program that runs it in-process has its own way to stop it."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith("Running on ")
+
+
+HYPERCORN_LOG = logging.getLogger("lorafleet.serve.hypercorn")
+HYPERCORN_LOG.addFilter(_NoStartupLines())
+
+
 class ListenError(Exception):
     """The router cannot listen where it was told to (the address is taken, or not this host's)."""
 
@@ -156,7 +168,7 @@ class RouterServer:
         config.bind = [f"fd://{sock.detach()}"]
         config.graceful_timeout = self.config.shutdown_timeout
         config.accesslog = None  # the router logs each request itself, in one line
-        config.errorlog = logging.getLogger("lorafleet.serve.hypercorn")
+        config.errorlog = HYPERCORN_LOG
         config.include_server_header = False
         if sniffio.current_async_library() == "trio":
             from hypercorn.trio import serve as serve_trio

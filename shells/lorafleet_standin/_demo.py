@@ -18,6 +18,7 @@ import contextlib
 import importlib.util
 import io
 import json
+import logging
 import math
 import random
 import socket
@@ -401,6 +402,10 @@ async def _answer(send: _Send, status: int, body: bytes, headers: list[tuple[byt
     await send({"type": "http.response.body", "body": body})
 
 
+HYPERCORN_LOG = logging.getLogger("lorafleet.demo.hypercorn")
+HYPERCORN_LOG.setLevel(logging.WARNING)
+
+
 @asynccontextmanager
 async def _served(app: Any) -> AsyncIterator[str]:
     """``app`` served by hypercorn on a free port of 127.0.0.1, as lorafleet's router is."""
@@ -413,6 +418,8 @@ async def _served(app: Any) -> AsyncIterator[str]:
     config = HypercornConfig()
     config.bind = [f"fd://{sock.detach()}"]
     config.accesslog = None
+    # Its "Running on ... (CTRL + C to quit)" would land in the middle of the demo's output.
+    config.errorlog = HYPERCORN_LOG
     config.graceful_timeout = 1.0
     config.include_server_header = False
     stop = anyio.Event()
