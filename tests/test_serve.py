@@ -753,6 +753,9 @@ def test_check_reads_the_file_then_the_flags_over_it(
     assert out == (
         "replicas: 1 of 'tiny'; adapters: 1 named and those under "
         f"'{tmp_path / 'adapters'}' (1 pinned); listening on 127.0.0.1:9123, clients' key from $ROUTER_KEY\n"
+        "model 'tiny': up to 4 adapters on one engine (limit + headroom, with limit 2, headroom 2, "
+        "routers 1); no engine of it declares max_cpu_loras (vLLM does not say its --max-cpu-loras), "
+        "so that is not checked\n"
     )
 
 

@@ -45,6 +45,8 @@ class ReplicaConfig:
     model: str
     limit: int
     api_key_env: str | None = None
+    max_cpu_loras: int | None = None
+    """The engine's ``--max-cpu-loras``, when declared: the router warns if it can put more there."""
 
 
 @attrs.frozen(kw_only=True)
@@ -84,6 +86,9 @@ class Config:
     """Replicas one request may try, for loads and for forwarding alike."""
     routers: int = 1
     """Routers (this one included) sharing the replicas: each fills its share of their free slots."""
+    concurrency: int | None = None
+    """Requests one replica runs at once (vLLM's ``--max-num-seqs``): past it a hot adapter gets a
+    second copy rather than a queue (None: the fleet's default, never)."""
     max_connections: int = 1000
     """Connections to one replica open at once (requests past it wait for one, up to the connect timeout)."""
 
@@ -95,15 +100,32 @@ class Config:
             by_model.setdefault(replica.model, []).append(replica)
         return by_model
 
+    def engines(self) -> dict[str, list[EngineEntry]]:
+        """Base model name to the entries that give it engines, in the order configured."""
+        by_model: dict[str, list[EngineEntry]] = {}
+        for i, replica in enumerate(self.replicas):
+            entry = EngineEntry(f"replicas[{i}] ({replica.id!r})", replica.limit, replica.max_cpu_loras)
+            by_model.setdefault(replica.model, []).append(entry)
+        return by_model
+
+
+@attrs.frozen
+class EngineEntry:
+    """A setting that gives a model engines, as messages name it: what sizing checks."""
+
+    where: str
+    limit: int
+    max_cpu_loras: int | None
+
 
 # -- the TOML file ---------------------------------------------------------------------------------
 
 _TOP = {"server", "fleet", "timeouts", "adapters", "pins", "replicas"}
 _SERVER = {"host", "port", "api_key_env", "max_body_bytes", "max_connections"}
-_FLEET = {"headroom", "attempts", "routers", "prewarm"}
+_FLEET = {"headroom", "attempts", "routers", "concurrency", "prewarm"}
 _TIMEOUTS = {"load", "listing", "listing_interval", "connect", "read", "shutdown"}
 _ADAPTERS = {"root", "model", "paths"}
-_REPLICA = {"id", "url", "model", "limit", "api_key_env"}
+_REPLICA = {"id", "url", "model", "limit", "api_key_env", "max_cpu_loras"}
 _SECRET_KEYS = {"api_key", "key", "token", "password"}
 _NO_SECRETS = (
     "a key is never written in the configuration: put it in an environment variable and name that "
@@ -149,7 +171,7 @@ def settings_of(data: Mapping[str, Any], source: str, *, base: Path | None = Non
             out[key] = _int(server[key], f"{source}: server.{key}")
     fleet = _table(data, "fleet", source)
     _known(fleet, _FLEET, source, "fleet.")
-    for key in ("headroom", "attempts", "routers"):
+    for key in ("headroom", "attempts", "routers", "concurrency"):
         if key in fleet:
             out[key] = _int(fleet[key], f"{source}: fleet.{key}")
     if "prewarm" in fleet:
@@ -225,6 +247,9 @@ def _replicas(value: object, source: str) -> tuple[ReplicaConfig, ...]:
                 api_key_env=_str(entry["api_key_env"], f"{where}.api_key_env")
                 if "api_key_env" in entry
                 else None,
+                max_cpu_loras=_int(entry["max_cpu_loras"], f"{where}.max_cpu_loras")
+                if "max_cpu_loras" in entry
+                else None,
             )
         )
     return tuple(out)
@@ -251,7 +276,7 @@ def _known(table: Mapping[str, Any], known: set[str], source: str, prefix: str) 
 
 
 def replica_flag(text: str) -> ReplicaConfig:
-    """One ``--replica id=gpu-0,url=http://10.0.0.5:8000,model=llama,limit=4[,api_key_env=VAR]``."""
+    """One ``--replica id=gpu-0,url=http://10.0.0.5:8000,model=llama,limit=4[,api_key_env=VAR][,max_cpu_loras=N]``."""
     fields: dict[str, str] = {}
     for part in text.split(","):
         key, eq, value = part.partition("=")
@@ -268,19 +293,22 @@ def replica_flag(text: str) -> ReplicaConfig:
     for key in ("id", "url", "model", "limit"):
         if key not in fields:
             raise ConfigError(f"--replica {text!r} needs {key}=")
-    try:
-        limit = int(fields["limit"])
-    except ValueError:
-        raise ConfigError(
-            f"--replica {text!r}: limit must be a whole number, not {fields['limit']!r}"
-        ) from None
+    cpu = fields.get("max_cpu_loras")
     return ReplicaConfig(
         id=fields["id"],
         url=fields["url"],
         model=fields["model"],
-        limit=limit,
+        limit=_whole_field("--replica", text, "limit", fields["limit"]),
         api_key_env=fields.get("api_key_env"),
+        max_cpu_loras=_whole_field("--replica", text, "max_cpu_loras", cpu) if cpu is not None else None,
     )
+
+
+def _whole_field(flag: str, text: str, key: str, value: str) -> int:
+    try:
+        return int(value)
+    except ValueError:
+        raise ConfigError(f"{flag} {text!r}: {key} must be a whole number, not {value!r}") from None
 
 
 def pair_flag(flag: str, text: str) -> tuple[str, str]:
@@ -325,6 +353,8 @@ def check(config: Config) -> None:
         ids.add(replica.id)
         if replica.api_key_env is not None:
             _env_name(replica.api_key_env, f"{where}.api_key_env")
+        if replica.max_cpu_loras is not None and replica.max_cpu_loras < 1:
+            raise ConfigError(f"{where}.max_cpu_loras must be at least 1, not {replica.max_cpu_loras}")
         known = limits.setdefault(replica.model, replica.limit)
         if known != replica.limit:
             raise ConfigError(
@@ -375,6 +405,8 @@ def check(config: Config) -> None:
             raise ConfigError(f"{name} must be at least {least}, not {value}")
     if config.headroom is not None and config.headroom < 0:
         raise ConfigError(f"fleet.headroom must be 0 or more, not {config.headroom}")
+    if config.concurrency is not None and config.concurrency < 1:
+        raise ConfigError(f"fleet.concurrency must be at least 1, not {config.concurrency}")
     for name, seconds in (
         ("timeouts.load", config.load_timeout),
         ("timeouts.listing", config.listing_timeout),

@@ -16,6 +16,7 @@ import anyio
 
 from ._config import Config, ConfigError, build, pair_flag, read_toml, replica_flag, resolve
 from ._server import ListenError, RouterServer
+from ._sizing import sizing
 
 PROG = "lorafleet serve"
 DESCRIPTION = """\
@@ -44,6 +45,7 @@ The same as a file (lorafleet serve --config router.toml):
   model = "llama"
   limit = 4
   api_key_env = "VLLM_KEY"
+  max_cpu_loras = 6              # vLLM's --max-cpu-loras, checked against what the router can put there
 
   [adapters]
   root = "/srv/adapters"         # or a table: [adapters.paths] sql = "/srv/adapters/sql"
@@ -53,7 +55,8 @@ The same as a file (lorafleet serve --config router.toml):
 
   [fleet]
   prewarm = ["chat"]             # loaded before the router takes requests
-  # attempts = 3, headroom = ..., routers = 1 (the routers sharing these replicas)
+  # attempts = 3, headroom = 2, routers = 1 (the routers sharing these replicas),
+  # concurrency = 256 (vLLM's --max-num-seqs)
 
   [timeouts]                     # seconds: load, listing, listing_interval, connect, read, shutdown
   load = 120
@@ -108,7 +111,8 @@ def parser() -> argparse.ArgumentParser:
         "--replica",
         metavar="SPEC",
         action="append",
-        help="a vLLM replica: id=ID,url=URL,model=MODEL,limit=N[,api_key_env=VAR] (repeat for each)",
+        help="a vLLM replica: id=ID,url=URL,model=MODEL,limit=N[,api_key_env=VAR][,max_cpu_loras=N] "
+        "(repeat for each)",
     )
     add("--adapters-root", metavar="DIR", type=Path, help="serve every adapter folder under DIR, by its name")
     add("--adapter", metavar="NAME=FOLDER", action="append", help="serve one adapter (repeatable)")
@@ -126,6 +130,12 @@ def parser() -> argparse.ArgumentParser:
     add("--attempts", metavar="N", type=_whole(1), help="replicas one request may try (default 3)")
     add("--headroom", metavar="N", type=_whole(0), help="adapters over its limit a busy replica may take")
     add("--routers", metavar="N", type=_whole(1), help="routers sharing these replicas (default 1)")
+    add(
+        "--concurrency",
+        metavar="N",
+        type=_whole(1),
+        help="requests one replica runs at once (vLLM's --max-num-seqs): past it, a second copy",
+    )
     for name, default in (
         ("load", 120),
         ("listing", 5),
@@ -182,6 +192,7 @@ def config_of(args: argparse.Namespace) -> Config:
         ("attempts", "attempts"),
         ("headroom", "headroom"),
         ("routers", "routers"),
+        ("concurrency", "concurrency"),
         ("load_timeout", "load_timeout"),
         ("listing_timeout", "listing_timeout"),
         ("listing_interval", "listing_interval"),
@@ -205,7 +216,9 @@ def main(argv: list[str]) -> int:
         sys.stderr.write(f"{PROG}: error: {exc}\n")
         return 2
     if args.check:
-        sys.stdout.write(summary(config) + "\n")
+        sized = sizing(config)
+        sys.stdout.write("".join(f"{line}\n" for line in (summary(config), *sized.lines)))
+        sys.stderr.write("".join(f"{PROG}: warning: {line}\n" for line in sized.warnings))
         return 0
     if args.runtime == "trio" and importlib.util.find_spec("trio") is None:
         sys.stderr.write(f"{PROG} --runtime trio needs trio: pip install 'lorafleet[serve,trio]'\n")

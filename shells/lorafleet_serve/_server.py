@@ -21,6 +21,7 @@ from lorafleet_fleet import KEEPALIVE_EXPIRY, Fleet, PrometheusMetrics
 from ._app import NoCookies, Router
 from ._catalog import Catalog
 from ._config import Config, check, resolve
+from ._sizing import sizing
 
 log = logging.getLogger("lorafleet.serve")
 
@@ -91,6 +92,8 @@ class RouterServer:
         if config.headroom is not None:
             options["headroom"] = config.headroom
         options["routers"] = config.routers
+        if config.concurrency is not None:
+            options["concurrency"] = config.concurrency
         try:
             timeout = httpx.Timeout(
                 connect=config.connect_timeout,
@@ -144,6 +147,11 @@ class RouterServer:
             await self._stack.aclose()
             raise
         self._tasks = tasks
+        sized = sizing(config)
+        for line in sized.lines:
+            log.info("sizing: %s", line)
+        for line in sized.warnings:
+            log.warning("sizing: %s", line)
         tasks.start_soon(self._serve, sock)
         return self
 

@@ -1,0 +1,185 @@
+"""``lorafleet serve``'s sizing: the most adapters a configuration can put on one engine, said by
+``--check`` and at start-up, and a warning for each engine whose declared ``max_cpu_loras`` is below
+it; and ``concurrency``, passed to the fleet."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from pathlib import Path
+
+import httpx
+import pytest
+
+from lorafleet._cli import main as lorafleet
+from lorafleet_serve import Config, ConfigError, ReplicaConfig, RouterServer, read_toml
+from lorafleet_serve._sizing import most_held, sizing
+from lorafleet_standin import StandInServer
+
+HELLO = {"prompt": "hello", "max_tokens": 4}
+
+
+@pytest.mark.parametrize(
+    ("limit", "headroom", "routers", "most"),
+    [
+        (4, 2, 1, 6),  # one router: limit + headroom
+        (4, 0, 1, 4),
+        (4, 2, 2, 10),  # 4 + 1 x 2 + 2 x 2
+        (4, 2, 3, 14),  # 4 + 2 x 2 + 3 x 2
+        (2, 0, 3, 4),  # 2 + 2 x 1 + 0
+        (8, 1, 4, 18),  # 8 + 3 x 2 + 4 x 1
+    ],
+)
+def test_the_most_held_is_the_bound_of_several_routers(
+    limit: int, headroom: int, routers: int, most: int
+) -> None:
+    assert most_held(limit, headroom, routers) == most
+
+
+def replicas(*cpu: int | None, limit: int = 4) -> tuple[ReplicaConfig, ...]:
+    return tuple(
+        ReplicaConfig(
+            id=f"r{i}", url=f"http://10.0.0.{i + 1}:8000", model="llama", limit=limit, max_cpu_loras=c
+        )
+        for i, c in enumerate(cpu)
+    )
+
+
+def test_an_engine_declared_too_small_is_named_with_the_settings() -> None:
+    """The issue's case: two routers over engines of --max-cpu-loras 4."""
+    config = Config(replicas=replicas(4, 10, None), adapter_paths={"x": "/x"}, routers=2)
+    sized = sizing(config)
+    assert sized.lines == (
+        "model 'llama': up to 10 adapters on one engine (limit + (routers - 1) x ceil(limit / routers) + "
+        "routers x headroom, with limit 4, headroom 2, routers 2)",
+    )
+    assert sized.warnings == (
+        "replicas[0] ('r0'): max_cpu_loras is 4, but this configuration can put 10 adapters on its engine "
+        "(limit 4, fleet.headroom 2, fleet.routers 2), and past --max-cpu-loras vLLM reloads adapters "
+        "inside generation steps: lower the limit or fleet.headroom, or start vLLM with --max-cpu-loras 10",
+    )
+
+
+def test_without_a_declared_max_cpu_loras_the_line_says_it_is_not_checked() -> None:
+    sized = sizing(Config(replicas=replicas(None, None, limit=2), adapter_paths={"x": "/x"}, headroom=1))
+    assert sized.warnings == ()
+    assert sized.lines == (
+        "model 'llama': up to 3 adapters on one engine (limit + headroom, with limit 2, headroom 1, "
+        "routers 1); no engine of it declares max_cpu_loras (vLLM does not say its --max-cpu-loras), "
+        "so that is not checked",
+    )
+
+
+def test_check_states_the_bound_and_warns(capsys: pytest.CaptureFixture[str], adapter_dir: Path) -> None:
+    code = lorafleet(
+        [
+            "serve",
+            *("--replica", "id=r0,url=http://127.0.0.1:1,model=tiny,limit=4,max_cpu_loras=5"),
+            *("--replica", "id=r1,url=http://127.0.0.1:2,model=tiny,limit=4,max_cpu_loras=6"),
+            *("--adapters-root", str(adapter_dir), "--check"),
+        ]
+    )
+    out, err = capsys.readouterr()
+    assert code == 0
+    assert out.splitlines()[1] == (
+        "model 'tiny': up to 6 adapters on one engine (limit + headroom, with limit 4, headroom 2, routers 1)"
+    )
+    assert err.splitlines() == [
+        "lorafleet serve: warning: replicas[0] ('r0'): max_cpu_loras is 5, but this configuration can put 6 "
+        "adapters on its engine (limit 4, fleet.headroom 2, fleet.routers 1), and past --max-cpu-loras vLLM "
+        "reloads adapters inside generation steps: lower the limit or fleet.headroom, or start vLLM with "
+        "--max-cpu-loras 6"
+    ]
+
+
+@pytest.mark.parametrize(
+    ("spec", "complaint"),
+    [
+        ("max_cpu_loras=four", "max_cpu_loras must be a whole number, not 'four'"),
+        ("max_cpu_loras=0", "replicas[0] ('r0').max_cpu_loras must be at least 1, not 0"),
+    ],
+)
+def test_a_bad_max_cpu_loras_is_named(spec: str, complaint: str, capsys: pytest.CaptureFixture[str]) -> None:
+    code = lorafleet(
+        ["serve", "--replica", f"id=r0,url=http://127.0.0.1:1,model=m,limit=2,{spec}", "--check"]
+    )
+    assert code == 2
+    assert complaint in capsys.readouterr().err
+
+
+def test_the_file_takes_max_cpu_loras_and_concurrency(tmp_path: Path) -> None:
+    path = tmp_path / "router.toml"
+    path.write_text(
+        '[fleet]\nconcurrency = 8\n\n[[replicas]]\nid = "r0"\nurl = "http://h:1"\nmodel = "m"\nlimit = 2\n'
+        "max_cpu_loras = 4\n"
+    )
+    settings = read_toml(path)
+    assert settings["concurrency"] == 8
+    assert settings["replicas"][0].max_cpu_loras == 4
+    path.write_text('[fleet]\nconcurrency = "8"\n')
+    with pytest.raises(ConfigError, match=r"fleet\.concurrency must be a whole number"):
+        read_toml(path)
+
+
+def test_a_bad_concurrency_flag_gets_the_usage(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        lorafleet(["serve", "--concurrency", "0"])
+    assert "argument --concurrency: must be at least 1, not 0" in capsys.readouterr().err
+
+
+@pytest.mark.anyio
+@pytest.mark.usefixtures("no_task_left_running")
+async def test_the_start_up_log_says_the_bound_and_warns(
+    serve: Callable[..., StandInServer], adapter_dir: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, "lorafleet.serve")
+    standin = serve()
+    replica = ReplicaConfig(id="r0", url=standin.url, model="tiny", limit=2, max_cpu_loras=3)
+    config = Config(replicas=(replica,), adapter_root=adapter_dir, port=0, shutdown_timeout=1.0)
+    async with RouterServer(config, environ={}):
+        pass
+    said = [(r.levelname, r.getMessage()) for r in caplog.records if r.getMessage().startswith("sizing: ")]
+    assert [level for level, _ in said] == ["INFO", "WARNING"]
+    assert said[0][1].startswith("sizing: model 'tiny': up to 4 adapters on one engine")
+    assert said[1][1].startswith(
+        "sizing: replicas[0] ('r0'): max_cpu_loras is 3, but this configuration can put 4"
+    )
+
+
+@pytest.mark.anyio
+@pytest.mark.usefixtures("no_task_left_running")
+@pytest.mark.parametrize(("concurrency", "third"), [(None, "hit"), (1, "loaded")])
+async def test_concurrency_is_passed_to_the_fleet(
+    serve: Callable[..., StandInServer], adapter_dir: Path, concurrency: int | None, third: str
+) -> None:
+    """With one request at once per replica, a request for an adapter whose holder runs more than
+    that gets a second copy elsewhere."""
+    servers = [serve(), serve()]
+    for standin in servers:
+        standin.app.hold_streams()
+    config = Config(
+        replicas=tuple(
+            ReplicaConfig(id=f"r{i}", url=s.url, model="tiny", limit=2) for i, s in enumerate(servers)
+        ),
+        adapter_root=adapter_dir,
+        port=0,
+        shutdown_timeout=1.0,
+        concurrency=concurrency,
+    )
+    body = {"model": "a0", "stream": True, **HELLO}
+    async with (
+        RouterServer(config, environ={}) as server,
+        httpx.AsyncClient(base_url=server.url, timeout=30) as client,
+        client.stream("POST", "/v1/completions", json=body) as one,
+        client.stream("POST", "/v1/completions", json=body) as two,
+        client.stream("POST", "/v1/completions", json=body) as three,
+    ):
+        streams = (one, two, three)
+        hows = [s.headers["x-lorafleet-how"] for s in streams]
+        where = {s.headers["x-lorafleet-replica"] for s in streams}
+        for standin in servers:
+            standin.app.release()
+        for stream in streams:
+            await stream.aread()
+    assert hows == ["loaded", "hit", third]
+    assert len(where) == (2 if third == "loaded" else 1)
