@@ -23,18 +23,27 @@ import logging
 import re
 import time
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import anyio
 import attrs
 import httpx
 
-from lorafleet_fleet import AdapterError, Fleet, FleetClosedError, Replica, ReplicaError, Route
+from lorafleet_fleet import (
+    AdapterError,
+    Fleet,
+    FleetClosedError,
+    Replica,
+    ReplicaChanges,
+    ReplicaError,
+    Route,
+)
 
 from ._catalog import Catalog
 from ._config import Config
 from ._openai import JSON, Receive, RefusedError, Scope, Send, model_not_found, refuse, respond, respond_json
+from ._readiness import Origin, Readiness
 
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
@@ -130,6 +139,35 @@ def _logfmt(value: object) -> str:
     return text if _PLAIN.fullmatch(text) else json.dumps(text)
 
 
+@attrs.define(eq=False)
+class _Upstream:
+    """A replica as the router forwards to it: its own connection pool, headers and URLs.
+
+    One pool per replica: httpx looks over every connection of its pool for each request, so many
+    replicas' connections in one pool cost every request.
+    """
+
+    replica: Replica
+    client: httpx.AsyncClient
+    headers: list[tuple[bytes, bytes]]
+    urls: dict[str, httpx.URL]
+    running: int = 0
+    """Requests being forwarded to it now, adapters' and base models' alike."""
+    base: int = 0
+    """Base-model requests in flight: the fleet counts only the adapters' requests."""
+    retired: bool = False
+    """No longer among the replicas: its pool is closed once ``running`` is back to 0."""
+
+    @property
+    def key(self) -> tuple[str, str, str | None]:
+        """Which server it is: an id with another URL or key is another server."""
+        return _server_of(self.replica)
+
+
+def _server_of(replica: Replica) -> tuple[str, str, str | None]:
+    return replica.id, replica.url, replica.api_key
+
+
 class Router:
     """lorafleet's reference router, as an ASGI app: serve it with any ASGI server (``RouterServer``
     serves it with hypercorn).
@@ -138,55 +176,144 @@ class Router:
     (the base models and the adapters it serves), ``GET /health`` and ``GET /metrics``. With a key,
     every ``/v1`` route wants ``Authorization: Bearer <key>``; ``/health`` and ``/metrics`` do not.
 
+    Give it its replicas with ``await router.set_replicas(...)`` before it takes requests, and again
+    whenever they change; ``await router.aclose()`` when it is done.
+
     Args:
-        fleet: an entered fleet that knows ``replicas`` and resolves adapters with ``catalog``.
-        replicas: the replicas, with their keys.
+        fleet: an entered fleet that resolves adapters with ``catalog``.
         catalog: the adapters served.
-        clients: the httpx client each replica's requests are forwarded with, by replica id (give them
-            ``cookies=NoCookies()``). One pool per replica: httpx looks over every connection of its
-            pool for each request, so many replicas' connections in one pool cost every request.
+        new_client: makes the httpx client a replica's requests are forwarded with (give it
+            ``cookies=NoCookies()``); the router closes it when the replica is gone and idle.
         config: timeouts, bounds and attempts.
         client_key: the key this router's clients must send (None: none).
         registry: where the router's own metrics go, beside the fleet's (None: no metrics of its own).
+        readiness: what the router saw of its replicas' misconfigurations (None: nothing is watched).
     """
 
     def __init__(
         self,
         fleet: Fleet,
         *,
-        replicas: list[Replica],
         catalog: Catalog,
-        clients: Mapping[str, httpx.AsyncClient],
+        new_client: Callable[[Replica], httpx.AsyncClient],
         config: Config,
         client_key: str | None = None,
         registry: CollectorRegistry | None = None,
+        readiness: Readiness | None = None,
     ) -> None:
         self.fleet = fleet
         self._catalog = catalog
-        self._clients = dict(clients)
+        self._new_client = new_client
         self._key = client_key.encode() if client_key is not None else None
         self._max_body = config.max_body_bytes
         self._drain = max(4 * config.max_body_bytes, DRAIN_FLOOR)
         self._attempts = config.attempts
-        self._replicas = replicas
-        self._by_model: dict[str, list[Replica]] = {}
-        for replica in replicas:
-            self._by_model.setdefault(replica.model, []).append(replica)
-        self._base_busy = dict.fromkeys((r.id for r in replicas), 0)
-        """Base-model requests in flight per replica: the fleet counts only the adapters' requests."""
+        self._upstreams: dict[str, _Upstream] = {}
+        """The replicas, by id, in the order given."""
+        self._retired: dict[tuple[str, str, str | None], _Upstream] = {}
+        """Replicas no longer among them, with requests still running there."""
+        self._by_model: dict[str, list[_Upstream]] = {}
         self._turn = 0
-        self._headers = {r.id: self._upstream_headers(r) for r in replicas}
-        self._urls = {(r.id, path): httpx.URL(r.url + path) for r in replicas for path in COMPLETIONS}
         self._created = int(time.time())
         self._registry = registry
         self._metrics = _Metrics(registry) if registry is not None else None
+        self.readiness = readiness if readiness is not None else Readiness()
 
-    @staticmethod
-    def _upstream_headers(replica: Replica) -> list[tuple[bytes, bytes]]:
+    @property
+    def replicas(self) -> list[Replica]:
+        """The replicas requests go to, in the order given."""
+        return [upstream.replica for upstream in self._upstreams.values()]
+
+    async def set_replicas(
+        self, replicas: Sequence[Replica], origins: Mapping[str, Origin] | None = None
+    ) -> ReplicaChanges:
+        """Send requests to ``replicas`` from now on (the fleet's ``set_replicas``): requests running
+        on one no longer named end as ever, and its connections are closed after the last.
+
+        Args:
+            origins: where each replica comes from in the configuration, by id, for messages.
+
+        Raises:
+            InvalidValueError: two replicas have the same id.
+        """
+        wanted = {r.id: r for r in replicas}
+        if len(wanted) != len(replicas):
+            self.fleet.set_replicas(replicas)  # raises, naming the id
+        known = self._upstreams
+        # The fleet takes a known id on the same URL with another model as a conflict: another server
+        # as far as this router knows, so the old one goes first.
+        moved = [
+            rid
+            for rid, r in wanted.items()
+            if rid in known and known[rid].replica.url == r.url and known[rid].replica.model != r.model
+        ]
+        if moved:
+            self.fleet.set_replicas([u.replica for rid, u in known.items() if rid not in moved])
+        changes = self.fleet.set_replicas(replicas)
+        if moved:
+            changes = attrs.evolve(
+                changes,
+                added=tuple(rid for rid in changes.added if rid not in moved),
+                changed=tuple(sorted({*changes.changed, *moved})),
+            )
+        upstreams: dict[str, _Upstream] = {}
+        for rid, replica in wanted.items():
+            upstream = known.get(rid)
+            if upstream is not None and upstream.key == _server_of(replica) and rid not in moved:
+                upstream.replica = replica  # another limit: the same server
+            else:
+                upstream = self._upstream(replica)
+            upstreams[rid] = upstream
+        gone = [u for rid, u in known.items() if upstreams.get(rid) is not u]
+        self._upstreams = upstreams
+        self._by_model = {}
+        for upstream in upstreams.values():
+            self._by_model.setdefault(upstream.replica.model, []).append(upstream)
+        self.readiness.track(replicas, origins or {})
+        for upstream in gone:
+            await self._retire(upstream)
+        return changes
+
+    def _upstream(self, replica: Replica) -> _Upstream:
         headers = [(b"content-type", b"application/json"), (b"accept-encoding", b"identity")]
         if replica.api_key:
             headers.append((b"authorization", f"Bearer {replica.api_key}".encode()))
-        return headers
+        urls = {path: httpx.URL(replica.url + path) for path in COMPLETIONS}
+        return _Upstream(replica, self._new_client(replica), headers, urls)
+
+    def _upstream_for(self, replica: Replica) -> _Upstream:
+        """Where to forward a request granted on ``replica``: the server it was granted on, even when
+        the replicas changed since."""
+        server = _server_of(replica)
+        upstream = self._upstreams.get(replica.id)
+        if upstream is not None and upstream.key == server:
+            return upstream
+        upstream = self._retired.get(server)
+        if upstream is None:
+            # Granted just before the replica was removed and its pool closed: a pool for this request.
+            upstream = self._retired[server] = self._upstream(replica)
+            upstream.retired = True
+        return upstream
+
+    async def _retire(self, upstream: _Upstream) -> None:
+        upstream.retired = True
+        if upstream.running:
+            self._retired[upstream.key] = upstream
+        else:
+            await self._close(upstream)
+
+    async def _close(self, upstream: _Upstream) -> None:
+        if self._retired.get(upstream.key) is upstream:
+            del self._retired[upstream.key]
+        with anyio.CancelScope(shield=True):
+            await upstream.client.aclose()
+
+    async def aclose(self) -> None:
+        """Close every replica's connections."""
+        upstreams = [*self._upstreams.values(), *self._retired.values()]
+        self._upstreams, self._by_model = {}, {}
+        for upstream in upstreams:
+            await self._close(upstream)
 
     # -- ASGI ---------------------------------------------------------------------------------
 
@@ -324,12 +451,12 @@ class Router:
                 if faults:
                     # Replicas already failed this request, and placement now avoids the rest.
                     raise _all_failed(faults) from None
-                raise RefusedError(
-                    503,
-                    f"No replica could serve `{name}` now; try again later",
-                    "no_replica",
-                    kind="server_error",
-                ) from None
+                if self._none_ready(model):
+                    # Waiting will not help: say where the router says why.
+                    message = f"No replica can load `{name}`: each is not ready; see the router's /health"
+                else:
+                    message = f"No replica could serve `{name}` now; try again later"
+                raise RefusedError(503, message, "no_replica", kind="server_error") from None
             except FleetClosedError:
                 raise RefusedError(
                     503, "The router is shutting down", "shutting_down", kind="server_error"
@@ -337,6 +464,7 @@ class Router:
             record.adapter_ms = (record.adapter_ms or 0.0) + (time.perf_counter() - asked) * 1000
             try:
                 replica = lease.replica
+                upstream = self._upstream_for(replica)
                 record.replica, record.how = replica.id, lease.how.value
                 timing = (b"server-timing", f"adapter;dur={record.adapter_ms:.1f}".encode())
                 extra = [
@@ -344,7 +472,7 @@ class Router:
                     (b"x-lorafleet-how", record.how.encode()),
                     timing,
                 ]
-                outcome = await self._forward(replica, path, raw, send, record, extra, lease, missing_again)
+                outcome = await self._forward(upstream, path, raw, send, record, extra, lease, missing_again)
             finally:
                 lease.release()
             if outcome is _Outcome.DONE:
@@ -362,8 +490,8 @@ class Router:
         tried: set[str] = set()
         while True:
             record.attempts += 1
-            replica = self._least_busy(model, tried)
-            if replica is None:
+            upstream = self._least_busy(model, tried)
+            if upstream is None:
                 if tried:
                     raise _all_failed(len(tried))
                 raise RefusedError(
@@ -372,21 +500,28 @@ class Router:
                     "no_replica",
                     kind="server_error",
                 )
-            tried.add(replica.id)
-            record.replica, record.how = replica.id, "base"
-            extra = [(b"x-lorafleet-replica", replica.id.encode()), (b"x-lorafleet-how", b"base")]
-            self._base_busy[replica.id] += 1
+            rid = upstream.replica.id
+            tried.add(rid)
+            record.replica, record.how = rid, "base"
+            extra = [(b"x-lorafleet-replica", rid.encode()), (b"x-lorafleet-how", b"base")]
+            upstream.base += 1
             try:
-                outcome = await self._forward(replica, path, raw, send, record, extra, None, False)
+                outcome = await self._forward(upstream, path, raw, send, record, extra, None, False)
             finally:
-                self._base_busy[replica.id] -= 1
+                upstream.base -= 1
             if outcome is _Outcome.DONE:
                 return
             if len(tried) >= self._attempts:
                 raise _all_failed(len(tried))
             self._count_retry("replica_failed")
 
-    def _least_busy(self, model: str, tried: set[str]) -> Replica | None:
+    def _none_ready(self, model: str | None) -> bool:
+        """Whether every replica of ``model`` (or every replica) is held not ready for adapters."""
+        upstreams = self._upstreams.values() if model is None else self._by_model.get(model, ())
+        held = self.readiness.not_ready()
+        return bool(upstreams) and all(u.replica.id in held for u in upstreams)
+
+    def _least_busy(self, model: str, tried: set[str]) -> _Upstream | None:
         """The healthy replica of ``model`` with the fewest requests in flight, not tried yet.
 
         Busy counts this router's adapter requests (the fleet's) and base-model requests (its own);
@@ -395,22 +530,26 @@ class Router:
         candidates = self._by_model.get(model, ())
         count = len(candidates)
         self._turn += 1
-        best: Replica | None = None
+        best: _Upstream | None = None
         best_key = (0, 0)
-        for i, replica in enumerate(candidates):
-            if replica.id in tried:
+        for i, upstream in enumerate(candidates):
+            rid = upstream.replica.id
+            if rid in tried:
                 continue
-            stats = self.fleet.replica_statistics(replica.id)
-            if stats is None or stats.failing_until is not None:
+            stats = self.fleet.replica_statistics(rid)
+            if stats is None:
                 continue
-            key = (stats.in_flight + self._base_busy[replica.id], (i - self._turn) % count)
+            # A replica avoided for a misconfiguration of LoRA alone still serves the base model.
+            if stats.failing_until is not None and not self.readiness.lora_only(rid):
+                continue
+            key = (stats.in_flight + upstream.base, (i - self._turn) % count)
             if best is None or key < best_key:
-                best, best_key = replica, key
+                best, best_key = upstream, key
         return best
 
     async def _forward(
         self,
-        replica: Replica,
+        upstream: _Upstream,
         path: str,
         raw: bytes,
         send: Send,
@@ -419,11 +558,29 @@ class Router:
         lease: Route | None,
         may_retry_missing: bool,
     ) -> _Outcome:
-        """Forward the request to ``replica`` and relay its answer; the outcome says what to do next."""
-        client = self._clients[replica.id]
-        request = client.build_request(
-            "POST", self._urls[replica.id, path], content=raw, headers=self._headers[replica.id]
-        )
+        """Forward the request to ``upstream`` and relay its answer; the outcome says what to do next."""
+        upstream.running += 1
+        try:
+            return await self._relay(upstream, path, raw, send, record, extra, lease, may_retry_missing)
+        finally:
+            upstream.running -= 1
+            if upstream.retired and not upstream.running:
+                await self._close(upstream)
+
+    async def _relay(
+        self,
+        upstream: _Upstream,
+        path: str,
+        raw: bytes,
+        send: Send,
+        record: _Record,
+        extra: list[tuple[bytes, bytes]],
+        lease: Route | None,
+        may_retry_missing: bool,
+    ) -> _Outcome:
+        replica = upstream.replica
+        client = upstream.client
+        request = client.build_request("POST", upstream.urls[path], content=raw, headers=upstream.headers)
         try:
             response = await client.send(request, stream=True)
         except httpx.PoolTimeout:
@@ -598,7 +755,7 @@ class Router:
                 "owned_by": "lorafleet",
                 "parent": None,
             }
-            for model in sorted(self._by_model)
+            for model in sorted(self._catalog.bases)
         ]
         catalog = self._catalog
         for name in catalog.names():
@@ -614,22 +771,35 @@ class Router:
         await respond_json(send, 200, {"object": "list", "data": cards})
         return 200
 
-    async def _health(self, send: Send) -> int:
+    def health(self) -> tuple[bool, dict[str, str]]:
+        """Whether the router can serve (a replica is ok), and each replica's state by id.
+
+        ``ok``; ``starting`` (its first listing is not in); ``failing`` (placement avoids it for now);
+        ``not ready: <why and the fix>`` (it answered as a replica that cannot take adapters does);
+        ``draining`` (no longer among the replicas, with requests still running there).
+        """
         states: dict[str, str] = {}
-        for replica in self._replicas:
-            stats = self.fleet.replica_statistics(replica.id)
+        for rid in self._upstreams:
+            stats = self.fleet.replica_statistics(rid)
+            fix = self.readiness.fix(rid)
             if stats is None:
-                states[replica.id] = "removed"
+                states[rid] = "removed"
+            elif fix is not None:
+                states[rid] = f"not ready: {fix}"
             elif stats.failing_until is not None:
-                states[replica.id] = "failing"
+                states[rid] = "failing"
             elif not stats.met:
-                states[replica.id] = "starting"
+                states[rid] = "starting"
             else:
-                states[replica.id] = "ok"
-        status = 200 if "ok" in states.values() else 503
-        await respond_json(
-            send, status, {"status": "ok" if status == 200 else "unavailable", "replicas": states}
-        )
+                states[rid] = "ok"
+        for upstream in self._retired.values():
+            states.setdefault(upstream.replica.id, "draining")
+        return "ok" in states.values(), states
+
+    async def _health(self, send: Send) -> int:
+        ok, states = self.health()
+        status = 200 if ok else 503
+        await respond_json(send, status, {"status": "ok" if ok else "unavailable", "replicas": states})
         return status
 
     async def _metrics_page(self, send: Send) -> int:

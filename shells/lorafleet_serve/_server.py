@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import socket
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from types import TracebackType
 from typing import Any, Self
 
@@ -16,11 +16,12 @@ import sniffio
 from hypercorn.config import Config as HypercornConfig
 from prometheus_client import CollectorRegistry
 
-from lorafleet_fleet import KEEPALIVE_EXPIRY, Fleet, PrometheusMetrics
+from lorafleet_fleet import KEEPALIVE_EXPIRY, Fleet, PrometheusMetrics, Replica
 
 from ._app import NoCookies, Router
 from ._catalog import Catalog
 from ._config import Config, check, resolve
+from ._readiness import Origin, Problem, Readiness, ServeWording
 from ._sizing import sizing
 
 log = logging.getLogger("lorafleet.serve")
@@ -66,6 +67,8 @@ class RouterServer:
         self._tasks: anyio.abc.TaskGroup | None = None
         self._stop: anyio.Event | None = None
         self._router: Router | None = None
+        self._background = anyio.CancelScope()
+        """Where the server's own loops run; cancelled when it stops."""
         self.url = ""
         """``http://host:port`` once entered."""
 
@@ -83,6 +86,7 @@ class RouterServer:
         check(config)
         self._stop = anyio.Event()
         replicas, client_key = resolve(config, self._environ)
+        origins = origins_of(config)
         sock = _listen(config.host, config.port)
         host, port = sock.getsockname()[:2]
         self.url = f"http://{f'[{host}]' if ':' in host else host}:{port}"
@@ -94,28 +98,21 @@ class RouterServer:
         options["routers"] = config.routers
         if config.concurrency is not None:
             options["concurrency"] = config.concurrency
+        readiness = Readiness()
+        readiness.track(replicas, origins)
         try:
-            timeout = httpx.Timeout(
-                connect=config.connect_timeout,
-                read=config.read_timeout,
-                write=config.read_timeout,
-                pool=config.connect_timeout,
-            )
-            limits = httpx.Limits(
-                max_connections=config.max_connections,
-                max_keepalive_connections=config.max_connections,
-                keepalive_expiry=KEEPALIVE_EXPIRY,
-            )
-            # One TLS context for all: making one reads the CA bundle, some 50 ms of CPU each.
-            tls = httpx.create_ssl_context()
-            clients = {
-                replica.id: await self._stack.enter_async_context(
-                    httpx.AsyncClient(cookies=NoCookies(), timeout=timeout, limits=limits, verify=tls)
+            _wording.install()
+            self._stack.callback(_wording.uninstall)
+            # The fleet's own client, as the fleet would make it, with the hook that watches its answers.
+            fleet_client = await self._stack.enter_async_context(
+                httpx.AsyncClient(
+                    limits=httpx.Limits(keepalive_expiry=KEEPALIVE_EXPIRY),
+                    event_hooks={"response": [readiness.on_response]},
                 )
-                for replica in replicas
-            }
+            )
             fleet = await self._stack.enter_async_context(
                 Fleet(
+                    client=fleet_client,
                     replicas=replicas,
                     adapters=catalog.path,
                     pins=dict(config.pins),
@@ -131,15 +128,17 @@ class RouterServer:
                 for name, error in (await fleet.prewarm(config.prewarm)).items():
                     # Not fatal: the router serves the rest, and requests for it get the error then.
                     log.warning("could not prewarm adapter %r: %s", name, error)
-            self._router = Router(
+            router = self._router = Router(
                 fleet,
-                replicas=replicas,
                 catalog=catalog,
-                clients=clients,
+                new_client=_forwarding_client(config),
                 config=config,
                 client_key=client_key,
                 registry=registry,
+                readiness=readiness,
             )
+            self._stack.push_async_callback(router.aclose)
+            await router.set_replicas(replicas, origins)
             tasks = anyio.create_task_group()
             await tasks.__aenter__()
         except BaseException:
@@ -153,6 +152,7 @@ class RouterServer:
         for line in sized.warnings:
             log.warning("sizing: %s", line)
         tasks.start_soon(self._serve, sock)
+        tasks.start_soon(self._recheck, fleet_client)
         return self
 
     async def __aexit__(
@@ -160,6 +160,7 @@ class RouterServer:
     ) -> None:
         assert self._stop is not None
         self._stop.set()
+        self._background.cancel()
         tasks = self._tasks
         assert tasks is not None
         try:
@@ -167,6 +168,17 @@ class RouterServer:
             await tasks.__aexit__(None, None, None)
         finally:
             await self._stack.aclose()
+
+    async def _recheck(self, client: httpx.AsyncClient) -> None:
+        """Every listing interval, ask the replicas held not ready for absent routes whether they
+        have them now: nothing else tells, when no request goes there."""
+        with self._background:
+            while True:
+                await anyio.sleep(self.config.listing_interval)
+                router = self.router
+                for replica in router.replicas:
+                    if replica.id in router.readiness.not_ready(Problem.ROUTES):
+                        await router.readiness.recheck(client, replica, self.config.listing_timeout)
 
     async def _serve(self, sock: socket.socket) -> None:
         assert self._stop is not None
@@ -186,6 +198,53 @@ class RouterServer:
             from hypercorn.asyncio import serve as serve_asyncio
 
             await serve_asyncio(self.router, config, shutdown_trigger=self._stop.wait)  # type: ignore[arg-type]
+
+
+def _forwarding_client(config: Config) -> Callable[[Replica], httpx.AsyncClient]:
+    """What makes each replica's client for forwarding requests."""
+    timeout = httpx.Timeout(
+        connect=config.connect_timeout,
+        read=config.read_timeout,
+        write=config.read_timeout,
+        pool=config.connect_timeout,
+    )
+    limits = httpx.Limits(
+        max_connections=config.max_connections,
+        max_keepalive_connections=config.max_connections,
+        keepalive_expiry=KEEPALIVE_EXPIRY,
+    )
+    # One TLS context for all: making one reads the CA bundle, some 50 ms of CPU each.
+    tls = httpx.create_ssl_context()
+
+    def new_client(replica: Replica) -> httpx.AsyncClient:
+        return httpx.AsyncClient(cookies=NoCookies(), timeout=timeout, limits=limits, verify=tls)
+
+    return new_client
+
+
+def origins_of(config: Config) -> dict[str, Origin]:
+    """Where each configured replica comes from, by id, as messages name it."""
+    return {r.id: Origin(f"replicas[{i}] ({r.id!r})", r.api_key_env) for i, r in enumerate(config.replicas)}
+
+
+class _Wording:
+    """``ServeWording`` on the fleet's logger while at least one router runs in this process."""
+
+    def __init__(self) -> None:
+        self._filter = ServeWording()
+        self._running = 0
+
+    def install(self) -> None:
+        self._running += 1
+        logging.getLogger("lorafleet").addFilter(self._filter)
+
+    def uninstall(self) -> None:
+        self._running -= 1
+        if not self._running:
+            logging.getLogger("lorafleet").removeFilter(self._filter)
+
+
+_wording = _Wording()
 
 
 def _listen(host: str, port: int) -> socket.socket:

@@ -213,11 +213,16 @@ class VllmStandIn:
             if misbehaviour is None or not await self._misbehaviours.act(misbehaviour, send):
                 await _metrics.serve(self._engine, send)
             return
+        # vLLM's key guards every /v1 path, routes it lacks included, before anything else.
+        if (
+            path.startswith("/v1")
+            and self.api_key is not None
+            and not self._authorised(headers.get("authorization"))
+        ):
+            await respond_json(send, 401, {"error": "Unauthorized"})
+            return
         if route is None or route == "metrics" or (route in LORA_ROUTES and not self.runtime_lora):
             await respond_json(send, 404, {"detail": "Not Found"})
-            return
-        if self.api_key is not None and not self._authorised(headers.get("authorization")):
-            await respond_json(send, 401, {"error": "Unauthorized"})
             return
         if route in ("completions", "chat"):
             await self._completion(route, method, body, misbehaviour, send)
