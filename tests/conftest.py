@@ -57,11 +57,12 @@ def adapter_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture
 def serve() -> Iterator[Callable[..., StandInServer]]:
-    """Start stand-in servers (keyword arguments go to VllmStandIn); all are stopped after the test."""
+    """Start stand-in servers (``host`` and ``port`` go to StandInServer, other keyword arguments to
+    VllmStandIn); all are stopped after the test."""
     servers: list[StandInServer] = []
 
-    def start(**options: object) -> StandInServer:
-        server = StandInServer(VllmStandIn(**options)).start()  # type: ignore[arg-type]
+    def start(*, host: str = "127.0.0.1", port: int = 0, **options: object) -> StandInServer:
+        server = StandInServer(VllmStandIn(**options), host=host, port=port).start()  # type: ignore[arg-type]
         servers.append(server)
         return server
 

@@ -202,7 +202,7 @@ class Router:
         readiness: Readiness | None = None,
     ) -> None:
         self.fleet = fleet
-        self._catalog = catalog
+        self.catalog = catalog
         self._new_client = new_client
         self._key = client_key.encode() if client_key is not None else None
         self._max_body = config.max_body_bytes
@@ -393,7 +393,7 @@ class Router:
                 # a wait for a load included (the load goes on for others) and the lease with it.
                 tasks.start_soon(_watch_for_disconnect, receive, tasks.cancel_scope, record)
                 try:
-                    if model in self._catalog.bases:
+                    if model in self.catalog.bases:
                         await self._base_request(model, scope["path"], raw, send, record)
                     else:
                         await self._adapter_request(model, scope["path"], raw, send, record)
@@ -428,9 +428,9 @@ class Router:
         await refuse(send, refusal)
 
     async def _adapter_request(self, name: str, path: str, raw: bytes, send: Send, record: _Record) -> None:
-        if self._catalog.path(name) is None:
+        if self.catalog.path(name) is None:
             raise model_not_found(name)
-        model = self._catalog.model(name)
+        model = self.catalog.model(name)
         faults = 0
         missing_again = True
         while True:
@@ -755,9 +755,9 @@ class Router:
                 "owned_by": "lorafleet",
                 "parent": None,
             }
-            for model in sorted(self._catalog.bases)
+            for model in sorted(self.catalog.bases)
         ]
-        catalog = self._catalog
+        catalog = self.catalog
         for name in catalog.names():
             cards.append(
                 {

@@ -27,12 +27,17 @@ class Catalog:
         self._found: dict[str, str] = {}
         """Names whose folder was there: a warm request looks no further (a folder removed since
         fails at its next load, as the adapter's fault)."""
-        models = {r.model for r in config.replicas}
-        default = config.adapter_model
-        if default is None and len(models) == 1:
-            default = next(iter(models))  # one base model: every adapter is its
-        self._default_model = default
         self._route_model = config.adapter_model
+        self._default_model: str | None = None
+        self.bases: frozenset[str] = frozenset()
+        self.set_models(config.model_names())
+
+    def set_models(self, models: list[str]) -> None:
+        """The base models the replicas serve (they change with the replicas)."""
+        default = self._route_model
+        if default is None and len(models) == 1:
+            default = models[0]  # one base model: every adapter is its
+        self._default_model = default
         self.bases = frozenset(models)
 
     def path(self, name: str) -> str | None:

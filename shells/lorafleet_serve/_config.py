@@ -21,7 +21,11 @@ import attrs
 from lorafleet import InvalidValueError
 from lorafleet_fleet import Replica
 
+from ._dns import parse_server
+
 DEFAULT_PORT = 8000
+DISCOVER_INTERVAL = 5.0
+"""Seconds between two resolutions of a discovered name."""
 DEFAULT_MAX_BODY_BYTES = 4 << 20
 """4 MiB: a prompt of 100,000 tokens or so. Past the bound a request is answered 413; its body is read and
 dropped first (up to 4 times the bound, 16 MiB at least), so that the client reads the answer."""
@@ -50,6 +54,30 @@ class ReplicaConfig:
 
 
 @attrs.frozen(kw_only=True)
+class DiscoverConfig:
+    """Replicas found by a DNS name, re-resolved every ``interval`` seconds: each address one replica,
+    ``ip:port`` its id, ``http://ip:port`` its URL, all of one model and limit."""
+
+    dns: str
+    """The name: a Kubernetes headless Service, a Consul or Nomad service..."""
+    model: str
+    limit: int
+    port: int | None = None
+    """The replicas' port, for A/AAAA answers (SRV answers carry their own)."""
+    srv: bool = False
+    """Ask for SRV records (targets and ports) instead of addresses."""
+    api_key_env: str | None = None
+    interval: float = DISCOVER_INTERVAL
+    resolver: str | None = None
+    """``host:port`` of the DNS server to ask (None: the system's, as /etc/resolv.conf says)."""
+    max_cpu_loras: int | None = None
+
+    def label(self, index: int) -> str:
+        """How messages name the entry: ``discover[0] ('vllm.ns.svc')``."""
+        return f"discover[{index}] ({self.dns!r})"
+
+
+@attrs.frozen(kw_only=True)
 class Config:
     """Everything ``lorafleet serve`` runs with, checked (see ``check``); keys are resolved later.
 
@@ -59,7 +87,9 @@ class Config:
     model of every adapter the table does not give one to (None: any replica's).
     """
 
-    replicas: tuple[ReplicaConfig, ...]
+    replicas: tuple[ReplicaConfig, ...] = ()
+    discover: tuple[DiscoverConfig, ...] = ()
+    """Names whose addresses are replicas too, followed as they change."""
     adapter_root: Path | None = None
     adapter_paths: Mapping[str, str] = attrs.field(factory=dict)
     adapter_models: Mapping[str, str] = attrs.field(factory=dict)
@@ -100,12 +130,19 @@ class Config:
             by_model.setdefault(replica.model, []).append(replica)
         return by_model
 
+    def model_names(self) -> list[str]:
+        """Every base model the replicas and the discovered names serve, in the order configured."""
+        return list(self.engines())
+
     def engines(self) -> dict[str, list[EngineEntry]]:
         """Base model name to the entries that give it engines, in the order configured."""
         by_model: dict[str, list[EngineEntry]] = {}
         for i, replica in enumerate(self.replicas):
             entry = EngineEntry(f"replicas[{i}] ({replica.id!r})", replica.limit, replica.max_cpu_loras)
             by_model.setdefault(replica.model, []).append(entry)
+        for i, found in enumerate(self.discover):
+            entry = EngineEntry(found.label(i), found.limit, found.max_cpu_loras)
+            by_model.setdefault(found.model, []).append(entry)
         return by_model
 
 
@@ -120,12 +157,13 @@ class EngineEntry:
 
 # -- the TOML file ---------------------------------------------------------------------------------
 
-_TOP = {"server", "fleet", "timeouts", "adapters", "pins", "replicas"}
+_TOP = {"server", "fleet", "timeouts", "adapters", "pins", "replicas", "discover"}
 _SERVER = {"host", "port", "api_key_env", "max_body_bytes", "max_connections"}
 _FLEET = {"headroom", "attempts", "routers", "concurrency", "prewarm"}
 _TIMEOUTS = {"load", "listing", "listing_interval", "connect", "read", "shutdown"}
 _ADAPTERS = {"root", "model", "paths"}
 _REPLICA = {"id", "url", "model", "limit", "api_key_env", "max_cpu_loras"}
+_DISCOVER = {"dns", "port", "srv", "model", "limit", "api_key_env", "interval", "resolver", "max_cpu_loras"}
 _SECRET_KEYS = {"api_key", "key", "token", "password"}
 _NO_SECRETS = (
     "a key is never written in the configuration: put it in an environment variable and name that "
@@ -200,6 +238,8 @@ def settings_of(data: Mapping[str, Any], source: str, *, base: Path | None = Non
         out["pins"] = {name: _int(copies, f"{source}: pins.{name}") for name, copies in pins.items()}
     if "replicas" in data:
         out["replicas"] = _replicas(data["replicas"], source)
+    if "discover" in data:
+        out["discover"] = _discovers(data["discover"], source)
     return out
 
 
@@ -252,6 +292,35 @@ def _replicas(value: object, source: str) -> tuple[ReplicaConfig, ...]:
                 else None,
             )
         )
+    return tuple(out)
+
+
+def _discovers(value: object, source: str) -> tuple[DiscoverConfig, ...]:
+    if not isinstance(value, list) or not all(isinstance(v, dict) for v in value):
+        raise ConfigError(
+            f"{source}: discover must be an array of tables ([[discover]]), not {_shown(value)}"
+        )
+    out = []
+    for i, entry in enumerate(value):
+        where = f"{source}: discover[{i}]"
+        _known(entry, _DISCOVER, where, "")
+        for key in ("dns", "model", "limit"):
+            if key not in entry:
+                raise ConfigError(f"{where} needs {key}")
+        fields: dict[str, Any] = {}
+        for key in ("dns", "model", "api_key_env", "resolver"):
+            if key in entry:
+                fields[key] = _str(entry[key], f"{where}.{key}")
+        for key in ("limit", "port", "max_cpu_loras"):
+            if key in entry:
+                fields[key] = _int(entry[key], f"{where}.{key}")
+        if "srv" in entry:
+            if type(entry["srv"]) is not bool:
+                raise ConfigError(f"{where}.srv must be true or false, not {_shown(entry['srv'])}")
+            fields["srv"] = entry["srv"]
+        if "interval" in entry:
+            fields["interval"] = _seconds(entry["interval"], f"{where}.interval")
+        out.append(DiscoverConfig(**fields))
     return tuple(out)
 
 
@@ -311,6 +380,43 @@ def _whole_field(flag: str, text: str, key: str, value: str) -> int:
         raise ConfigError(f"{flag} {text!r}: {key} must be a whole number, not {value!r}") from None
 
 
+def discover_flag(text: str) -> DiscoverConfig:
+    """One ``--discover dns=NAME,port=8000,model=llama,limit=4[,srv=true][,api_key_env=VAR][,interval=5]
+    [,resolver=HOST:PORT][,max_cpu_loras=N]``."""
+    fields: dict[str, str] = {}
+    for part in text.split(","):
+        key, eq, value = part.partition("=")
+        key = key.strip()
+        if not eq:
+            raise ConfigError(f"--discover {text!r}: {part!r} is not key=value")
+        if key in _SECRET_KEYS:
+            raise ConfigError(f"--discover: {key}: {_NO_SECRETS}")
+        if key not in _DISCOVER:
+            raise ConfigError(
+                f"--discover {text!r}: unknown field {key!r} (known: {', '.join(sorted(_DISCOVER))})"
+            )
+        fields[key] = value.strip()
+    for key in ("dns", "model", "limit"):
+        if key not in fields:
+            raise ConfigError(f"--discover {text!r} needs {key}=")
+    out: dict[str, Any] = {k: fields[k] for k in ("dns", "model", "api_key_env", "resolver") if k in fields}
+    for key in ("limit", "port", "max_cpu_loras"):
+        if key in fields:
+            out[key] = _whole_field("--discover", text, key, fields[key])
+    if "srv" in fields:
+        if fields["srv"].lower() not in ("true", "false"):
+            raise ConfigError(f"--discover {text!r}: srv must be true or false, not {fields['srv']!r}")
+        out["srv"] = fields["srv"].lower() == "true"
+    if "interval" in fields:
+        try:
+            out["interval"] = float(fields["interval"])
+        except ValueError:
+            raise ConfigError(
+                f"--discover {text!r}: interval must be a number of seconds, not {fields['interval']!r}"
+            ) from None
+    return DiscoverConfig(**out)
+
+
 def pair_flag(flag: str, text: str) -> tuple[str, str]:
     """``NAME=VALUE`` of a repeated flag such as ``--adapter sql=/adapters/sql``."""
     name, eq, value = text.partition("=")
@@ -328,8 +434,11 @@ def build(settings: Mapping[str, Any]) -> Config:
     Raises:
         ConfigError: a setting is out of range, or the settings contradict each other.
     """
-    if not settings.get("replicas"):
-        raise ConfigError("no replicas: give at least one ([[replicas]] in the file, or --replica)")
+    if not settings.get("replicas") and not settings.get("discover"):
+        raise ConfigError(
+            "no replicas: give at least one ([[replicas]] in the file, or --replica), or a name to "
+            "discover them by ([[discover]], or --discover)"
+        )
     try:
         config = Config(**settings)
     except TypeError as exc:  # a programming error in the caller, not the user's; keep it loud
@@ -359,6 +468,15 @@ def check(config: Config) -> None:
         if known != replica.limit:
             raise ConfigError(
                 f"{where}: limit {replica.limit}, but another replica of {replica.model!r} has {known}: "
+                "a limit belongs to the model, give its replicas the same one"
+            )
+    for i, found in enumerate(config.discover):
+        where = found.label(i)
+        _check_discover(found, where)
+        known = limits.setdefault(found.model, found.limit)
+        if known != found.limit:
+            raise ConfigError(
+                f"{where}: limit {found.limit}, but another replica of {found.model!r} has {known}: "
                 "a limit belongs to the model, give its replicas the same one"
             )
     models = set(limits)
@@ -419,6 +537,33 @@ def check(config: Config) -> None:
             raise ConfigError(f"{name} must be a positive number of seconds, not {seconds!r}")
 
 
+def _check_discover(found: DiscoverConfig, where: str) -> None:
+    if not found.dns or found.dns.startswith(".") or " " in found.dns:
+        raise ConfigError(f"{where}.dns must be a DNS name, not {found.dns!r}")
+    if not found.model:
+        raise ConfigError(f"{where}.model is empty")
+    if found.limit < 1:
+        raise ConfigError(f"{where}.limit must be at least 1, not {found.limit}")
+    if found.port is None and not found.srv:
+        raise ConfigError(f"{where} needs port (the replicas' port), or srv = true (SRV records carry it)")
+    if found.port is not None and not 0 < found.port < 65536:
+        raise ConfigError(f"{where}.port must be between 1 and 65535, not {found.port}")
+    if not 0 < found.interval < math.inf:
+        raise ConfigError(f"{where}.interval must be a positive number of seconds, not {found.interval!r}")
+    if found.api_key_env is not None:
+        _env_name(found.api_key_env, f"{where}.api_key_env")
+    if found.max_cpu_loras is not None and found.max_cpu_loras < 1:
+        raise ConfigError(f"{where}.max_cpu_loras must be at least 1, not {found.max_cpu_loras}")
+    if found.resolver is not None:
+        try:
+            parse_server(found.resolver)
+        except ValueError:
+            raise ConfigError(
+                f"{where}.resolver must be a DNS server's address and port (10.0.0.10:53, [fd00::a]:53), "
+                f"not {found.resolver!r}"
+            ) from None
+
+
 def _adapter_known(config: Config, name: str, where: str) -> None:
     if name in config.adapter_paths:
         return
@@ -467,7 +612,27 @@ def resolve(config: Config, environ: Mapping[str, str] | None = None) -> tuple[l
         )
         for r in config.replicas
     ]
+    for i, found in enumerate(config.discover):
+        key(found.api_key_env, f"{found.label(i)}'s api_key_env")
     return replicas, key(config.api_key_env, "server.api_key_env")
+
+
+def discovered_key(found: DiscoverConfig, index: int, environ: Mapping[str, str] | None = None) -> str | None:
+    """The key of the replicas ``found`` discovers, from the variable it names (None: no key).
+
+    Raises:
+        ConfigError: the variable is unset or empty.
+    """
+    if found.api_key_env is None:
+        return None
+    value = (os.environ if environ is None else environ).get(found.api_key_env)
+    if not value:
+        state = "empty" if value == "" else "not set"
+        raise ConfigError(
+            f"{found.label(index)}'s api_key_env names the environment variable {found.api_key_env}, "
+            f"which is {state}"
+        )
+    return value
 
 
 # -- small checks -----------------------------------------------------------------------------------

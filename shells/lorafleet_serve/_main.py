@@ -9,12 +9,13 @@ import math
 import os
 import signal
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import anyio
 
-from ._config import Config, ConfigError, build, pair_flag, read_toml, replica_flag, resolve
+from ._config import Config, ConfigError, build, discover_flag, pair_flag, read_toml, replica_flag, resolve
 from ._server import ListenError, RouterServer
 from ._sizing import sizing
 
@@ -46,6 +47,12 @@ The same as a file (lorafleet serve --config router.toml):
   limit = 4
   api_key_env = "VLLM_KEY"
   max_cpu_loras = 6              # vLLM's --max-cpu-loras, checked against what the router can put there
+
+  [[discover]]                   # and every address a DNS name resolves to, followed as it changes
+  dns = "vllm.default.svc.cluster.local"   # a headless Service; srv = true for its SRV records
+  port = 8000
+  model = "llama"
+  limit = 4
 
   [adapters]
   root = "/srv/adapters"         # or a table: [adapters.paths] sql = "/srv/adapters/sql"
@@ -114,6 +121,13 @@ def parser() -> argparse.ArgumentParser:
         help="a vLLM replica: id=ID,url=URL,model=MODEL,limit=N[,api_key_env=VAR][,max_cpu_loras=N] "
         "(repeat for each)",
     )
+    add(
+        "--discover",
+        metavar="SPEC",
+        action="append",
+        help="replicas by a DNS name, followed as it changes: dns=NAME,port=PORT,model=MODEL,limit=N"
+        "[,srv=true][,api_key_env=VAR][,interval=5][,resolver=HOST:PORT][,max_cpu_loras=N] (repeatable)",
+    )
     add("--adapters-root", metavar="DIR", type=Path, help="serve every adapter folder under DIR, by its name")
     add("--adapter", metavar="NAME=FOLDER", action="append", help="serve one adapter (repeatable)")
     add(
@@ -165,6 +179,8 @@ def config_of(args: argparse.Namespace) -> Config:
     settings: dict[str, Any] = read_toml(args.config) if args.config is not None else {}
     if args.replica:
         settings["replicas"] = tuple(replica_flag(spec) for spec in args.replica)
+    if args.discover:
+        settings["discover"] = tuple(discover_flag(spec) for spec in args.discover)
     if args.adapters_root is not None:
         settings["adapter_root"] = args.adapters_root
     if args.adapter:
@@ -230,7 +246,7 @@ def main(argv: list[str]) -> int:
         # httpx logs every request it makes at INFO: the router's own line per request says more.
         logging.getLogger("httpx").setLevel(logging.WARNING)
     try:
-        anyio.run(_serve, config, backend=args.runtime)
+        anyio.run(_serve, config, lambda: config_of(args), args.config, backend=args.runtime)
     except ListenError as exc:
         sys.stderr.write(f"{PROG}: error: {exc}\n")
         return 1
@@ -240,7 +256,12 @@ def main(argv: list[str]) -> int:
 def summary(config: Config) -> str:
     """One line on what ``config`` serves, for ``--check`` and the start-up log."""
     models = config.models
-    replicas = ", ".join(f"{len(rs)} of {model!r}" for model, rs in models.items())
+    replicas = ", ".join(f"{len(rs)} of {model!r}" for model, rs in models.items()) or "none listed"
+    found = "".join(
+        f"; discovered by {'SRV' if d.srv else 'address'}: {d.dns!r}"
+        f"{f' port {d.port}' if d.port is not None and not d.srv else ''} of {d.model!r}"
+        for d in config.discover
+    )
     sources = []
     if config.adapter_paths:
         sources.append(f"{len(config.adapter_paths)} named")
@@ -253,17 +274,23 @@ def summary(config: Config) -> str:
         extras.append(f"{len(config.prewarm)} to prewarm")
     key = f", clients' key from ${config.api_key_env}" if config.api_key_env else ", no key for clients"
     return (
-        f"replicas: {replicas}; adapters: {' and '.join(sources)}"
+        f"replicas: {replicas}{found}; adapters: {' and '.join(sources)}"
         f"{' (' + ', '.join(extras) + ')' if extras else ''}; listening on {config.host}:{config.port}{key}"
     )
 
 
-async def _serve(config: Config) -> None:
-    with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
-        async with RouterServer(config) as server:
+async def _serve(config: Config, source: Callable[[], Config], watch: Path | None) -> None:
+    with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM, signal.SIGHUP) as signals:
+        async with RouterServer(config, source=source, watch=watch) as server:
             log.info("lorafleet serve: %s", summary(config))
-            log.info("lorafleet serve: ready on %s (Ctrl-C stops it)", server.url)
+            log.info(
+                "lorafleet serve: ready on %s (Ctrl-C stops it; SIGHUP reads the settings again)", server.url
+            )
             async for signum in signals:
+                if signum == signal.SIGHUP:
+                    log.info("lorafleet serve: SIGHUP: reading the settings again, resolving every name")
+                    await server.reload()
+                    continue
                 log.info(
                     "lorafleet serve: %s: stopping; running requests get %g s",
                     signal.Signals(signum).name,

@@ -6,11 +6,13 @@ import contextlib
 import logging
 import socket
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from types import TracebackType
 from typing import Any, Self
 
 import anyio
 import anyio.abc
+import attrs
 import httpx
 import sniffio
 from hypercorn.config import Config as HypercornConfig
@@ -20,11 +22,14 @@ from lorafleet_fleet import KEEPALIVE_EXPIRY, Fleet, PrometheusMetrics, Replica
 
 from ._app import NoCookies, Router
 from ._catalog import Catalog
-from ._config import Config, check, resolve
+from ._config import Config, ConfigError, check, discovered_key, resolve
+from ._live import Discovery, changes_line, file_state
 from ._readiness import Origin, Problem, Readiness, ServeWording
 from ._sizing import sizing
 
 log = logging.getLogger("lorafleet.serve")
+WATCH_INTERVAL = 1.0
+"""Seconds between two looks at the configuration file."""
 
 
 class _NoStartupLines(logging.Filter):
@@ -47,28 +52,56 @@ class RouterServer:
     """The reference router, served by hypercorn on ``config.host``:``config.port``, until the block ends.
 
     Use it as ``async with RouterServer(config) as server``, under asyncio or trio: entering opens
-    the fleet (reading the replicas' listings), loads ``config.prewarm`` and starts listening; leaving
-    stops taking connections, gives running requests ``config.shutdown_timeout`` seconds, then
-    closes the fleet. Port 0 takes a free port; ``server.url`` says which.
+    the fleet (reading the replicas' listings), resolves the names to discover replicas by, loads
+    ``config.prewarm`` and starts listening; leaving stops taking connections, gives running
+    requests ``config.shutdown_timeout`` seconds, then closes the fleet. Port 0 takes a free port;
+    ``server.url`` says which.
+
+    The replicas follow the configuration while it runs: ``reload()`` applies a new one (its
+    replicas, discovered names and limits; other settings wait for a restart), each discovered name
+    is resolved again every ``interval`` seconds, and with ``watch`` the file is read again when it
+    changes.
 
     Args:
         config: what to serve.
         environ: where the keys' variables are read (``os.environ`` when None).
+        source: what ``reload()`` reads the configuration from (the file and flags, for ``lorafleet
+            serve``); None: ``reload()`` applies ``config`` again (resolving every name now).
+        watch: a file whose changes call ``reload()`` (its target, inode, time and size are looked
+            at every ``watch_interval`` seconds: a Kubernetes ConfigMap changes by a symlink swap).
 
     Raises (when entered):
         ConfigError: the config does not make sense (see ``check``), or a key's variable is unset.
         ListenError: the address cannot be listened on.
     """
 
-    def __init__(self, config: Config, *, environ: Mapping[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        config: Config,
+        *,
+        environ: Mapping[str, str] | None = None,
+        source: Callable[[], Config] | None = None,
+        watch: Path | None = None,
+        watch_interval: float = WATCH_INTERVAL,
+    ) -> None:
         self.config = config
         self._environ = environ
+        self._source = source
+        self._watch_path = watch
+        self._watch_interval = watch_interval
         self._stack = contextlib.AsyncExitStack()
         self._tasks: anyio.abc.TaskGroup | None = None
         self._stop: anyio.Event | None = None
         self._router: Router | None = None
         self._background = anyio.CancelScope()
         """Where the server's own loops run; cancelled when it stops."""
+        self._loops: anyio.abc.TaskGroup | None = None
+        self._static: list[Replica] = []
+        self._discoveries: list[Discovery] = []
+        self._following: dict[Discovery, tuple[anyio.CancelScope, anyio.Event]] = {}
+        """Each discovery's loop: its cancel scope, and the event that has it resolve now."""
+        self._lock: anyio.Lock | None = None
+        self._sized: tuple[str, ...] = ()
         self.url = ""
         """``http://host:port`` once entered."""
 
@@ -85,8 +118,12 @@ class RouterServer:
         config = self.config
         check(config)
         self._stop = anyio.Event()
-        replicas, client_key = resolve(config, self._environ)
-        origins = origins_of(config)
+        self._lock = anyio.Lock()
+        self._static, client_key = resolve(config, self._environ)
+        self._discoveries = [
+            Discovery(entry, i, discovered_key(entry, i, self._environ))
+            for i, entry in enumerate(config.discover)
+        ]
         sock = _listen(config.host, config.port)
         host, port = sock.getsockname()[:2]
         self.url = f"http://{f'[{host}]' if ':' in host else host}:{port}"
@@ -99,7 +136,7 @@ class RouterServer:
         if config.concurrency is not None:
             options["concurrency"] = config.concurrency
         readiness = Readiness()
-        readiness.track(replicas, origins)
+        readiness.track(self._static, origins_of(config))
         try:
             _wording.install()
             self._stack.callback(_wording.uninstall)
@@ -113,7 +150,7 @@ class RouterServer:
             fleet = await self._stack.enter_async_context(
                 Fleet(
                     client=fleet_client,
-                    replicas=replicas,
+                    replicas=self._static,
                     adapters=catalog.path,
                     pins=dict(config.pins),
                     attempts=config.attempts,
@@ -124,10 +161,6 @@ class RouterServer:
                     **options,
                 )
             )
-            if config.prewarm:
-                for name, error in (await fleet.prewarm(config.prewarm)).items():
-                    # Not fatal: the router serves the rest, and requests for it get the error then.
-                    log.warning("could not prewarm adapter %r: %s", name, error)
             router = self._router = Router(
                 fleet,
                 catalog=catalog,
@@ -138,7 +171,13 @@ class RouterServer:
                 readiness=readiness,
             )
             self._stack.push_async_callback(router.aclose)
-            await router.set_replicas(replicas, origins)
+            for discovery in self._discoveries:
+                await discovery.resolve()
+            await self._apply()
+            if config.prewarm:
+                for name, error in (await fleet.prewarm(config.prewarm)).items():
+                    # Not fatal: the router serves the rest, and requests for it get the error then.
+                    log.warning("could not prewarm adapter %r: %s", name, error)
             tasks = anyio.create_task_group()
             await tasks.__aenter__()
         except BaseException:
@@ -146,13 +185,9 @@ class RouterServer:
             await self._stack.aclose()
             raise
         self._tasks = tasks
-        sized = sizing(config)
-        for line in sized.lines:
-            log.info("sizing: %s", line)
-        for line in sized.warnings:
-            log.warning("sizing: %s", line)
+        self._say_sizing()
         tasks.start_soon(self._serve, sock)
-        tasks.start_soon(self._recheck, fleet_client)
+        await tasks.start(self._run_loops, fleet_client)
         return self
 
     async def __aexit__(
@@ -169,16 +204,139 @@ class RouterServer:
         finally:
             await self._stack.aclose()
 
+    async def reload(self, config: Config | None = None) -> bool:
+        """Apply a configuration now: ``config``, else what ``source`` reads (else the current one).
+
+        Its replicas, discovered names and limits take effect at once (every name is resolved now);
+        a setting that needs a restart is named in one log line and left as it runs. A configuration
+        that is not valid changes nothing, and is named in one log line.
+
+        Returns:
+            Whether it was applied.
+        """
+        assert self._lock is not None, "the server is not running"
+        async with self._lock:
+            try:
+                new = (
+                    config
+                    if config is not None
+                    else self._source()
+                    if self._source is not None
+                    else self.config
+                )
+                check(new)
+                running = attrs.evolve(self.config, replicas=new.replicas, discover=new.discover)
+                check(running)
+                static, _ = resolve(running, self._environ)
+                keys = [discovered_key(entry, i, self._environ) for i, entry in enumerate(new.discover)]
+            except ConfigError as exc:
+                log.error("configuration: %s; nothing changed", exc)
+                return False
+            later = restart_settings(self.config, new)
+            if later:
+                log.warning(
+                    "configuration: %s changed, which takes effect when lorafleet serve restarts; the "
+                    "replicas and limits are applied now",
+                    ", ".join(later),
+                )
+            self.config = running
+            self._static = static
+            kept: list[Discovery] = []
+            for i, (entry, key) in enumerate(zip(new.discover, keys, strict=True)):
+                same = next((d for d in self._discoveries if d not in kept and d.same_as(entry, key)), None)
+                if same is None:
+                    same = Discovery(entry, i, key)
+                else:
+                    same.entry, same.index = entry, i
+                kept.append(same)
+            for discovery in self._discoveries:
+                if discovery not in kept:
+                    self._following.pop(discovery)[0].cancel()
+            self._discoveries = kept
+            for discovery in kept:
+                await discovery.resolve()
+                if discovery not in self._following:
+                    self._follow(discovery)
+            self.router.catalog.set_models(running.model_names())
+            await self._apply()
+            self._say_sizing()
+            return True
+
+    async def _apply(self) -> None:
+        """Give the router the replicas the configuration and the discovered names make now."""
+        replicas = list(self._static)
+        origins = origins_of(self.config)
+        for discovery in self._discoveries:
+            for replica in discovery.replicas:
+                if replica.id in origins:
+                    continue  # another entry has it: the first one configured
+                replicas.append(replica)
+                origins[replica.id] = discovery.origin
+        changes = await self.router.set_replicas(replicas, origins)
+        if changes:
+            log.info("%s", changes_line(changes.added, changes.removed, changes.changed))
+
+    def _say_sizing(self) -> None:
+        sized = sizing(self.config)
+        for line in sized.lines:
+            if line not in self._sized:
+                log.info("sizing: %s", line)
+        for line in sized.warnings:
+            if line not in self._sized:
+                log.warning("sizing: %s", line)
+        self._sized = (*sized.lines, *sized.warnings)
+
+    # -- the server's own loops ---------------------------------------------------------------------
+
+    async def _run_loops(
+        self, fleet_client: httpx.AsyncClient, *, task_status: anyio.abc.TaskStatus[None]
+    ) -> None:
+        with self._background:
+            async with anyio.create_task_group() as loops:
+                self._loops = loops
+                loops.start_soon(self._recheck, fleet_client)
+                if self._watch_path is not None:
+                    loops.start_soon(self._watch, self._watch_path, file_state(self._watch_path))
+                for discovery in self._discoveries:
+                    self._follow(discovery)
+                task_status.started()
+                await anyio.sleep_forever()
+
+    def _follow(self, discovery: Discovery) -> None:
+        assert self._loops is not None
+        scope, now = anyio.CancelScope(), anyio.Event()
+        self._following[discovery] = (scope, now)
+        self._loops.start_soon(self._resolve_again, discovery, scope)
+
+    async def _resolve_again(self, discovery: Discovery, scope: anyio.CancelScope) -> None:
+        """Resolve ``discovery``'s name every ``interval`` seconds, and apply what changed."""
+        with scope:
+            while True:
+                await anyio.sleep(discovery.entry.interval)
+                assert self._lock is not None
+                async with self._lock:
+                    if await discovery.resolve():
+                        await self._apply()
+
+    async def _watch(self, path: Path, seen: tuple[str, int, int, int, int] | None) -> None:
+        """Read the configuration again whenever ``path`` changes."""
+        while True:
+            await anyio.sleep(self._watch_interval)
+            state = file_state(path)
+            if state != seen:
+                seen = state
+                log.info("configuration: %s changed; reading it again", path)
+                await self.reload()
+
     async def _recheck(self, client: httpx.AsyncClient) -> None:
         """Every listing interval, ask the replicas held not ready for absent routes whether they
         have them now: nothing else tells, when no request goes there."""
-        with self._background:
-            while True:
-                await anyio.sleep(self.config.listing_interval)
-                router = self.router
-                for replica in router.replicas:
-                    if replica.id in router.readiness.not_ready(Problem.ROUTES):
-                        await router.readiness.recheck(client, replica, self.config.listing_timeout)
+        while True:
+            await anyio.sleep(self.config.listing_interval)
+            router = self.router
+            for replica in router.replicas:
+                if replica.id in router.readiness.not_ready(Problem.ROUTES):
+                    await router.readiness.recheck(client, replica, self.config.listing_timeout)
 
     async def _serve(self, sock: socket.socket) -> None:
         assert self._stop is not None
@@ -220,6 +378,38 @@ def _forwarding_client(config: Config) -> Callable[[Replica], httpx.AsyncClient]
         return httpx.AsyncClient(cookies=NoCookies(), timeout=timeout, limits=limits, verify=tls)
 
     return new_client
+
+
+RESTART = {
+    "adapter_root": "adapters.root",
+    "adapter_paths": "adapters.paths",
+    "adapter_models": "adapters.paths (model)",
+    "adapter_model": "adapters.model",
+    "pins": "pins",
+    "prewarm": "fleet.prewarm",
+    "host": "server.host",
+    "port": "server.port",
+    "api_key_env": "server.api_key_env",
+    "max_body_bytes": "server.max_body_bytes",
+    "load_timeout": "timeouts.load",
+    "listing_timeout": "timeouts.listing",
+    "listing_interval": "timeouts.listing_interval",
+    "connect_timeout": "timeouts.connect",
+    "read_timeout": "timeouts.read",
+    "shutdown_timeout": "timeouts.shutdown",
+    "headroom": "fleet.headroom",
+    "attempts": "fleet.attempts",
+    "routers": "fleet.routers",
+    "concurrency": "fleet.concurrency",
+    "max_connections": "server.max_connections",
+}
+"""The settings a running router keeps until it restarts, by ``Config`` field: every one but the
+replicas and the discovered names (and with them the limits and keys)."""
+
+
+def restart_settings(running: Config, new: Config) -> list[str]:
+    """The settings, by name, that ``new`` changes and that wait for a restart."""
+    return [name for field, name in RESTART.items() if getattr(running, field) != getattr(new, field)]
 
 
 def origins_of(config: Config) -> dict[str, Origin]:

@@ -17,18 +17,21 @@ from ._app import VllmStandIn
 
 
 class StandInServer:
-    """Runs ``app`` on 127.0.0.1 until ``stop()``; use it as a context manager.
+    """Runs ``app`` on 127.0.0.1 (or ``host``) until ``stop()``; use it as a context manager.
 
     Args:
         app: the stand-in to serve (a fresh default one when None).
         port: 0 picks a free port.
+        host: the address to listen on: Linux routes all of 127.0.0.0/8 to the loopback, so tests can
+            have replicas at several addresses on one port; ``::1`` for IPv6.
     """
 
-    def __init__(self, app: VllmStandIn | None = None, *, port: int = 0) -> None:
+    def __init__(self, app: VllmStandIn | None = None, *, port: int = 0, host: str = "127.0.0.1") -> None:
         self.app = app if app is not None else VllmStandIn()
-        self._sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self.host = host
+        self._sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
         self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self._sock.bind(("127.0.0.1", port))
+        self._sock.bind((host, port))
         self._sock.listen(128)
         self._sock.set_inheritable(True)
         self.port: int = self._sock.getsockname()[1]
@@ -40,7 +43,8 @@ class StandInServer:
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.port}"
 
     def start(self) -> StandInServer:
         self._thread = threading.Thread(target=self._run, name=f"vllm-stand-in:{self.port}", daemon=True)
