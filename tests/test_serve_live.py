@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import attrs
 import httpx
 import pytest
 from dns_server import DnsServer
@@ -363,7 +364,7 @@ async def test_reload_in_a_program_applies_a_config_or_refuses_it_whole(
         assert logged(caplog, "replicas: ") == [f"replicas: added 127.0.0.3:{a.port}"]
         await all_ok(client, {"r0", f"127.0.0.3:{a.port}"})
         # Another limit for the model in one place only: refused whole, nothing changes.
-        wrong = attrs_evolve(entry, limit=3)
+        wrong = attrs.evolve(entry, limit=3)
         assert not await server.reload(
             Config(replicas=static, discover=(wrong,), adapter_root=adapter_dir, port=0)
         )
@@ -375,12 +376,6 @@ async def test_reload_in_a_program_applies_a_config_or_refuses_it_whole(
         assert await server.reload(Config(replicas=static, adapter_root=adapter_dir, port=0))
         assert logged(caplog, "replicas: ")[-1] == f"replicas: removed 127.0.0.3:{a.port}"
     assert b.app.calls_to("unload") == []
-
-
-def attrs_evolve(entry: DiscoverConfig, **changes: Any) -> DiscoverConfig:
-    import attrs
-
-    return attrs.evolve(entry, **changes)
 
 
 # -- the command: flags, and SIGHUP --------------------------------------------------------------------
@@ -485,3 +480,30 @@ def test_sighup_reads_the_settings_again_and_resolves_every_name_now(
     text = "".join(logged) + (proc.stderr.read() if proc.stderr else "")
     assert "SIGHUP: reading the settings again" in text
     assert "Traceback" not in text
+
+
+@pytest.mark.anyio
+@pytest.mark.usefixtures("no_task_left_running")
+async def test_a_replica_serving_another_model_is_another_replica(
+    serve: Serve, adapter_dir: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The same id and URL with another model: the server was redeployed; it is read afresh."""
+    caplog.set_level(logging.INFO, "lorafleet.serve")
+    old = serve()
+    config = Config(
+        replicas=(ReplicaConfig(id="r0", url=old.url, model="tiny", limit=2),),
+        adapter_root=adapter_dir,
+        port=0,
+        shutdown_timeout=1.0,
+    )
+    async with (
+        RouterServer(config, environ={}) as server,
+        httpx.AsyncClient(base_url=server.url, timeout=30) as client,
+    ):
+        moved = ReplicaConfig(id="r0", url=old.url, model="other", limit=2)
+        assert await server.reload(attrs.evolve(config, replicas=(moved,)))
+        assert logged(caplog, "replicas: ") == ["replicas: changed r0"]
+        await all_ok(client, {"r0"})
+        models = [card["id"] for card in (await client.get("/v1/models")).json()["data"]]
+        assert "other" in models
+        assert "tiny" not in models
