@@ -98,8 +98,8 @@ class RouterServer:
         self._loops: anyio.abc.TaskGroup | None = None
         self._static: list[Replica] = []
         self._discoveries: list[Discovery] = []
-        self._following: dict[Discovery, tuple[anyio.CancelScope, anyio.Event]] = {}
-        """Each discovery's loop: its cancel scope, and the event that has it resolve now."""
+        self._following: dict[Discovery, anyio.CancelScope] = {}
+        """The cancel scope of each discovery's loop."""
         self._lock: anyio.Lock | None = None
         self._sized: tuple[str, ...] = ()
         self.url = ""
@@ -217,13 +217,10 @@ class RouterServer:
         assert self._lock is not None, "the server is not running"
         async with self._lock:
             try:
-                new = (
-                    config
-                    if config is not None
-                    else self._source()
-                    if self._source is not None
-                    else self.config
-                )
+                if config is not None:
+                    new = config
+                else:
+                    new = self._source() if self._source is not None else self.config
                 check(new)
                 running = attrs.evolve(self.config, replicas=new.replicas, discover=new.discover)
                 check(running)
@@ -251,7 +248,7 @@ class RouterServer:
                 kept.append(same)
             for discovery in self._discoveries:
                 if discovery not in kept:
-                    self._following.pop(discovery)[0].cancel()
+                    self._following.pop(discovery).cancel()
             self._discoveries = kept
             for discovery in kept:
                 await discovery.resolve()
@@ -304,8 +301,7 @@ class RouterServer:
 
     def _follow(self, discovery: Discovery) -> None:
         assert self._loops is not None
-        scope, now = anyio.CancelScope(), anyio.Event()
-        self._following[discovery] = (scope, now)
+        scope = self._following[discovery] = anyio.CancelScope()
         self._loops.start_soon(self._resolve_again, discovery, scope)
 
     async def _resolve_again(self, discovery: Discovery, scope: anyio.CancelScope) -> None:
