@@ -123,6 +123,11 @@ async def test_replicas_follow_a_name_while_traffic_runs_and_streams_outlive_a_r
         metrics = (await client.get("/metrics")).text
         assert f'lorafleet_adapters_held{{replica="{rid["127.0.0.4"]}"}}' in metrics
         assert f'replica="{rid["127.0.0.3"]}"' not in metrics
+        # Another limit for the name's replicas, while the streams run: they are changed, not new.
+        entry = config.discover[0]
+        assert await server.reload(attrs.evolve(config, discover=(attrs.evolve(entry, limit=3),)))
+        assert logged(caplog, "replicas: ")[-1] == f"replicas: changed {rid['127.0.0.2']}, {rid['127.0.0.4']}"
+        assert server.fleet.replica_statistics(rid["127.0.0.2"]).limit == 3  # type: ignore[union-attr]
         # Nothing new goes to .3, while its stream still runs.
         for adapter in ("a0", "a1", "a2", "a3", "a4", "a5"):
             answer = await client.post("/v1/completions", json={"model": adapter, **HELLO})
@@ -135,7 +140,7 @@ async def test_replicas_follow_a_name_while_traffic_runs_and_streams_outlive_a_r
             assert len(await sse_words(stream)) == 4
         await eventually(lambda: server.router.health()[1].get(rid["127.0.0.3"]) is None)
         await all_ok(client, {rid["127.0.0.2"], rid["127.0.0.4"]})
-        assert len(logged(caplog, "replicas: ")) == 2  # one line per change
+        assert len(logged(caplog, "replicas: ")) == 3  # one line per change
     assert servers["127.0.0.3"].app.calls_to("unload") == []  # a drain unloads nothing
     assert len(servers["127.0.0.3"].app.calls_to("completions")) == sum(
         s.headers["x-lorafleet-replica"] == rid["127.0.0.3"] for s in streams
