@@ -54,7 +54,8 @@ class PrometheusMetrics:
       absent (answered without the gauge) and failed (see ``Fleet.gauge_reads``).
 
     Gauges, per replica in use: ``lorafleet_adapters_held{replica}``, ``lorafleet_adapters_in_use``,
-    ``lorafleet_requests_in_flight`` (this router's, waiting or granted) and
+    ``lorafleet_adapters_limit`` (what it may hold: the limit; past it only while all are in use, by
+    the headroom), ``lorafleet_requests_in_flight`` (this router's, waiting or granted) and
     ``lorafleet_replica_healthy`` (0 while placement avoids it after a failure).
 
     Per adapter, for the ``top_adapters`` most requested and the rest summed under
@@ -128,6 +129,7 @@ class _FleetCollector:
         held: Counter[str] = Counter()
         in_use: Counter[str] = Counter()
         in_flight: Counter[str] = Counter()
+        limit: dict[str, int] = {}
         healthy: dict[str, bool] = {}
         for fleet in self._fleets:
             snapshot = fleet.statistics()
@@ -141,6 +143,7 @@ class _FleetCollector:
                 held[rid] += len(replica.held)
                 in_use[rid] += sum(1 for uses in replica.held.values() if uses)
                 in_flight[rid] += replica.in_flight
+                limit[rid] = max(limit.get(rid, 0), replica.limit)
                 healthy[rid] = healthy.get(rid, True) and replica.failing_until is None
         families = self._families()
         for how, count in grants.items():
@@ -158,6 +161,7 @@ class _FleetCollector:
         for rid in sorted(healthy):
             families["held"].add_metric([rid], held[rid])
             families["in_use"].add_metric([rid], in_use[rid])
+            families["limit"].add_metric([rid], limit[rid])
             families["in_flight"].add_metric([rid], in_flight[rid])
             families["healthy"].add_metric([rid], 1 if healthy[rid] else 0)
         return [*families.values(), *self._collect_adapters()]
@@ -250,6 +254,11 @@ class _FleetCollector:
             "in_use": GaugeMetricFamily(
                 f"{prefix}_adapters_in_use",
                 "Adapters a replica holds that requests are running on",
+                labels=["replica"],
+            ),
+            "limit": GaugeMetricFamily(
+                f"{prefix}_adapters_limit",
+                "Adapters a replica may hold (past it only while all are in use, by the headroom)",
                 labels=["replica"],
             ),
             "in_flight": GaugeMetricFamily(
