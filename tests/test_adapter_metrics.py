@@ -23,6 +23,7 @@ from lorafleet_fleet import (
     InvalidValueError,
     PrometheusMetrics,
     Replica,
+    ReplicaError,
 )
 from lorafleet_serve import Config, ReplicaConfig, RouterServer
 from lorafleet_standin import StandInServer
@@ -306,3 +307,37 @@ async def test_serve_reads_metrics_adapters_from_the_file_and_the_flag(
     path.write_text(path.read_text().replace("= 5", "= -1"))
     with pytest.raises(ConfigError, match=r"server\.metrics_adapters must be at least 0, not -1"):
         config_of(parser().parse_args(["--config", str(path)]))
+
+
+async def test_a_load_given_up_on_counts_as_the_machine_counts_it(
+    fleet_type: type[Fleet], serve: Callable[..., StandInServer], adapter_dir: Path
+) -> None:
+    """A load still out to a replica's old server when its id moves to a new one is answered as failed."""
+    old, new = serve(), serve()
+    old.app.hang("load")
+    path = str(adapter_dir / "a0")
+    try:
+        async with fleet_type() as fleet:
+            failed: list[BaseException] = []
+
+            async def first() -> None:
+                try:
+                    async with fleet.acquire(Replica("r0", old.url, "tiny", 2), "a0", path):
+                        pass
+                except ReplicaError as exc:
+                    failed.append(exc)
+
+            async with anyio.create_task_group() as tasks:
+                tasks.start_soon(first)
+                await calls_reach(old, "load", 1)
+                async with fleet.acquire(Replica("r0", new.url, "tiny", 2), "a0", path) as lease:
+                    assert lease.how is How.LOADED
+            assert len(failed) == 1
+            quiet(fleet)
+            counts = fleet.adapter_statistics().adapters["a0"]
+            machine = fleet.statistics().loads
+            assert counts.loads == {"loaded": 1, "already_loaded": 0, "adapter_fault": 0, "replica_fault": 1}
+            assert machine == {("tiny", "loaded"): 1, ("tiny", "replica_fault"): 1}
+            assert (counts.requests, counts.loaded) == (2, 1)
+    finally:
+        old.app.release()
