@@ -46,7 +46,7 @@ DISCOVER_NEEDS = {"dns", "port", "model", "limit"}
 LORA_FLAGS = {"--enable-lora", "--max-loras", "--max-cpu-loras", "--max-lora-rank"}
 
 
-def test_the_router_toml_is_serves_with_discovery(tmp_path: Path) -> None:
+def test_the_router_toml_loads_with_serves_loader(tmp_path: Path) -> None:
     data = router_toml()
     tables = data.pop("discover")
     assert isinstance(tables, list)

@@ -328,11 +328,11 @@ class AdapterExport:
     At each scrape the ``top`` most requested adapters (of every watched fleet together, since each
     fleet began; a tie keeps the adapter that had the label) get a label value each, and every other
     adapter is summed under ``OTHER_ADAPTERS``: at most ``top + 1`` label values per family. Each
-    exported value is a counter and never goes down: an adapter that enters the top counts from then
-    on (what it did before stays in the sum, except its first requests since the last scrape, which
-    no series showed yet); one that leaves stops being exported, and what it adds from then on goes to
-    the sum. So a rate over the label values adds up to the fleet's; the values themselves add up to
-    every adapter's count until the first adapter leaves the top.
+    exported value is a counter and never goes down: an adapter that enters the top counts from that
+    scrape on, and what it did before stays in the sum (but an adapter first counted since the last
+    scrape, which no series showed yet, brings it all); one that leaves stops being exported, and what
+    it adds from then on goes to the sum. So a rate over the label values adds up to the fleet's; the
+    values themselves add up to every adapter's count until the first adapter leaves the top.
     """
 
     def __init__(self, top: int) -> None:
