@@ -594,6 +594,7 @@ async def test_prometheus_gauges_and_counters(
         assert held.replica.id == "r0"
         assert value("lorafleet_adapters_held", replica="r0") == len(good.app.adapters)
         assert value("lorafleet_adapters_in_use", replica="r0") == 1
+        assert value("lorafleet_adapters_limit", replica="r0") == 4
         assert value("lorafleet_requests_in_flight", replica="r0") == 1
         assert value("lorafleet_replica_healthy", replica="r0") == 1
         assert value("lorafleet_replica_healthy", replica="r1") == 0  # its 500 made it avoided

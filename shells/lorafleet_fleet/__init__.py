@@ -16,6 +16,11 @@ from lorafleet import ReplicaConflictError as ReplicaConflictError
 from lorafleet import ReplicaStatistics as ReplicaStatistics
 from lorafleet import UsageError as UsageError
 
+from ._adapter_counts import OTHER_ADAPTERS as OTHER_ADAPTERS
+from ._adapter_counts import TOP_ADAPTERS as TOP_ADAPTERS
+from ._adapter_counts import WAIT_BUCKETS as WAIT_BUCKETS
+from ._adapter_counts import AdapterCounts as AdapterCounts
+from ._adapter_counts import AdapterStatistics as AdapterStatistics
 from ._fleet import ATTEMPTS as ATTEMPTS
 from ._fleet import HEADROOM as HEADROOM
 from ._fleet import KEEPALIVE_EXPIRY as KEEPALIVE_EXPIRY

@@ -67,6 +67,7 @@ from lorafleet import (
     vllm,
 )
 
+from ._adapter_counts import AdapterStatistics, Tallies
 from ._http import CutShortError, fetch
 from ._metrics import GAUGE_READS, FleetMetrics
 from ._resolve import AdapterSource, Resolver, resolver
@@ -234,6 +235,7 @@ class Fleet:
             self._known, self._resolve, self._unknown = resolver(adapters)
         self._first_pins = self._resolve_pins(pins)
         self._attempts = attempts
+        self._tallies = Tallies()  # per-adapter counts (adapter_statistics, PrometheusMetrics)
         self._placed = dict.fromkeys(Placed, 0)
         """Placements ``route`` acted on, by what the request found there."""
         self._gauge_reads = dict.fromkeys(GAUGE_READS, 0)
@@ -577,6 +579,10 @@ class Fleet:
         """How many placements ``route`` acted on, by what the request found (held, free, evict...)."""
         return {placed.value: count for placed, count in self._placed.items()}
 
+    def adapter_statistics(self, top: int | None = None) -> AdapterStatistics:
+        """Per-adapter counts: the ``top`` most requested adapters' (all when None), and the rest's sum."""
+        return self._tallies.statistics(top)
+
     def gauge_reads(self) -> dict[str, int]:
         """How the reads of the engines' ``vllm:lora_requests_info`` gauge ended (see ``read_running``).
 
@@ -603,6 +609,7 @@ class Fleet:
         ticket = lease.ticket = machine.next_ticket
         if machine.hit(ticket, replica=replica.id, adapter=lease.adapter):
             lease._how = _HIT
+            self._tallies.hit(lease.adapter)
             return True
         return False
 
@@ -687,9 +694,11 @@ class Fleet:
             lease._how = _HIT
             self._placed[_HELD] += 1
             self._leased.add(ticket)
+            self._tallies.hit(adapter)
             return lease
         lease._path = path
-        return await self._route_cold(lease)
+        with self._tallies.waiting(lease):
+            return await self._route_cold(lease)
 
     async def _route_cold(self, lease: Route) -> Route:
         """The rest of ``_route``: the machine places the request and it waits for a load, a read, an
@@ -848,7 +857,9 @@ class Fleet:
                 call.abandoned = True
                 call.scope.cancel()
                 self._calls[rid].discard(call)
-                self._send(vllm.failure_event(call.command, f"abandoned: replica {rid} moved to {url}"))
+                event = vllm.failure_event(call.command, f"abandoned: replica {rid} moved to {url}")
+                self._tallies.answered(call.command, event)
+                self._send(event)
 
     def _drop_replica(self, rid: str) -> None:
         # Calls still out hold their own Replica; their answers go to the machine, which ignores them.
@@ -900,6 +911,7 @@ class Fleet:
         seconds: float,
     ) -> None:
         """Log one answer, time a load and count a read; the machine counts the rest itself."""
+        self._tallies.answered(command, event)
         if isinstance(event, LoadFinished):
             assert isinstance(command, IssueLoad)
             if event.outcome.succeeded:
@@ -1084,7 +1096,8 @@ class Lease:
         if checkpoint is not None:
             await checkpoint()
         if not fleet._hit(self):
-            await fleet._acquire_cold(self)
+            with fleet._tallies.waiting(self):
+                await fleet._acquire_cold(self)
         return self
 
     async def __aexit__(

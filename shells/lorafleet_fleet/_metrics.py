@@ -7,6 +7,16 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from lorafleet import Fault, How, Placed
 
+from ._adapter_counts import (
+    LOAD_OUTCOMES,
+    OTHER_ADAPTERS,
+    TOP_ADAPTERS,
+    UNLOAD_OUTCOMES,
+    WAIT_BUCKETS,
+    AdapterExport,
+)
+from ._types import _invalid
+
 GAUGE_READS = ("read", "absent", "failed")
 """How a read of an engine's running adapters can end (``Fleet.gauge_reads``)."""
 
@@ -44,8 +54,19 @@ class PrometheusMetrics:
       absent (answered without the gauge) and failed (see ``Fleet.gauge_reads``).
 
     Gauges, per replica in use: ``lorafleet_adapters_held{replica}``, ``lorafleet_adapters_in_use``,
-    ``lorafleet_requests_in_flight`` (this router's, waiting or granted) and
+    ``lorafleet_adapters_limit`` (what it may hold: the limit; past it only while all are in use, by
+    the headroom), ``lorafleet_requests_in_flight`` (this router's, waiting or granted) and
     ``lorafleet_replica_healthy`` (0 while placement avoids it after a failure).
+
+    Per adapter, for the ``top_adapters`` most requested and the rest summed under
+    ``adapter="_other"`` (so at most ``top_adapters + 1`` label values a family, however many
+    adapters there are; see ``AdapterExport`` for how an adapter enters and leaves the top):
+    ``lorafleet_adapter_requests_total{adapter}``, ``lorafleet_adapter_grants_total{adapter,how}``,
+    ``lorafleet_adapter_refusals_total{adapter}`` (failed as the adapter's fault),
+    ``lorafleet_adapter_loads_total{adapter,outcome}``,
+    ``lorafleet_adapter_evictions_total{adapter,outcome}`` and the histogram
+    ``lorafleet_adapter_wait_seconds{adapter}``: from a request to its grant, for the requests
+    granted by a load (joined or loaded).
 
     Everything but the latency is read from the fleet when Prometheus scrapes, so nothing is counted
     twice and a request's path pays nothing for it. One exporter may watch several fleets: it gives
@@ -55,14 +76,23 @@ class PrometheusMetrics:
     Args:
         registry: where to register (prometheus-client's default registry when None).
         prefix: the metric names' prefix.
+        top_adapters: adapters with a label value of their own in the per-adapter families.
     """
 
-    def __init__(self, registry: CollectorRegistry | None = None, prefix: str = "lorafleet") -> None:
+    def __init__(
+        self,
+        registry: CollectorRegistry | None = None,
+        prefix: str = "lorafleet",
+        *,
+        top_adapters: int = TOP_ADAPTERS,
+    ) -> None:
         from prometheus_client import REGISTRY, Histogram
 
+        if type(top_adapters) is not int or top_adapters < 0:
+            raise _invalid("top_adapters", top_adapters, "top_adapters must be an int of at least 0")
         registry = registry if registry is not None else REGISTRY
         self._fleets: list[Fleet] = []
-        registry.register(_FleetCollector(self._fleets, prefix))
+        registry.register(_FleetCollector(self._fleets, prefix, AdapterExport(top_adapters)))
         self._latency = Histogram(
             f"{prefix}_load_seconds",
             "How long a load took, from the call to its answer",
@@ -81,12 +111,13 @@ class PrometheusMetrics:
 class _FleetCollector:
     """Reads the watched fleets at each scrape and exports their counts and per-replica figures."""
 
-    def __init__(self, fleets: list[Fleet], prefix: str) -> None:
+    def __init__(self, fleets: list[Fleet], prefix: str, adapters: AdapterExport) -> None:
         self._fleets = fleets
         self._prefix = prefix
+        self._adapters = adapters
 
     def describe(self) -> list[Any]:
-        return list(self._families().values())
+        return [*self._families().values(), *self._adapter_families().values()]
 
     def collect(self) -> list[Any]:
         grants: Counter[str] = Counter(dict.fromkeys((how.value for how in How), 0))
@@ -98,6 +129,7 @@ class _FleetCollector:
         held: Counter[str] = Counter()
         in_use: Counter[str] = Counter()
         in_flight: Counter[str] = Counter()
+        limit: dict[str, int] = {}
         healthy: dict[str, bool] = {}
         for fleet in self._fleets:
             snapshot = fleet.statistics()
@@ -111,6 +143,7 @@ class _FleetCollector:
                 held[rid] += len(replica.held)
                 in_use[rid] += sum(1 for uses in replica.held.values() if uses)
                 in_flight[rid] += replica.in_flight
+                limit[rid] = max(limit.get(rid, 0), replica.limit)
                 healthy[rid] = healthy.get(rid, True) and replica.failing_until is None
         families = self._families()
         for how, count in grants.items():
@@ -128,9 +161,65 @@ class _FleetCollector:
         for rid in sorted(healthy):
             families["held"].add_metric([rid], held[rid])
             families["in_use"].add_metric([rid], in_use[rid])
+            families["limit"].add_metric([rid], limit[rid])
             families["in_flight"].add_metric([rid], in_flight[rid])
             families["healthy"].add_metric([rid], 1 if healthy[rid] else 0)
+        return [*families.values(), *self._collect_adapters()]
+
+    def _collect_adapters(self) -> list[Any]:
+        shown, rest = self._adapters.collect([fleet._tallies for fleet in self._fleets])
+        families = self._adapter_families()
+        bounds = [*(repr(float(bound)) for bound in WAIT_BUCKETS), "+Inf"]
+        for adapter, counts in (*shown.items(), (OTHER_ADAPTERS, rest)):
+            families["requests"].add_metric([adapter], counts.requests)
+            families["refusals"].add_metric([adapter], counts.refused)
+            for how, count in (
+                (How.HIT, counts.hits),
+                (How.JOINED, counts.joined),
+                (How.LOADED, counts.loaded),
+            ):
+                families["grants"].add_metric([adapter, how.value], count)
+            for outcome in LOAD_OUTCOMES:
+                families["loads"].add_metric([adapter, outcome], counts.loads[outcome])
+            for outcome in UNLOAD_OUTCOMES:
+                families["evictions"].add_metric([adapter, outcome], counts.evictions[outcome])
+            families["wait"].add_metric(
+                [adapter], list(zip(bounds, counts.wait_buckets, strict=True)), counts.wait_seconds
+            )
         return list(families.values())
+
+    def _adapter_families(self) -> dict[str, Any]:
+        from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily
+
+        prefix = f"{self._prefix}_adapter"
+        return {
+            "requests": CounterMetricFamily(
+                f"{prefix}_requests",
+                f"Requests for an adapter (the most requested; the rest as {OTHER_ADAPTERS})",
+                labels=["adapter"],
+            ),
+            "grants": CounterMetricFamily(
+                f"{prefix}_grants", "Requests granted an adapter, by how", labels=["adapter", "how"]
+            ),
+            "refusals": CounterMetricFamily(
+                f"{prefix}_refusals",
+                "Requests failed as the adapter's fault (the engine refused it)",
+                labels=["adapter"],
+            ),
+            "loads": CounterMetricFamily(
+                f"{prefix}_loads", "Loads of an adapter, by outcome", labels=["adapter", "outcome"]
+            ),
+            "evictions": CounterMetricFamily(
+                f"{prefix}_evictions",
+                "Unloads of an adapter to make room, by outcome",
+                labels=["adapter", "outcome"],
+            ),
+            "wait": HistogramMetricFamily(
+                f"{prefix}_wait_seconds",
+                "From a request to its grant, for requests granted by a load (joined or loaded)",
+                labels=["adapter"],
+            ),
+        }
 
     def _families(self) -> dict[str, Any]:
         from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
@@ -165,6 +254,11 @@ class _FleetCollector:
             "in_use": GaugeMetricFamily(
                 f"{prefix}_adapters_in_use",
                 "Adapters a replica holds that requests are running on",
+                labels=["replica"],
+            ),
+            "limit": GaugeMetricFamily(
+                f"{prefix}_adapters_limit",
+                "Adapters a replica may hold (past it only while all are in use, by the headroom)",
                 labels=["replica"],
             ),
             "in_flight": GaugeMetricFamily(

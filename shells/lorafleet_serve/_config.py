@@ -19,7 +19,7 @@ from typing import Any
 import attrs
 
 from lorafleet import InvalidValueError
-from lorafleet_fleet import Replica
+from lorafleet_fleet import TOP_ADAPTERS, Replica
 
 from ._dns import parse_server
 
@@ -121,6 +121,8 @@ class Config:
     second copy rather than a queue (None: the fleet's default, never)."""
     max_connections: int = 1000
     """Connections to one replica open at once (requests past it wait for one, up to the connect timeout)."""
+    metrics_adapters: int = TOP_ADAPTERS
+    """Adapters with a label value of their own in /metrics, the most requested; the rest are summed."""
 
     @property
     def models(self) -> dict[str, list[ReplicaConfig]]:
@@ -158,7 +160,7 @@ class EngineEntry:
 # -- the TOML file ---------------------------------------------------------------------------------
 
 _TOP = {"server", "fleet", "timeouts", "adapters", "pins", "replicas", "discover"}
-_SERVER = {"host", "port", "api_key_env", "max_body_bytes", "max_connections"}
+_SERVER = {"host", "port", "api_key_env", "max_body_bytes", "max_connections", "metrics_adapters"}
 _FLEET = {"headroom", "attempts", "routers", "concurrency", "prewarm"}
 _TIMEOUTS = {"load", "listing", "listing_interval", "connect", "read", "shutdown"}
 _ADAPTERS = {"root", "model", "paths"}
@@ -204,7 +206,7 @@ def settings_of(data: Mapping[str, Any], source: str, *, base: Path | None = Non
     for key in ("host", "api_key_env"):
         if key in server:
             out[key] = _str(server[key], f"{source}: server.{key}")
-    for key in ("port", "max_body_bytes", "max_connections"):
+    for key in ("port", "max_body_bytes", "max_connections", "metrics_adapters"):
         if key in server:
             out[key] = _int(server[key], f"{source}: server.{key}")
     fleet = _table(data, "fleet", source)
@@ -518,6 +520,7 @@ def check(config: Config) -> None:
         ("server.max_connections", config.max_connections, 1),
         ("fleet.attempts", config.attempts, 1),
         ("fleet.routers", config.routers, 1),
+        ("server.metrics_adapters", config.metrics_adapters, 0),
     ):
         if value < least:
             raise ConfigError(f"{name} must be at least {least}, not {value}")

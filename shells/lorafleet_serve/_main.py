@@ -141,6 +141,12 @@ def parser() -> argparse.ArgumentParser:
     add("--api-key", nargs="?", action=_NoKeyHere, help=argparse.SUPPRESS)
     add("--max-body-bytes", metavar="N", type=_whole(1), help="largest request body taken (default 4 MiB)")
     add("--max-connections", metavar="N", type=_whole(1), help="connections to each replica at once (1000)")
+    add(
+        "--metrics-adapters",
+        metavar="N",
+        type=_whole(0),
+        help="adapters with their own label in /metrics, the most requested; the rest summed (default 20)",
+    )
     add("--attempts", metavar="N", type=_whole(1), help="replicas one request may try (default 3)")
     add("--headroom", metavar="N", type=_whole(0), help="adapters over its limit a busy replica may take")
     add("--routers", metavar="N", type=_whole(1), help="routers sharing these replicas (default 1)")
@@ -205,6 +211,7 @@ def config_of(args: argparse.Namespace) -> Config:
         ("api_key_env", "api_key_env"),
         ("max_body_bytes", "max_body_bytes"),
         ("max_connections", "max_connections"),
+        ("metrics_adapters", "metrics_adapters"),
         ("attempts", "attempts"),
         ("headroom", "headroom"),
         ("routers", "routers"),

@@ -157,7 +157,7 @@ class RouterServer:
                     load_timeout=config.load_timeout,
                     listing_timeout=config.listing_timeout,
                     listing_interval=config.listing_interval,
-                    metrics=PrometheusMetrics(registry),
+                    metrics=PrometheusMetrics(registry, top_adapters=config.metrics_adapters),
                     **options,
                 )
             )

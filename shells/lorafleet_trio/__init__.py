@@ -13,9 +13,14 @@ from lorafleet_fleet import KEEPALIVE_EXPIRY as KEEPALIVE_EXPIRY
 from lorafleet_fleet import LISTING_INTERVAL as LISTING_INTERVAL
 from lorafleet_fleet import LISTING_TIMEOUT as LISTING_TIMEOUT
 from lorafleet_fleet import LOAD_TIMEOUT as LOAD_TIMEOUT
+from lorafleet_fleet import OTHER_ADAPTERS as OTHER_ADAPTERS
 from lorafleet_fleet import REPLICA_REMOVED as REPLICA_REMOVED
+from lorafleet_fleet import TOP_ADAPTERS as TOP_ADAPTERS
+from lorafleet_fleet import WAIT_BUCKETS as WAIT_BUCKETS
+from lorafleet_fleet import AdapterCounts as AdapterCounts
 from lorafleet_fleet import AdapterError as AdapterError
 from lorafleet_fleet import AdapterSource as AdapterSource
+from lorafleet_fleet import AdapterStatistics as AdapterStatistics
 from lorafleet_fleet import EnteredTwiceError as EnteredTwiceError
 from lorafleet_fleet import Fleet as Fleet
 from lorafleet_fleet import FleetClosedError as FleetClosedError
