@@ -1,7 +1,7 @@
 """What the reference router costs on a hit, against a bare pass-through proxy on the same stack.
 
-    .venv/bin/python bench/serve_bench.py [--runtime asyncio|trio] [--runs N] [--rounds N] [--py-spy PREFIX]
-        [--out FILE]
+    .venv/bin/python bench/serve_bench.py [--runtime asyncio|trio] [--runs N] [--rounds N] [--slices N]
+        [--interleave slice|batch] [--py-spy PREFIX] [--out FILE]
 
 Three processes on 127.0.0.1: a vLLM stand-in, and in front of it, in turn, ``lorafleet serve`` (its
 adapter already loaded: every request is a hit, and logs its line) and a bare proxy that forwards each
@@ -11,11 +11,12 @@ plain blocking sockets (so that its own cost is small beside either proxy's), me
 - latency: one request at a time, the p50 of a batch;
 - throughput: requests answered per second with several connections busy at once.
 
-Each round sends a batch of each through both proxies back to back, the first of the two swapped
-every round, and takes the router's figure over the bare proxy's: on this shared machine one run of
-each gave ratios anywhere from 0.67x to 1.77x, where the same round sees both proxies under the same
-load. A run's figure is the median of its rounds' ratios; ``--runs`` repeats the whole with fresh
-processes. Targets: p50 at most 1.2x, throughput at least 0.8x.
+Each round measures both proxies, each in turn five times (``--slices``) for a fifth of the round's
+requests and seconds, the first swapped every round, and takes the router's figure over the bare
+proxy's: on this shared machine one run of each gave ratios anywhere from 0.67x to 1.77x, where turns
+a tenth of a second apart see both proxies under the same load. A run's figure is the median of its
+rounds' ratios; ``--runs`` repeats the whole with fresh processes. Targets: p50 at most 1.2x,
+throughput at least 0.8x. ``--interleave batch`` gives each proxy one batch a round instead.
 """
 
 from __future__ import annotations
@@ -243,6 +244,32 @@ def latencies(url: str, count: int) -> list[float]:
         conn.close()
 
 
+def paired_latencies(urls: dict[str, str], count: int, slices: int) -> dict[str, list[float]]:
+    """Seconds each of ``count`` requests took through each proxy, one at a time, the proxies taking
+    turns every ``count / slices`` requests (in the order ``urls`` gives): a burst of other work lands
+    on both.
+
+    Not request by request: a proxy would then rest while the other answers, and work it does after
+    answering (the router's log line, its release) would leave the measured path; within a turn each
+    request follows the last at once, as in a batch.
+    """
+    conns = {name: Connection(url) for name, url in urls.items()}
+    out: dict[str, list[float]] = {name: [] for name in urls}
+    try:
+        for turn in range(slices):
+            share = count * (turn + 1) // slices - count * turn // slices
+            for name, conn in conns.items():
+                for _ in range(share):
+                    started = time.perf_counter()
+                    status = conn.post()
+                    out[name].append(time.perf_counter() - started)
+                    assert status == 200, status
+        return out
+    finally:
+        for conn in conns.values():
+            conn.close()
+
+
 def throughput(url: str, connections: int, seconds: float) -> float:
     """Requests answered per second with ``connections`` kept busy for ``seconds``."""
     counts = [0] * connections
@@ -270,6 +297,52 @@ def throughput(url: str, connections: int, seconds: float) -> float:
     for thread in threads:
         thread.join()
     return sum(counts) / (time.perf_counter() - began)
+
+
+def paired_throughput(
+    urls: dict[str, str], connections: int, seconds: float, slices: int
+) -> dict[str, float]:
+    """Requests per second through each proxy, with ``connections`` kept busy, all of them switching
+    from one proxy to the other every ``seconds / slices`` (in the order ``urls`` gives), so that each
+    proxy has ``seconds`` in all and a burst of other work lands on both.
+
+    A request counts for the proxy it went to; one still running at a switch ends in the next
+    slice, as often for one proxy as for the other.
+    """
+    names = list(urls)
+    counts = {name: [0] * connections for name in names}
+    target = [names[0]]
+    stop = threading.Event()
+    start = threading.Barrier(connections + 1)
+
+    def run(i: int) -> None:
+        conns = {name: Connection(url) for name, url in urls.items()}
+        try:
+            for conn in conns.values():
+                conn.post()
+            start.wait()
+            while not stop.is_set():
+                name = target[0]
+                assert conns[name].post() == 200
+                counts[name][i] += 1
+        finally:
+            for conn in conns.values():
+                conn.close()
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(connections)]
+    for thread in threads:
+        thread.start()
+    start.wait()
+    spent = dict.fromkeys(names, 0.0)
+    for k in range(slices * len(names)):
+        name = target[0] = names[k % len(names)]
+        began = time.perf_counter()
+        time.sleep(seconds / slices)
+        spent[name] += time.perf_counter() - began
+    stop.set()
+    for thread in threads:
+        thread.join()
+    return {name: sum(counts[name]) / spent[name] for name in names}
 
 
 def percentile(values: list[float], share: float) -> float:
@@ -403,18 +476,34 @@ def measure(args: argparse.Namespace, run: int) -> Run:
                     throughput(proxy.url, args.connections, 0.2)
                 with profiled({name: p.pid for name, p in proxies.items()}, args.py_spy, run):
                     for i in range(args.rounds):
-                        # A batch through each, back to back, the order swapped every round: the
-                        # machine's drift and other work's bursts fall on both alike.
+                        # Both proxies in each round, the first swapped every round: the machine's
+                        # drift and other work's bursts fall on both alike.
                         order = ("bare", "router") if i % 2 == 0 else ("router", "bare")
+                        if args.interleave == "slice":
+                            before = {name: proxies[name].cpu() for name in order}
+                            turns = {name: proxies[name].url for name in order}
+                            batches = paired_latencies(turns, args.requests, args.slices)
+                            for name in order:
+                                cpu[name].append((proxies[name].cpu() - before[name]) / args.requests)
+                        else:
+                            batches = {}
+                            for name in order:
+                                before_cpu = proxies[name].cpu()
+                                batches[name] = latencies(proxies[name].url, args.requests)
+                                cpu[name].append((proxies[name].cpu() - before_cpu) / args.requests)
                         for name in order:
-                            proxy = proxies[name]
-                            before = proxy.cpu()
-                            batch = latencies(proxy.url, args.requests)
-                            cpu[name].append((proxy.cpu() - before) / args.requests)
-                            p50[name].append(percentile(batch, 0.5))
-                            samples[name] += batch
-                        for name in reversed(order):  # the last to go keeps its turn: ABBA
-                            rates[name].append(throughput(proxies[name].url, args.connections, args.seconds))
+                            p50[name].append(percentile(batches[name], 0.5))
+                            samples[name] += batches[name]
+                        if args.interleave == "slice":
+                            urls = {name: proxies[name].url for name in reversed(order)}
+                            paired = paired_throughput(urls, args.connections, args.seconds, args.slices)
+                            for name in order:
+                                rates[name].append(paired[name])
+                        else:
+                            for name in reversed(order):  # the last to go keeps its turn: ABBA
+                                rates[name].append(
+                                    throughput(proxies[name].url, args.connections, args.seconds)
+                                )
                 logged = (root / "router.log").read_text().count("how=hit status=200")
     return Run(p50, rates, cpu, samples, logged, (load, os.getloadavg()[0]), time.monotonic() - began)
 
@@ -442,10 +531,16 @@ def report(args: argparse.Namespace, runs: list[Run], loads: tuple[Any, Any]) ->
         "",
         "Same stand-in, same server stack (hypercorn, httpx, the same runtime), three processes on loopback;",
         "the router's adapter is loaded, so every request is a hit, and it logs its line per request (INFO,",
-        "to a file). Each run starts the processes afresh, then measures in rounds, each round a batch",
-        f"through each proxy back to back: latency, {args.requests} requests one at a time (their p50, and",
-        "the CPU the proxy's process spent on them), then throughput, "
-        f"{args.seconds:g} s with {args.connections} connections busy.",
+        "to a file). Each run starts the processes afresh, then measures in rounds; in each round, latency:",
+        f"{args.requests} requests one at a time through each proxy (their p50, and the CPU the proxy's",
+        f"process spent on them), then throughput: {args.seconds:g} s with {args.connections} connections "
+        "busy, per proxy,",
+        (
+            f"the two proxies taking turns {args.slices} times a round (a turn is "
+            f"{args.requests // args.slices} requests, {args.seconds / args.slices:g} s)."
+            if args.interleave == "slice"
+            else "one batch per proxy a round."
+        ),
         f"The proxy that goes first swaps every round. {args.rounds} rounds a run.",
         "",
         "**How to read it.** A ratio is the router's figure over the bare proxy's in the same round, and",
@@ -529,6 +624,18 @@ def main(argv: list[str]) -> int:
         "--seconds", type=float, default=0.5, help="seconds per throughput batch (default 0.5)"
     )
     parser.add_argument("--connections", type=int, default=8)
+    parser.add_argument(
+        "--interleave",
+        choices=["slice", "batch"],
+        default="slice",
+        help="the proxies take turns --slices times a round (default), or once: a batch each",
+    )
+    parser.add_argument(
+        "--slices",
+        type=int,
+        default=5,
+        help="throughput: turns per proxy per round with --interleave request",
+    )
     parser.add_argument(
         "--py-spy",
         type=Path,
