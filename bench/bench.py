@@ -565,7 +565,8 @@ def shell_cold(runtime: str, settings: Settings) -> dict[str, list[float]]:
 
     The floor sends the same two calls (a load and an unload, as ``lorafleet.vllm.http_request``
     spells them) to a second stand-in with httpx on the same runtime, without a fleet: the row's ratio
-    is what the fleet adds to the HTTP it cannot avoid. Wall clock: the stand-ins run in threads of
+    is what the fleet adds to the HTTP it cannot avoid (the read of ``/metrics`` it makes before an
+    eviction, [read], included). Wall clock: the stand-ins run in threads of
     this process, and the time is theirs as much as the client's.
     """
     import tempfile
