@@ -34,7 +34,7 @@ import sys
 import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Generator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -84,7 +84,6 @@ class Row:
     load: tuple[float, float]
     """The 1-minute load average when the row began and when it ended."""
     note: str = ""
-    extra: dict[str, Any] = field(default_factory=dict)
 
     @property
     def ratios(self) -> list[float]:
