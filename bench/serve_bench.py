@@ -393,8 +393,9 @@ def spread(values: list[float]) -> str:
 def profiled(pids: dict[str, int], prefix: Path | None, run: int) -> Iterator[None]:
     """``py-spy record`` on each process while the block runs, when ``prefix`` is given.
 
-    Non-blocking: py-spy's default stops the process for each sample, which slowed the router by
-    40 % here. Writes collapsed stacks to ``PREFIX.NAME.RUN.txt``.
+    Non-blocking: py-spy's default stops the process for each sample, which added a quarter to the
+    router's CPU per request here (1.42x the bare proxy's, against 1.15x). Writes collapsed stacks to
+    ``PREFIX.NAME.RUN.txt``.
     """
     if prefix is None:
         yield
