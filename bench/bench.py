@@ -1,55 +1,214 @@
-"""What the core and the shells cost, as figures from one run, beside the floors they stand on.
+"""What the core and the shells cost, each row timed in rounds that alternate with its floor.
 
-    .venv/bin/python bench/bench.py [--quick] [--out bench/results.md]
+    .venv/bin/python bench/bench.py [--rounds N] [--batch MS] [--only KEY,...] [--wall] [--quick] [--out FILE]
 
-Each figure is the best of several timed batches (the least disturbed by the rest of the machine),
-per operation, and is also given as a ratio to its floor: a plain OrderedDict LRU hit with an in-use
-counter (the least this work can cost in CPython), an await of a finished asyncio future, and
-``trio.lowlevel.checkpoint()``. Ratios hold from machine to machine where microseconds do not.
+Each row is measured in rounds: a batch of its floor then a batch of the row (the other way round
+in every second round, so that a machine speeding up or slowing down falls on both alike), each
+batch about ``--batch`` ms long. The figure is the median over the rounds of the row's time over
+its floor's time in the same round, with the spread of those ratios, beside the median time per
+operation. On a machine shared with other work the ratios hold where the microseconds do not.
+
+Floors, the least the work can cost in CPython: a plain OrderedDict LRU hit with an in-use counter
+(``lru``), an await of a finished asyncio future (``future``), ``trio.lowlevel.checkpoint()``
+(``checkpoint``), and, for a cold load through the stand-in, the two HTTP calls it makes sent
+directly with httpx (``http``). Times are CPU time of this process (``time.process_time``) unless
+the row says ``wall``: preemption by other work then costs nothing, though shared caches still do.
+``--list`` names the rows' keys for ``--only``.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import bisect
 import datetime
 import gc
+import itertools
 import math
 import os
 import platform
+import random
+import shlex
+import statistics
 import sys
 import time
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Generator, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from lorafleet import AdapterStateMachine, IssueLoad, IssueUnload, LoadOutcome, ReadListing, UnloadOutcome
+from lorafleet import (
+    AdapterStateMachine,
+    Fail,
+    Grant,
+    How,
+    IssueLoad,
+    IssueUnload,
+    LoadOutcome,
+    ReadListing,
+    UnloadOutcome,
+)
 
 HERE = Path(__file__).resolve().parent
 LOADED, UNLOADED = LoadOutcome.LOADED, UnloadOutcome.UNLOADED
-Row = tuple[str, float, str, str]  # what, microseconds per op, floor name, note
+FLOOR = ""
+"""The floor's name among a group's batches."""
+
+Clock = Callable[[], float]
+Batch = Callable[[int], float]
+"""Does ``n`` operations; returns the seconds they took, by the row's clock."""
+AsyncBatch = Callable[[int], Awaitable[float]]
+Schedule = Generator[tuple[str, int], float, dict[str, list[float]]]
 
 
-def best(run: Callable[[int], None], n: int, repeat: int = 7) -> float:
-    """Seconds per operation: ``run(n)`` does n operations; the best of ``repeat`` batches."""
-    run(max(1, n // 10))  # warm up
-    times = []
+@dataclass(frozen=True)
+class Settings:
+    rounds: int
+    batch: float
+    """Seconds a batch should take: long enough to time well, short enough to follow the machine."""
+    clock: Clock
+    quick: bool
+
+
+@dataclass
+class Row:
+    """One measured row: per round, its seconds per op and its floor's, taken side by side."""
+
+    key: str
+    what: str
+    floor: str
+    subject: list[float]
+    floors: list[float]
+    clock: str
+    load: tuple[float, float]
+    """The 1-minute load average when the row began and when it ended."""
+    note: str = ""
+
+    @property
+    def ratios(self) -> list[float]:
+        return [s / f for s, f in zip(self.subject, self.floors, strict=True)]
+
+    @property
+    def ratio(self) -> float:
+        return statistics.median(self.ratios)
+
+    @property
+    def seconds(self) -> float:
+        return statistics.median(self.subject)
+
+    @property
+    def floor_seconds(self) -> float:
+        return statistics.median(self.floors)
+
+    def spread(self) -> tuple[float, float, float, float]:
+        """The ratios' min, first quartile, third quartile and max."""
+        ratios = sorted(self.ratios)
+        if len(ratios) < 2:
+            return ratios[0], ratios[0], ratios[0], ratios[0]
+        q1, _, q3 = statistics.quantiles(ratios, n=4, method="inclusive")
+        return ratios[0], q1, q3, ratios[-1]
+
+
+# -- rounds ----------------------------------------------------------------------------------
+
+
+def schedule(names: list[str], settings: Settings, least: int = 1) -> Schedule:
+    """Which batch to run next and how big, given what the last took: calibration, then the rounds.
+
+    ``names`` are the subjects; the floor is ``FLOOR``. Each subject's batch is sized to take
+    ``settings.batch`` (at least ``least`` operations), the floor's to take as long as the median
+    subject batch, so that the two see the machine for the same time. Each round runs the floor and
+    every subject once, in reverse order every second round. Returns seconds per operation, per
+    name, one per round.
+    """
+    per_op: dict[str, float] = {}
+    for name in [*names, FLOOR]:  # doubling until the batch is long enough to time: a warm-up too
+        n = 1
+        while True:
+            took = yield name, n
+            if took >= settings.batch / 4 or n >= 1 << 24:
+                break
+            n *= 2
+        per_op[name] = max(took, 1e-9) / n
+    counts = {name: max(least, round(settings.batch / per_op[name])) for name in names}
+    span = statistics.median(counts[name] * per_op[name] for name in names)
+    counts[FLOOR] = max(1, round(span / per_op[FLOOR]))
+    order = [FLOOR, *names]
+    out: dict[str, list[float]] = {name: [] for name in order}
+    for i in range(settings.rounds):
+        for name in order if i % 2 == 0 else reversed(order):
+            took = yield name, counts[name]
+            out[name].append(took / counts[name])
+    return out
+
+
+def run_rounds(
+    floor: Batch, subjects: Mapping[str, Batch], settings: Settings, least: int = 1
+) -> dict[str, list[float]]:
+    """``schedule`` driven by plain calls, with the collector off (its pauses land on one batch)."""
+    batches = {FLOOR: floor, **subjects}
+    plan = schedule(list(subjects), settings, least)
+    gc.collect()
     gc.disable()
     try:
-        for _ in range(repeat):
-            started = time.perf_counter()
-            run(n)
-            times.append((time.perf_counter() - started) / n)
+        name, n = next(plan)
+        while True:
+            name, n = plan.send(batches[name](n))
+    except StopIteration as done:
+        return done.value  # type: ignore[no-any-return]
     finally:
         gc.enable()
-    return min(times)
+
+
+async def run_rounds_async(
+    floor: AsyncBatch,
+    subjects: Mapping[str, AsyncBatch],
+    settings: Settings,
+    least: int = 1,
+) -> dict[str, list[float]]:
+    """``schedule`` driven from inside an event loop, so that the floor runs on the same loop."""
+    batches = {FLOOR: floor, **subjects}
+    plan = schedule(list(subjects), settings, least)
+    gc.collect()
+    gc.disable()
+    try:
+        name, n = next(plan)
+        while True:
+            name, n = plan.send(await batches[name](n))
+    except StopIteration as done:
+        return done.value  # type: ignore[no-any-return]
+    finally:
+        gc.enable()
+
+
+def timed(run: Callable[[int], object], clock: Clock) -> Batch:
+    def batch(n: int) -> float:
+        started = clock()
+        run(n)
+        return clock() - started
+
+    return batch
+
+
+def clock_name(clock: Clock) -> str:
+    return "cpu" if clock is time.process_time else "wall"
+
+
+def empty_interval(clock: Clock) -> float:
+    """What timing nothing reads on ``clock``: taken off each op timed alone."""
+    gaps = []
+    for _ in range(2001):
+        started = clock()
+        gaps.append(clock() - started)
+    return statistics.median(gaps)
 
 
 # -- floors ----------------------------------------------------------------------------------
 
 
 def floor_lru(n: int) -> None:
+    """An LRU hit with an in-use counter: the least a warm request can cost in CPython."""
     lru: OrderedDict[str, None] = OrderedDict((f"a{i}", None) for i in range(64))
     in_use = dict.fromkeys(lru, 0)
     for _ in range(n):
@@ -58,37 +217,40 @@ def floor_lru(n: int) -> None:
         in_use["a7"] -= 1
 
 
-def floor_future(n: int) -> float:
-    async def main() -> float:
-        loop = asyncio.get_running_loop()
-        future = loop.create_future()
+def asyncio_floor(clock: Clock) -> AsyncBatch:
+    """Awaits of one finished future, on the running loop."""
+
+    async def batch(n: int) -> float:
+        future = asyncio.get_running_loop().create_future()
         future.set_result(None)
-        started = time.perf_counter()
+        started = clock()
         for _ in range(n):
             await future
-        return time.perf_counter() - started
+        return clock() - started
 
-    return asyncio.run(main()) / n
+    return batch
 
 
-def floor_checkpoint(n: int) -> float:
+def trio_floor(clock: Clock) -> AsyncBatch:
+    """``trio.lowlevel.checkpoint()``, the least a trio operation that may switch tasks costs."""
     import trio
 
-    async def main() -> float:
-        started = time.perf_counter()
+    async def batch(n: int) -> float:
+        checkpoint = trio.lowlevel.checkpoint
+        started = clock()
         for _ in range(n):
-            await trio.lowlevel.checkpoint()
-        return time.perf_counter() - started
+            await checkpoint()
+        return clock() - started
 
-    return trio.run(main) / n
+    return batch
 
 
 # -- the core --------------------------------------------------------------------------------
 
 
-def fleet_machine(replicas: int, held: int) -> AdapterStateMachine:
+def fleet_machine(replicas: int, held: int, **settings: Any) -> AdapterStateMachine:
     """A machine with ``replicas`` replicas each holding ``held`` idle adapters, every listing in."""
-    m = AdapterStateMachine()
+    m = AdapterStateMachine(**settings)
     for r in range(replicas):
         rid = f"r{r}"
         (listing,) = m.add_replica(rid, model="m", limit=held)
@@ -132,30 +294,27 @@ def cold_path(replicas: int, held: int) -> Callable[[int], None]:
     return cycle
 
 
-def victim_choice(held: int, n: int, repeat: int = 7) -> float:
-    """Seconds per request that chooses a victim; the rest of each cold cycle is not timed."""
+def victim_choice(held: int, clock: Clock) -> Batch:
+    """Seconds the requests that choose a victim took; the rest of each cold cycle is not timed."""
     m = fleet_machine(1, held)
-    clock = time.perf_counter
-    batches = []
-    gc.disable()
-    try:
-        for _ in range(repeat + 1):
-            spent = 0.0
-            ticket = m.next_ticket
-            for t in range(ticket, ticket + n):
-                name = f"b{t}"
-                started = clock()
-                (unload,) = m.request(t, replica="r0", adapter=name, path="/p")
-                spent += clock() - started
-                assert isinstance(unload, IssueUnload)
-                (load,) = m.unload_finished(unload.unload, UNLOADED)
-                assert isinstance(load, IssueLoad)
-                m.load_finished(load.load, LOADED)
-                m.release(t)
-            batches.append(spent / n)
-    finally:
-        gc.enable()
-    return min(batches[1:])
+    gap = empty_interval(clock)
+
+    def batch(n: int) -> float:
+        spent = 0.0
+        ticket = m.next_ticket
+        for t in range(ticket, ticket + n):
+            name = f"b{t}"
+            started = clock()
+            (unload,) = m.request(t, replica="r0", adapter=name, path="/p")
+            spent += clock() - started - gap
+            assert isinstance(unload, IssueUnload)
+            (load,) = m.unload_finished(unload.unload, UNLOADED)
+            assert isinstance(load, IssueLoad)
+            m.load_finished(load.load, LOADED)
+            m.release(t)
+        return spent
+
+    return batch
 
 
 def listing_of(names: int) -> Callable[[int], None]:
@@ -218,29 +377,145 @@ def routed_hit_path(replicas: int) -> Callable[[int], None]:
     return run
 
 
+# -- placements per second: the calibration workload, scaled ----------------------------------
+
+GAMMA = 0.5772156649015329
+COLD_SHARE = 0.4
+"""The calibration workload's cold share (lorafleet simulate, defaults: 56 % hits, 397 loads/1k)."""
+IDEAL_COLD = 0.35
+"""The share an ideal placement (the most asked-for adapters held, one copy each) would leave cold:
+the machine's placement and eviction leave 3 to 6 points more (measured at 100 and 1,000 replicas),
+so this gives about ``COLD_SHARE``; each run prints the share it had."""
+LIMIT = 4
+
+
+def harmonic(n: int) -> float:
+    """H(n) = 1 + 1/2 + ... + 1/n, summed when small, else by its expansion (exact to 1e-12)."""
+    if n < 1000:
+        return math.fsum(1 / k for k in range(1, n + 1))
+    return math.log(n) + GAMMA + 1 / (2 * n) - 1 / (12 * n * n)
+
+
+def adapters_for(replicas: int, cold: float = IDEAL_COLD) -> int:
+    """How many adapters a Zipf(1) stream needs for ``cold`` of it to miss the ``LIMIT * replicas`` most
+    asked-for: H(slots) / H(adapters) = 1 - cold."""
+    want = harmonic(LIMIT * replicas) / (1 - cold)
+    return max(LIMIT * replicas + 1, round(math.exp(want - GAMMA)))
+
+
+class Zipf:
+    """Adapter ranks from 1 to ``count``, rank k drawn in proportion to 1/k; seeded.
+
+    Exact over the first ``head`` ranks (a cumulative table), the tail by the inverse of
+    H(k) - H(head) ~ ln(k / head), which is exact to 1e-5 past 100,000: a table of 70 million ranks
+    would not fit.
+    """
+
+    def __init__(self, count: int, seed: int, head: int = 100_000) -> None:
+        self.count = count
+        self.head = min(count, head)
+        self.cumulative = list(itertools.accumulate(1 / k for k in range(1, self.head + 1)))
+        self.top = self.cumulative[-1]
+        self.total = self.top + (harmonic(count) - harmonic(self.head) if count > self.head else 0.0)
+        self.random = random.Random(seed)
+
+    def draw(self) -> int:
+        x = self.random.random() * self.total
+        if x < self.top:
+            return bisect.bisect_right(self.cumulative, x) + 1
+        return min(self.count, int(self.head * math.exp(x - self.top)) + 1)
+
+
+@dataclass
+class Mix:
+    """What the requests of a batch were: counts, and CPU seconds, of hits and of cold requests."""
+
+    hits: int = 0
+    hit_seconds: float = 0.0
+    colds: int = 0
+    cold_seconds: float = 0.0
+
+
+def fleet_of(replicas: int) -> tuple[AdapterStateMachine, Zipf]:
+    """The calibration workload's machine (limit 4, concurrency 8) over ``replicas``, warm.
+
+    Warm as a listing would leave it: the ``LIMIT * replicas`` most asked-for adapters, one per slot,
+    dealt round the replicas. Warming by requests would take minutes at 10,000 replicas.
+    """
+    m = AdapterStateMachine(concurrency=8)
+    for r in range(replicas):
+        (listing,) = m.add_replica(f"r{r}", model="m", limit=LIMIT)
+        assert isinstance(listing, ReadListing)
+        m.listing_received(listing.listing, [f"z{r + 1 + k * replicas}" for k in range(LIMIT)])
+    return m, Zipf(adapters_for(replicas), seed=replicas)
+
+
+def routed_requests(replicas: int, clock: Clock, mixes: list[Mix]) -> Batch:
+    """Requests from the Zipf stream, each by ``route()``, its loads and unloads answered at once and
+    released: the seconds they took, each timed alone (the names are drawn before the clock starts)."""
+    m, zipf = fleet_of(replicas)
+    gap = empty_interval(clock)
+    route, release = m.route, m.release
+    unload_finished, load_finished = m.unload_finished, m.load_finished
+
+    def batch(n: int) -> float:
+        names = [f"z{zipf.draw()}" for _ in range(n)]
+        mix = Mix()
+        ticket = m.next_ticket
+        for t, name in zip(range(ticket, ticket + n), names, strict=True):
+            started = clock()
+            commands = route(t, adapter=name, path="/p")
+            hit = False
+            while commands:
+                after = []
+                for command in commands:
+                    kind = type(command)
+                    if kind is Grant:
+                        hit = command.how is How.HIT  # type: ignore[union-attr]
+                    elif kind is IssueUnload:
+                        after += unload_finished(command.unload, UNLOADED)  # type: ignore[union-attr]
+                    elif kind is IssueLoad:
+                        after += load_finished(command.load, LOADED)  # type: ignore[union-attr]
+                    elif kind is Fail:
+                        raise AssertionError(f"request {t} failed: {command}")
+                commands = after
+            release(t)
+            spent = clock() - started - gap
+            if hit:
+                mix.hits += 1
+                mix.hit_seconds += spent
+            else:
+                mix.colds += 1
+                mix.cold_seconds += spent
+        mixes.append(mix)
+        return mix.hit_seconds + mix.cold_seconds
+
+    return batch
+
+
 # -- the shells ------------------------------------------------------------------------------
 
 
-def shell_hits(runtime: str, n: int) -> dict[str, float]:
-    """A hit through the shell, by acquire and by route, in turns: no HTTP (only the first listings).
+def shell_hits(runtime: str, settings: Settings) -> dict[str, list[float]]:
+    """A hit through the shell, by acquire and by route, in rounds with the runtime's floor: no HTTP.
 
     "acquire": ``async with fleet.acquire(replica, name, path)``, on the router's own choice of replica;
     "route": ``async with fleet.route(name)``, placement's choice among 3 replicas, 2 of them holders
-    (a tie the rendezvous weight breaks). Turns in each run, and the best of each over 5 runs, so that
-    the two see the same machine.
+    (a tie the rendezvous weight breaks). Both, and the floor, run on the same loop.
     """
     from prometheus_client import CollectorRegistry
 
     from lorafleet_fleet import PrometheusMetrics, Replica
     from lorafleet_standin import StandInServer
 
+    clock = settings.clock
     with StandInServer() as server, StandInServer() as other, StandInServer() as third:
         server.app.register("a0", "/adapters/a0")
         other.app.register("a0", "/adapters/a0")
         replicas = [Replica(f"r{i}", s.url, "tiny", 4) for i, s in enumerate((server, other, third))]
         replica = replicas[0]
 
-        async def main(fleet_type: Any) -> dict[str, float]:
+        async def main(fleet_type: Any, floor: AsyncBatch) -> dict[str, list[float]]:
             async with fleet_type(
                 metrics=PrometheusMetrics(CollectorRegistry()),
                 replicas=replicas,
@@ -248,65 +523,101 @@ def shell_hits(runtime: str, n: int) -> dict[str, float]:
             ) as fleet:
                 acquire, route = fleet.acquire, fleet.route
 
-                async def by_acquire(count: int) -> None:
-                    for _ in range(count):
+                async def by_acquire(n: int) -> float:
+                    started = clock()
+                    for _ in range(n):
                         async with acquire(replica, "a0", "/adapters/a0"):
                             pass
+                    return clock() - started
 
-                async def by_route(count: int) -> None:
-                    for _ in range(count):
+                async def by_route(n: int) -> float:
+                    started = clock()
+                    for _ in range(n):
                         async with route("a0"):
                             pass
+                    return clock() - started
 
-                best = {"acquire": math.inf, "route": math.inf}
-                await by_acquire(n // 10)
-                await by_route(n // 10)
-                for _ in range(3):
-                    for call, hits in (("acquire", by_acquire), ("route", by_route)):
-                        started = time.perf_counter()
-                        await hits(n)
-                        best[call] = min(best[call], (time.perf_counter() - started) / n)
-                assert fleet.statistics().grants["hit"] >= 6 * n
-                return best
+                async def lru(n: int) -> float:  # the core's floor, for a target stated against it
+                    started = clock()
+                    floor_lru(n)
+                    return clock() - started
+
+                subjects = {"acquire": by_acquire, "route": by_route, "lru": lru}
+                before = fleet.statistics().grants.get("hit", 0)
+                out = await run_rounds_async(floor, subjects, settings)
+                assert fleet.statistics().grants["hit"] > before  # hits, not something slower
+                return out
 
         if runtime == "trio":
             import trio
 
             import lorafleet_trio
 
-            runs = [trio.run(main, lorafleet_trio.Fleet) for _ in range(5)]
-        else:
-            import lorafleet_asyncio
+            return trio.run(main, lorafleet_trio.Fleet, trio_floor(clock))
+        import lorafleet_asyncio
 
-            runs = [asyncio.run(main(lorafleet_asyncio.Fleet)) for _ in range(5)]
-        return {call: min(run[call] for run in runs) for call in ("acquire", "route")}
+        return asyncio.run(main(lorafleet_asyncio.Fleet, asyncio_floor(clock)))
 
 
-def shell_cold(runtime: str, n: int) -> float:
-    """A cold load with one eviction through the stand-in over loopback, per load."""
+def shell_cold(runtime: str, settings: Settings) -> dict[str, list[float]]:
+    """A cold load with one eviction through the stand-in over loopback, against its two HTTP calls.
+
+    The floor sends the same two calls (a load and an unload, as ``lorafleet.vllm.http_request``
+    spells them) to a second stand-in with httpx on the same runtime, without a fleet: the row's ratio
+    is what the fleet adds to the HTTP it cannot avoid (the read of ``/metrics`` it makes before an
+    eviction, [read], included). Wall clock: the stand-ins run in threads of
+    this process, and the time is theirs as much as the client's.
+    """
     import tempfile
 
+    import httpx
+
+    from lorafleet.vllm import http_request
     from lorafleet_fleet import Replica
     from lorafleet_standin import StandInServer
 
-    with tempfile.TemporaryDirectory() as tmp, StandInServer() as server:
+    clock = time.perf_counter
+    with tempfile.TemporaryDirectory() as tmp, StandInServer() as server, StandInServer() as bare:
         folder = Path(tmp) / "a"
         folder.mkdir()
         (folder / "adapter_config.json").write_text('{"r": 8}')
         (folder / "adapter_model.safetensors").write_bytes(b"\0")
         replica = Replica("r0", server.url, "tiny", 1)
+        calls = [
+            http_request(IssueLoad(load=1, replica="f", adapter="floor", path=str(folder))),
+            http_request(IssueUnload(unload=2, replica="f", adapter="floor")),
+        ]
 
-        async def main(fleet_type: Any) -> float:
-            async with fleet_type() as fleet:
+        async def main(fleet_type: Any) -> dict[str, list[float]]:
+            async with fleet_type() as fleet, httpx.AsyncClient() as client:
                 await fleet.sync_unknown([replica])
-                for i in range(3):
+                count = [0]
+
+                async def cold(n: int) -> float:
+                    started = clock()
+                    for _ in range(n):
+                        count[0] += 1
+                        async with fleet.acquire(replica, f"c{count[0] % 2}", str(folder)):
+                            pass
+                    return clock() - started
+
+                async def floor(n: int) -> float:
+                    started = clock()
+                    for _ in range(n):
+                        for call in calls:
+                            response = await client.request(
+                                call.method,
+                                bare.url + call.path,
+                                headers=list(call.headers),
+                                content=call.body,
+                            )
+                            assert response.status_code == 200, response.text
+                    return clock() - started
+
+                for i in range(3):  # the first loads fill the replica; from here on each one evicts
                     async with fleet.acquire(replica, f"w{i}", str(folder)):
                         pass
-                started = time.perf_counter()
-                for i in range(n):
-                    async with fleet.acquire(replica, f"c{i % 2}", str(folder)):
-                        pass
-                return (time.perf_counter() - started) / n
+                return await run_rounds_async(floor, {"cold": cold}, settings, least=3)
 
         if runtime == "trio":
             import trio
@@ -319,7 +630,323 @@ def shell_cold(runtime: str, n: int) -> float:
         return asyncio.run(main(lorafleet_asyncio.Fleet))
 
 
-# -- the run ---------------------------------------------------------------------------------
+# -- the rows --------------------------------------------------------------------------------
+
+
+class Bench:
+    """The rows measured so far, printed as they come."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.rows: dict[str, Row] = {}
+        self.placements: list[dict[str, Any]] = []
+
+    def core(
+        self,
+        key: str,
+        what: str,
+        subject: Batch | Callable[[int], None],
+        *,
+        note: str = "",
+        per_batch: bool = False,
+        least: int = 1,
+    ) -> Row:
+        """A core row against the ``lru`` floor; ``per_batch``: ``subject`` times itself (a Batch)."""
+        clock = self.settings.clock
+        load = os.getloadavg()[0]
+        batch: Batch = subject if per_batch else timed(subject, clock)  # type: ignore[assignment]
+        out = run_rounds(timed(floor_lru, clock), {"s": batch}, self.settings, least)
+        return self.add(Row(key, what, "lru", out["s"], out[FLOOR], clock_name(clock), (load, 0.0), note))
+
+    def add(self, row: Row) -> Row:
+        row.load = (row.load[0], os.getloadavg()[0])
+        self.rows[row.what] = row
+        low, q1, q3, high = row.spread()
+        print(
+            f"{row.what:64} {row.seconds * 1e6:10.3f} µs {row.ratio:8.1f}x {row.floor:10} "
+            f"[{low:.1f}-{high:.1f}, IQR {q1:.1f}-{q3:.1f}]  load {row.load[0]:.2f}→{row.load[1]:.2f} "
+            f"{row.note}",
+            flush=True,
+        )
+        return row
+
+
+def core_rows(bench: Bench, only: Callable[[str], bool]) -> None:
+    quick = bench.settings.quick
+    if only("hit"):
+        bench.core("hit", "core hit path (request + release), 1 replica, 4 held", hit_path(1, 4))
+    if only("cold"):
+        for limit in (4, 32, 256):
+            bench.core(
+                "cold", f"core cold load with one eviction, limit {limit} (full cycle)", cold_path(1, limit)
+            )
+    if only("victim"):
+        for limit in (4, 256):
+            bench.core(
+                "victim",
+                f"  victim choice (the request alone), limit {limit}",
+                victim_choice(limit, bench.settings.clock),
+                per_batch=True,
+            )
+    if only("listing"):
+        bench.core("listing", "core listing of 1,000 names applied to a replica", listing_of(1000))
+    if only("view"):
+        bench.core(
+            "view", "core view over 1,000 candidate replicas", view_over(1000), note="(target ≤ 230 µs)"
+        )
+    if only("place"):
+        for replicas in (10, 100) if quick else (10, 100, 1_000):
+            for holders in (True, False):
+                what = "held or loading on 2 (index)" if holders else "cold (every candidate)"
+                bench.core(
+                    "place",
+                    f"  placement, {replicas:,} replicas, adapter {what}",
+                    placement(replicas, holders),
+                )
+    if only("routed"):
+        bench.core(
+            "routed", "core routed hit (place_hit + release), 2 holders of 10 replicas", routed_hit_path(10)
+        )
+    if only("scaling"):
+        sizes = (
+            ((1, 4), (10, 10), (100, 64))
+            if quick
+            else ((1, 4), (10, 10), (100, 64), (1_000, 64), (10_000, 64))
+        )
+        for replicas, held in (*sizes, (10_000, 10)):
+            bench.core(
+                "scaling",
+                f"  scaling: hit path, {replicas:,} replicas x {held} held ({replicas * held:,} adapters)",
+                hit_path(replicas, held),
+            )
+        for replicas, held in ((10, 10), (10_000, 10)):
+            bench.core(
+                "scaling",
+                f"  scaling: cold cycle, {replicas:,} replicas x {held} held ({replicas * held:,} adapters)",
+                cold_path(replicas, held),
+            )
+
+
+def placement_rows(bench: Bench) -> None:
+    """Requests per second per core, hits and cold requests by ``route()``, at 100 to 10,000 replicas.
+
+    A batch's time depends on how many of its requests were cold, 300 times a hit's at 10,000
+    replicas: so hits and cold requests are rows of their own, each against the round's floor, and
+    the mix is costed from their medians and the share of each over every round.
+    """
+    settings = bench.settings
+    for replicas in (100,) if settings.quick else (100, 1_000, 10_000):
+        mixes: list[Mix] = []
+        adapters = adapters_for(replicas)
+        clock = settings.clock
+        load = os.getloadavg()[0]
+        batch = routed_requests(replicas, clock, mixes)
+        out = run_rounds(timed(floor_lru, clock), {"s": batch}, settings, least=30)
+        rounds = list(zip(mixes[-settings.rounds :], out[FLOOR], strict=True))  # not calibration's
+        hits = sum(mix.hits for mix, _ in rounds)
+        colds = sum(mix.colds for mix, _ in rounds)
+        share = hits / (hits + colds)
+        where = f"{replicas:,} replicas x {LIMIT}, Zipf(1) over {adapters:,}"
+        hit, cold = (
+            bench.add(
+                Row(
+                    "placements",
+                    f"  routed {kind} by route(), {where}",
+                    "lru",
+                    [spent / count for spent, count, _ in pairs],
+                    [floor for _, _, floor in pairs],
+                    clock_name(clock),
+                    (load, 0.0),
+                )
+            )
+            for kind, pairs in (
+                ("hit", [(m.hit_seconds, m.hits, f) for m, f in rounds if m.hits]),
+                ("cold request", [(m.cold_seconds, m.colds, f) for m, f in rounds if m.colds]),
+            )
+        )
+        per_request = share * hit.seconds + (1 - share) * cold.seconds
+        summary = {
+            "replicas": replicas,
+            "adapters": adapters,
+            "requests": hits + colds,
+            "hit share": share,
+            "per request": per_request,
+            "ratio": share * hit.ratio + (1 - share) * cold.ratio,
+            "hit": hit,
+            "cold": cold,
+        }
+        bench.placements.append(summary)
+        print(
+            f"    {replicas:,} replicas: {hits + colds:,} requests, {share:.1%} hits, {1 - share:.1%} cold: "
+            f"{per_request * 1e6:.1f} µs a request, {1 / per_request:,.0f} requests/s per core, "
+            f"{summary['ratio']:.0f}x lru",
+            flush=True,
+        )
+
+
+def shell_rows(bench: Bench, only: Callable[[str], bool]) -> None:
+    clock = clock_name(bench.settings.clock)
+    for runtime, floor in (("asyncio", "future"), ("trio", "checkpoint")):
+        if only(f"shell-{runtime}"):
+            load = os.getloadavg()[0]
+            out = shell_hits(runtime, bench.settings)
+            bench.add(
+                Row(
+                    f"shell-{runtime}",
+                    f"{runtime} shell hit (acquire + release, metrics on)",
+                    floor,
+                    out["acquire"],
+                    out[FLOOR],
+                    clock,
+                    (load, 0.0),
+                )
+            )
+            bench.add(
+                Row(
+                    f"shell-{runtime}",
+                    f"{runtime} shell hit by route (place + hit + release)",
+                    floor,
+                    out["route"],
+                    out[FLOOR],
+                    clock,
+                    (load, 0.0),
+                )
+            )
+            bench.add(
+                Row(
+                    f"shell-{runtime}",
+                    f"  {runtime} shell hit by route, against the lru floor on the same loop",
+                    "lru",
+                    out["route"],
+                    out["lru"],
+                    clock,
+                    (load, 0.0),
+                )
+            )
+    for runtime in ("asyncio", "trio"):
+        if only(f"loopback-{runtime}"):
+            load = os.getloadavg()[0]
+            out = shell_cold(runtime, bench.settings)
+            bench.add(
+                Row(
+                    f"loopback-{runtime}",
+                    f"{runtime} shell cold load + eviction via the stand-in (loopback)",
+                    "http",
+                    out["cold"],
+                    out[FLOOR],
+                    "wall",
+                    (load, 0.0),
+                )
+            )
+
+
+KEYS = (
+    "hit",
+    "cold",
+    "victim",
+    "listing",
+    "view",
+    "place",
+    "routed",
+    "scaling",
+    "placements",
+    "shell-asyncio",
+    "shell-trio",
+    "loopback-asyncio",
+    "loopback-trio",
+)
+
+
+# -- verdicts and the file -------------------------------------------------------------------
+
+Verdict = tuple[str, str, bool | None]
+
+
+def verdicts(rows: dict[str, Row]) -> list[Verdict]:
+    """The targets, from the rows measured; a comparison of two rows is of their ratios to the floor,
+    each taken beside its own floor, so that the machine's drift between the two rows cancels."""
+    out: list[Verdict] = []
+
+    def get(what: str) -> Row | None:
+        return rows.get(what)
+
+    def versus(label: str, top: str, bottom: str, limit: float | None) -> None:
+        a, b = get(top), get(bottom)
+        if a is not None and b is not None:
+            ratio = a.ratio / b.ratio
+            out.append((label, f"{ratio:.2f}x", None if limit is None else ratio <= limit))
+
+    hit = get("core hit path (request + release), 1 replica, 4 held")
+    if hit is not None:
+        out.append(
+            ("core hit path ≤ 8x the LRU floor (never above 12x)", f"{hit.ratio:.1f}x", hit.ratio <= 8)
+        )
+    versus(
+        "hit path, 10,000 replicas x 64 held vs 1 x 4, ≤ 1.2x",
+        "  scaling: hit path, 10,000 replicas x 64 held (640,000 adapters)",
+        "  scaling: hit path, 1 replicas x 4 held (4 adapters)",
+        1.2,
+    )
+    scaling = [r for r in rows.values() if r.what.startswith("  scaling: hit path")]
+    if len(scaling) > 1:
+        largest = max(r.ratio for r in scaling) / min(r.ratio for r in scaling)
+        out.append(("hit path, largest / smallest over every size", f"{largest:.2f}x", None))
+    versus(
+        "cold cycle, 100,000 adapters vs 100",
+        "  scaling: cold cycle, 10,000 replicas x 10 held (100,000 adapters)",
+        "  scaling: cold cycle, 10 replicas x 10 held (100 adapters)",
+        None,
+    )
+    versus(
+        "victim choice, 256 held vs 4, ≤ 1.5x",
+        "  victim choice (the request alone), limit 256",
+        "  victim choice (the request alone), limit 4",
+        1.5,
+    )
+    versus(
+        "placement among holders, 1,000 replicas vs 10, ≤ 1.2x",
+        "  placement, 1,000 replicas, adapter held or loading on 2 (index)",
+        "  placement, 10 replicas, adapter held or loading on 2 (index)",
+        1.2,
+    )
+    cold = get("  placement, 1,000 replicas, adapter cold (every candidate)")
+    if cold is not None:
+        out.append(("placement of a cold adapter, 1,000 replicas", f"{cold.seconds * 1e6:.0f} µs", None))
+    view = get("core view over 1,000 candidate replicas")
+    if view is not None:
+        out.append(
+            ("view over 1,000 candidates ≤ 230 µs", f"{view.seconds * 1e6:.0f} µs", view.seconds <= 230e-6)
+        )
+    for runtime, target in (("asyncio", 2.2), ("trio", 6.0)):
+        row = get(f"{runtime} shell hit (acquire + release, metrics on)")
+        if row is not None:
+            out.append(
+                (
+                    f"{runtime} shell hit ≤ {target:g} µs",
+                    f"{row.seconds * 1e6:.2f} µs",
+                    row.seconds <= target * 1e-6,
+                )
+            )
+    route = get("  asyncio shell hit by route, against the lru floor on the same loop")
+    if route is not None:
+        out.append(("asyncio route hit ≤ 8x the LRU floor", f"{route.ratio:.1f}x", route.ratio <= 8))
+    route = get("trio shell hit by route (place + hit + release)")
+    if route is not None:
+        out.append(("trio route hit ≤ 1.3x the checkpoint floor", f"{route.ratio:.2f}x", route.ratio <= 1.3))
+    versus(
+        "core routed hit / core hit",
+        "core routed hit (place_hit + release), 2 holders of 10 replicas",
+        "core hit path (request + release), 1 replica, 4 held",
+        None,
+    )
+    for runtime in ("asyncio", "trio"):
+        versus(
+            f"{runtime} route hit / acquire hit",
+            f"{runtime} shell hit by route (place + hit + release)",
+            f"{runtime} shell hit (acquire + release, metrics on)",
+            None,
+        )
+    return out
 
 
 def machine_info() -> str:
@@ -337,163 +964,137 @@ def machine_info() -> str:
     )
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="fewer iterations: a smoke run, not figures")
-    parser.add_argument("--out", type=Path, default=HERE / "results.md", help="where to write the table")
-    args = parser.parse_args()
-    scale = 0.05 if args.quick else 1.0
-
-    def n(count: int) -> int:
-        return max(10, int(count * scale))
-
-    floors = {
-        "lru": best(floor_lru, n(500_000)),
-        "future": min(floor_future(n(500_000)) for _ in range(5)),
-        "checkpoint": min(floor_checkpoint(n(200_000)) for _ in range(5)),
-    }
-    rows: list[Row] = []
-
-    def add(what: str, seconds: float, floor: str, note: str = "") -> float:
-        rows.append((what, seconds * 1e6, floor, note))
-        print(
-            f"{what:58} {seconds * 1e6:9.3f} µs  {seconds / floors[floor]:6.1f}x {floor} {note}", flush=True
-        )
-        return seconds
-
-    print(
-        f"floors: lru {floors['lru'] * 1e6:.3f} µs, future {floors['future'] * 1e6:.3f} µs, "
-        f"checkpoint {floors['checkpoint'] * 1e6:.3f} µs",
-        flush=True,
-    )
-    hit_small = add(
-        "core hit path (request + release), 1 replica, 4 held", best(hit_path(1, 4), n(300_000)), "lru"
-    )
-    for limit in (4, 32, 256):
-        cycle = cold_path(1, limit)
-        add(f"core cold load with one eviction, limit {limit} (full cycle)", best(cycle, n(50_000)), "lru")
-    victim = {}
-    for limit in (4, 256):
-        victim[limit] = add(
-            f"  victim choice (the request alone), limit {limit}", victim_choice(limit, n(50_000)), "lru"
-        )
-    add("core listing of 1,000 names applied to a replica", best(listing_of(1000), n(2_000)), "lru")
-    view_1000 = add(
-        "core view over 1,000 candidate replicas", best(view_over(1000), n(2_000)), "lru", "(target ≤ 230 µs)"
-    )
-    places: dict[tuple[int, bool], float] = {}
-    for replicas in (10, 100, 1_000):
-        for holders in (True, False):
-            what = "held or loading on 2 (index)" if holders else "cold (every candidate)"
-            places[(replicas, holders)] = add(
-                f"  placement, {replicas:,} replicas, adapter {what}",
-                best(placement(replicas, holders), n(100_000 if holders else 100_000 // replicas)),
-                "lru",
-            )
-    routed = add(
-        "core routed hit (place_hit + release), 2 holders of 10 replicas",
-        best(routed_hit_path(10), n(300_000)),
-        "lru",
-    )
-    hits = {}
-    for replicas, held in ((1, 4), (10, 10), (100, 64), (1_000, 64), (10_000, 64), (10_000, 10)):
-        hits[(replicas, held)] = add(
-            f"  scaling: hit path, {replicas:,} replicas x {held} held ({replicas * held:,} adapters)",
-            best(hit_path(replicas, held), n(200_000)),
-            "lru",
-        )
-    colds = {}
-    for replicas, held in ((10, 10), (10_000, 10)):
-        cycle = cold_path(replicas, held)
-        colds[replicas] = add(
-            f"  scaling: cold cycle, {replicas:,} replicas x {held} held ({replicas * held:,} adapters)",
-            best(cycle, n(30_000)),
-            "lru",
-        )
-    hits_asyncio = shell_hits("asyncio", n(50_000))
-    asyncio_hit = add("asyncio shell hit (acquire + release, metrics on)", hits_asyncio["acquire"], "future")
-    hits_trio = shell_hits("trio", n(50_000))
-    trio_hit = add("trio shell hit (acquire + release, metrics on)", hits_trio["acquire"], "checkpoint")
-    asyncio_route = add("asyncio shell hit by route (place + hit + release)", hits_asyncio["route"], "future")
-    trio_route = add("trio shell hit by route (place + hit + release)", hits_trio["route"], "checkpoint")
-    add(
-        "asyncio shell cold load + eviction via the stand-in (loopback)",
-        shell_cold("asyncio", n(300)),
-        "future",
-    )
-    add(
-        "trio shell cold load + eviction via the stand-in (loopback)",
-        shell_cold("trio", n(300)),
-        "checkpoint",
-    )
-
-    hit_ratio = hit_small / floors["lru"]
-    flat = hits[(10_000, 64)] / hits[(1, 4)]
-    largest = max(hits.values()) / min(hits.values())
-    cold_flat = colds[10_000] / colds[10]
-    victim_ratio = victim[256] / victim[4]
-    place_flat = places[(1_000, True)] / places[(10, True)]
-    verdicts = [
-        ("core hit path ≤ 8x the LRU floor (never above 12x)", f"{hit_ratio:.1f}x", hit_ratio <= 8),
-        ("hit path, 10,000 replicas x 64 held vs 1 x 4, ≤ 1.2x", f"{flat:.2f}x", flat <= 1.2),
-        ("hit path, largest / smallest over every size", f"{largest:.2f}x", None),
-        ("cold cycle, 100,000 adapters vs 100", f"{cold_flat:.2f}x", None),
-        ("victim choice, 256 held vs 4, ≤ 1.5x", f"{victim_ratio:.2f}x", victim_ratio <= 1.5),
-        ("placement among holders, 1,000 replicas vs 10, ≤ 1.2x", f"{place_flat:.2f}x", place_flat <= 1.2),
-        ("placement of a cold adapter, 1,000 replicas", f"{places[(1_000, False)] * 1e6:.0f} µs", None),
-        ("view over 1,000 candidates ≤ 230 µs", f"{view_1000 * 1e6:.0f} µs", view_1000 <= 230e-6),
-        ("asyncio shell hit ≤ 2.2 µs", f"{asyncio_hit * 1e6:.2f} µs", asyncio_hit <= 2.2e-6),
-        ("trio shell hit ≤ 6 µs", f"{trio_hit * 1e6:.2f} µs", trio_hit <= 6e-6),
-        (
-            "asyncio route hit ≤ 8x the LRU floor",
-            f"{asyncio_route / floors['lru']:.1f}x",
-            asyncio_route <= 8 * floors["lru"],
-        ),
-        (
-            "trio route hit ≤ 1.3x the checkpoint floor",
-            f"{trio_route / floors['checkpoint']:.2f}x",
-            trio_route <= 1.3 * floors["checkpoint"],
-        ),
-        ("core routed hit / core hit", f"{routed / hit_small:.2f}x", None),
-        ("asyncio route hit / acquire hit", f"{asyncio_route / asyncio_hit:.2f}x", None),
-        ("trio route hit / acquire hit", f"{trio_route / trio_hit:.2f}x", None),
-    ]
-    print()
-    for what, figure, ok in verdicts:
-        mark = "" if ok is None else ("met" if ok else "MISSED")
-        print(f"{what:58} {figure:>10}  {mark}")
-    if not args.quick:
-        write(args.out, floors, rows, verdicts)
-    return 0
-
-
 def write(
-    out: Path, floors: dict[str, float], rows: list[Row], verdicts: list[tuple[str, str, bool | None]]
+    out: Path,
+    bench: Bench,
+    results: list[Verdict],
+    command: str,
+    loads: tuple[tuple[float, float, float], tuple[float, float, float]],
+    seconds: float,
 ) -> None:
+    settings = bench.settings
+    first, last = (" / ".join(f"{x:.2f}" for x in load) for load in loads)
     lines = [
         "# Benchmark results",
         "",
-        f"Run {datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M} UTC with `bench/bench.py`",
-        f"on {machine_info()}.",
+        f"Run {datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M} UTC by `{command}` "
+        f"on {machine_info()}, in {seconds:.0f} s;",
+        f"load average (1, 5, 15 min) {first} at the start, {last} at the end.",
         "",
-        "| floor | µs |",
-        "| --- | ---: |",
-        f"| OrderedDict LRU hit + in-use counter up and down (`lru`) | {floors['lru'] * 1e6:.3f} |",
-        f"| await of a finished asyncio future (`future`) | {floors['future'] * 1e6:.3f} |",
-        f"| `trio.lowlevel.checkpoint()` (`checkpoint`) | {floors['checkpoint'] * 1e6:.3f} |",
+        f"**How to read it.** Each row ran in {settings.rounds} rounds, each a batch of the row's floor",
+        f"and a batch of the row, of about {settings.batch * 1000:g} ms each, the floor first in one round",
+        'and last in the next. "x floor"',
+        "is the median over the rounds of the row's time over its floor's in the same round, with the",
+        "least and the greatest of those ratios and the middle half of them (IQR): it is the figure that",
+        "holds from run to run on a busy machine, and the one to compare across runs and commits. The",
+        "microseconds (medians too) move with the machine's load: on this 2-core machine shared with",
+        "other work they have moved by half from one hour to the next, and so do the requests per second",
+        "below. Times are CPU time of the process (clock `cpu`), so time spent waiting for a core is not",
+        "counted, though a core shared with other work still runs slower; the loopback rows are wall",
+        "time (clock `wall`). Load is the 1-minute load average when the row began → ended.",
         "",
-        "| what | µs per op | x floor | floor |",
-        "| --- | ---: | ---: | --- |",
+        "Floors: `lru` an OrderedDict LRU hit with an in-use counter up and down (the least a warm request",
+        "can cost in CPython); `future` an await of a finished asyncio future; `checkpoint`",
+        "`trio.lowlevel.checkpoint()`; `http` the two HTTP calls a cold load with one eviction makes (a",
+        "load and an unload, sent straight to a second stand-in with httpx on the same runtime), so that",
+        "the loopback rows say what the fleet adds to the HTTP it cannot avoid.",
+        "",
+        "| what | µs per op | x floor | min-max | IQR | floor | floor µs | clock | load |",
+        "| --- | ---: | ---: | ---: | ---: | --- | ---: | --- | --- |",
     ]
-    for what, micros, floor, note in rows:
+    for row in bench.rows.values():
+        low, q1, q3, high = row.spread()
         lines.append(
-            f"| {what.strip()} {note} | {micros:.3f} | {micros / (floors[floor] * 1e6):.1f} | {floor} |"
+            f"| {row.what.strip()} {row.note} | {row.seconds * 1e6:.3f} | {row.ratio:.1f} | "
+            f"{low:.1f}-{high:.1f} | {q1:.1f}-{q3:.1f} | {row.floor} | {row.floor_seconds * 1e6:.3f} | "
+            f"{row.clock} | {row.load[0]:.2f} → {row.load[1]:.2f} |"
         )
-    lines += ["", "| target | figure | |", "| --- | ---: | --- |"]
-    for what, figure, ok in verdicts:
+    if bench.placements:
+        lines += [
+            "",
+            "## Placements per second per core",
+            "",
+            "The calibration workload's mix (`lorafleet simulate`'s defaults: Zipf(1), limit 4,",
+            f"concurrency 8, about {COLD_SHARE:.0%} of requests cold) scaled to more replicas: Zipf(1) over",
+            f"enough adapters that an ideal placement would leave {IDEAL_COLD:.0%} of requests cold (the",
+            "machine leaves a few points more: the table says how many were), the replicas warm with the",
+            "most asked-for (as a listing would leave them), then every request by `route()`, its unload",
+            "and load answered at once, and released. Each request is timed alone on the process's CPU",
+            "clock, less what timing nothing reads, so requests/s is per core. A hit and a cold request",
+            "are rows of their own above (their cost differs by up to 1,000 times, and a batch's by how",
+            "many were cold); the mix is costed from their medians and the share of each.",
+            "",
+            "| replicas | adapters | requests | hits | cold | µs per request | requests/s per core "
+            "| µs per hit | µs per cold | x lru |",
+            "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+        ]
+        for p in bench.placements:
+            lines.append(
+                f"| {p['replicas']:,} | {p['adapters']:,} | {p['requests']:,} | {p['hit share']:.1%} | "
+                f"{1 - p['hit share']:.1%} | {p['per request'] * 1e6:.1f} | {1 / p['per request']:,.0f} | "
+                f"{p['hit'].seconds * 1e6:.1f} | {p['cold'].seconds * 1e6:.1f} | {p['ratio']:.0f} |"
+            )
+    lines += ["", "## Targets", "", "| target | figure | |", "| --- | ---: | --- |"]
+    for what, figure, ok in results:
         lines.append(f"| {what} | {figure} | {'' if ok is None else ('met' if ok else 'missed')} |")
     out.write_text("\n".join(lines) + "\n")
     print(f"\nwritten to {out}", file=sys.stderr)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="bench/bench.py", description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=20, help="rounds per row (default 20)")
+    parser.add_argument("--batch", type=float, default=20.0, help="milliseconds per batch (default 20)")
+    parser.add_argument("--only", default="", help="comma-separated row keys (prefixes); see --list")
+    parser.add_argument("--list", action="store_true", help="print the row keys and stop")
+    parser.add_argument("--wall", action="store_true", help="time every row by the wall clock, not CPU time")
+    parser.add_argument("--quick", action="store_true", help="3 rounds of 2 ms, smaller sizes: a smoke run")
+    parser.add_argument(
+        "--out", type=Path, help="where to write the table (default bench/results.md, full runs)"
+    )
+    args = parser.parse_args(argv)
+    if args.list:
+        print("\n".join(KEYS))
+        return 0
+    wanted = [key.strip() for key in args.only.split(",") if key.strip()]
+    unknown = [key for key in wanted if not any(k.startswith(key) for k in KEYS)]
+    if unknown:
+        parser.error(f"no row key starts with {', '.join(unknown)}; see --list")
+
+    def only(key: str) -> bool:
+        return not wanted or any(key.startswith(prefix) for prefix in wanted)
+
+    settings = Settings(
+        rounds=3 if args.quick else args.rounds,
+        batch=0.002 if args.quick else args.batch / 1000,
+        clock=time.perf_counter if args.wall else time.process_time,
+        quick=args.quick,
+    )
+    bench = Bench(settings)
+    started, load_start = time.monotonic(), os.getloadavg()
+    print(f"{machine_info()}; load average {' / '.join(f'{x:.2f}' for x in load_start)}", flush=True)
+    print(f"{'what':64} {'median':>13} {'x floor':>9} {'floor':10} [min-max, IQR of the per-round ratios]")
+    core_rows(bench, only)
+    if only("placements"):
+        placement_rows(bench)
+    shell_rows(bench, only)
+    load_end = os.getloadavg()
+    results = verdicts(bench.rows)
+    print()
+    for what, figure, ok in results:
+        mark = "" if ok is None else ("met" if ok else "MISSED")
+        print(f"{what:64} {figure:>10}  {mark}")
+    print(
+        f"\nload average {' / '.join(f'{x:.2f}' for x in load_end)} at the end; "
+        f"{time.monotonic() - started:.0f} s"
+    )
+    out = args.out if args.out is not None else (None if args.quick or wanted else HERE / "results.md")
+    if out is not None:
+        command = shlex.join(
+            [".venv/bin/python", "bench/bench.py", *(argv if argv is not None else sys.argv[1:])]
+        )
+        write(out, bench, results, command, (load_start, load_end), time.monotonic() - started)
+    return 0
 
 
 if __name__ == "__main__":
