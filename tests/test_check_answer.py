@@ -25,12 +25,6 @@ from conftest import quiet
 
 pytestmark = [pytest.mark.anyio, pytest.mark.usefixtures("no_task_left_running")]
 
-PENDING = pytest.mark.xfail(
-    strict=True,
-    reason="Lease.check_answer reads body_head as bytes only: it should encode a str and refuse "
-    "anything else with InvalidValueError (the change is in shells/lorafleet_fleet/_fleet.py)",
-)
-
 
 async def lost_adapter_answer(standin: StandInServer, adapter: str) -> httpx.Response:
     """A completion for ``adapter`` sent to ``standin`` after it forgot every adapter (a restart)."""
@@ -67,7 +61,6 @@ async def test_check_answer_reads_the_bytes_of_a_lost_adapters_404(
     await forgotten_then_loaded_again(fleet_type, standin, adapter_dir, lambda answer: answer.content)
 
 
-@PENDING
 async def test_check_answer_reads_the_text_of_a_lost_adapters_404(
     fleet_type: type[Fleet], standin: StandInServer, adapter_dir: Path
 ) -> None:
@@ -89,7 +82,6 @@ async def test_check_answer_says_false_for_a_200(
         quiet(fleet)
 
 
-@PENDING
 @pytest.mark.parametrize("status", [200, 404])
 async def test_check_answer_refuses_a_body_that_is_neither_bytes_nor_str(
     fleet_type: type[Fleet], standin: StandInServer, adapter_dir: Path, status: int

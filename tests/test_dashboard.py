@@ -13,10 +13,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from exposition import exported, selectors
-from router_scrape import router_scrape
 
 from lorafleet_standin import StandInServer
+
+from exposition import exported, selectors
+from router_scrape import router_scrape
 
 ROOT = Path(__file__).resolve().parent.parent
 DASHBOARD = ROOT / "deploy" / "grafana" / "lorafleet.json"

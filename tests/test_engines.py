@@ -14,7 +14,6 @@ from typing import Any
 import anyio
 import httpx
 import pytest
-from routers_workload import Probe
 
 from lorafleet import How, vllm
 from lorafleet_fleet import AdapterError, Fleet, Replica, ReplicaError
@@ -22,6 +21,7 @@ from lorafleet_serve import Config, ReplicaConfig, RouterServer
 from lorafleet_standin import StandInServer
 
 from conftest import KEY, Target, eventually, quiet
+from routers_workload import Probe
 
 pytestmark = [pytest.mark.anyio, pytest.mark.usefixtures("no_task_left_running")]
 

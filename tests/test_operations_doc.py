@@ -19,15 +19,15 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from exposition import exported, selectors
-from manifests import ROOT, container, objects, port_number, router_toml, secret_env
-from router_scrape import router_scrape
-from yamlish import load_all
 
 from lorafleet_fleet import Fleet, Replica
 from lorafleet_standin import StandInServer
 
 from conftest import quiet
+from exposition import exported, selectors
+from manifests import ROOT, container, objects, port_number, router_toml, secret_env
+from router_scrape import router_scrape
+from yamlish import load_all
 
 DOC = ROOT / "docs" / "operations.md"
 ROUTES = {"/health", "/metrics", "/v1/models", "/v1/completions", "/v1/chat/completions"}

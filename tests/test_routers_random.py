@@ -27,6 +27,11 @@ from typing import Any
 
 import anyio
 import pytest
+
+from lorafleet_fleet import HEADROOM, Fleet, Replica
+from lorafleet_standin import StandInServer
+
+from conftest import make_adapter
 from routers_workload import (
     ADAPTERS,
     GAUGE_FAULTS,
@@ -43,11 +48,6 @@ from routers_workload import (
     results,
     run_steps,
 )
-
-from lorafleet_fleet import HEADROOM, Fleet, Replica
-from lorafleet_standin import StandInServer
-
-from conftest import make_adapter
 
 SEEDS = (1, 2, 3)
 REQUESTS = 300

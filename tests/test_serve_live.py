@@ -23,7 +23,6 @@ import anyio
 import attrs
 import httpx
 import pytest
-from dns_server import DnsServer
 
 from lorafleet._cli import main as lorafleet
 from lorafleet_serve import Config, DiscoverConfig, ReplicaConfig, RouterServer, read_toml
@@ -32,6 +31,7 @@ from lorafleet_serve._dns import addresses
 from lorafleet_standin import StandInServer
 
 from conftest import eventually
+from dns_server import DnsServer
 
 Serve = Callable[..., StandInServer]
 HELLO = {"prompt": "hello", "max_tokens": 4}

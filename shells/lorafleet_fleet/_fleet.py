@@ -1045,7 +1045,7 @@ class Lease:
             )
         self._fleet._send(AdapterMissing(replica=self.replica.id, adapter=self.adapter, ticket=self.ticket))
 
-    def check_answer(self, status: int, body_head: bytes) -> bool:
+    def check_answer(self, status: int, body_head: bytes | str) -> bool:
         """Read the replica's answer to the forwarded request: True when it said the adapter is gone.
 
         Then it was reported as ``adapter_missing()`` does (see ``lorafleet.vllm.adapter_missing``
@@ -1053,12 +1053,18 @@ class Lease:
 
         Args:
             status: the answer's HTTP status.
-            body_head: the start of its body (vLLM's answer fits in its first 4 KiB).
+            body_head: the start of its body, as bytes (httpx's ``response.content``) or text
+                (``response.text``); vLLM's answer fits in its first 4 KiB.
 
         Raises:
+            InvalidValueError: ``body_head`` is neither bytes nor str.
             OutsideBlockError: the lease is not held.
         """
-        if status != 404 or not vllm.adapter_missing(status, body_head, self.adapter):
+        if isinstance(body_head, str):
+            body_head = body_head.encode()
+        elif not isinstance(body_head, bytes | bytearray | memoryview):
+            raise _invalid("body_head", body_head, "body_head must be the answer's body, as bytes or str")
+        if status != 404 or not vllm.adapter_missing(status, bytes(body_head), self.adapter):
             return False
         self.adapter_missing()
         return True
