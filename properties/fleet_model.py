@@ -63,6 +63,7 @@ from lorafleet import (
     ReplicaFailed,
     ReplicasRemoved,
     Requested,
+    ServedElsewhere,
     TicketOrderError,
     TimeAdvanced,
     UnknownOperationError,
@@ -120,6 +121,7 @@ AROUND = [
     "remove_and_add_back_while_leased",
     "break_the_contract",
     "settle",
+    "served_elsewhere",
 ]
 """What FleetModel.something_else_happens may do: the world around the requests changes."""
 
@@ -179,12 +181,21 @@ class FleetModel(RuleBasedStateMachine):
         backoff=st.sampled_from([DEFAULT_BACKOFF, 40.0]),
         half_life=st.sampled_from([DEFAULT_HALF_LIFE, 3]),
         read_engine=st.booleans(),
+        max_loras=st.sampled_from([1, 2, 4]),
     )
     def start(
-        self, headroom: int | None, refusal: float, backoff: float, half_life: int, read_engine: bool
+        self,
+        headroom: int | None,
+        refusal: float,
+        backoff: float,
+        half_life: int,
+        read_engine: bool,
+        max_loras: int,
     ) -> None:
         """A machine with these settings: the defaults, or a cap, a short refusal, a long backoff,
-        demand halved every few requests, reads of the engines ([read])."""
+        demand halved every few requests, reads of the engines ([read]); engines whose batch may use
+        1, 2 or 4 adapters, which their readings say ([cap])."""
+        self.world.max_loras = max_loras
         self.config = {
             "headroom": headroom,
             "refusal": refusal,
@@ -544,6 +555,12 @@ class FleetModel(RuleBasedStateMachine):
         """The router saw a replica fail on its own (a forwarded request got no answer): [health]."""
         replica = data.draw(st.sampled_from([*sorted(REPLICAS), UNKNOWN]))
         self.send(ReplicaFailed(replica=replica, message="no answer"))
+
+    def served_elsewhere(self, data: st.DataObject) -> None:
+        """A replica served a request others answered with a server error: they failed it ([blame])."""
+        replica = data.draw(st.sampled_from([*sorted(REPLICAS), UNKNOWN]))
+        failed = data.draw(st.lists(st.sampled_from([*sorted(REPLICAS), UNKNOWN]), max_size=3))
+        self.send(ServedElsewhere(replica=replica, failed=tuple(failed)))
 
     @rule(data=st.data())
     def others_run_requests(self, data: st.DataObject) -> None:

@@ -10,10 +10,11 @@ Where the machine dates things with a logical clock, the model says what the rul
 drops the adapters that were held *when it started* (``at_listing_start``, by identity), and keeps
 out of its additions those dropped *while it was out* (``dropped_while_listing``).
 
-It follows [refuse], [health], [cap] (a queue per replica), [evict]'s demand weights, [read] (the
-reads it asks for, and the requests that wait for them), [elsewhere] and [read-failed]. It does not
-follow [pin] or [route], which place where [place] would: the properties send no pins and no routed
-requests.
+It follows [refuse], [health], [cap] (a queue per replica, raised by the engine's ``max_loras``),
+[evict]'s demand weights and its bound, [settle], [read] (the reads it asks for, and the requests that
+wait for them), [elsewhere] (a reading of only this router's own requests stands as empty) and
+[read-failed]. It does not follow [pin] or [route], which place where [place] would, nor [load], which
+only placement reads: the properties send no pins and no routed requests.
 """
 
 from __future__ import annotations
@@ -57,6 +58,7 @@ from lorafleet import (
     ReplicaStatistics,
     Requested,
     Routed,
+    ServedElsewhere,
     Statistics,
     TimeAdvanced,
     UnloadFinished,
@@ -107,6 +109,8 @@ class Read:
     """A read of an engine ([read]), and the requests (ticket, adapter, path) waiting for its answer."""
 
     op: int
+    in_flight: int
+    """The replica's requests counted when the read went out ([load])."""
     waiters: list[tuple[int, str, str]] = attrs.field(factory=list)
 
 
@@ -142,6 +146,12 @@ class Replica:
     read: Read | None = None
     gauged: bool = False
     """Its engine's last answered read named what runs there ([read])."""
+    foreign: bool = False
+    """That reading named an adapter none of this router's requests ran on there ([elsewhere])."""
+    settle: bool = False
+    """A load landed over its limit and waits for the read out to unload the excess ([settle])."""
+    max_loras: int | None = None
+    """What the engine said one batch may use ([cap])."""
 
     def count(self) -> int:
         return len(self.held) + len(self.loading)
@@ -213,9 +223,23 @@ class Model:
             case TimeAdvanced():
                 return self.time_advanced(event.now)
             case ReadingReceived():
-                return self.reading_answered(event.read, event.adapters, failed=False)
+                counted = event.running is not None and event.waiting is not None
+                return self.reading_answered(
+                    event.read,
+                    event.adapters,
+                    failed=False,
+                    max_loras=event.max_loras,
+                    engine=(event.running or 0) + (event.waiting or 0) if counted else None,
+                )
             case ReadingFailed():
                 return self.reading_answered(event.read, None, failed=True)
+            case ServedElsewhere():
+                # [blame]: each replica that answered a 5xx to what the replica then served failed.
+                for replica in sorted(set(event.failed) - {event.replica}):
+                    rep = self.replicas.get(replica)
+                    if rep is not None and not rep.removed:
+                        self.fault(rep)
+                return []
             case AdapterPinned() | AdapterUnpinned() | Routed():
                 # [pin] places copies where [place] would: this model does not follow it, and the
                 # properties send no pins.
@@ -273,9 +297,10 @@ class Model:
             unload.waiters.append((ticket, path))
             self.waiting[ticket] = unload
             return []
-        # [read]: the first time a request is admitted, a replica with no free slot whose engine can
-        # tell (or is being read) is read first, and the request waits for the answer.
-        if first and self.read_engine and (rep.gauged or rep.read is not None) and rep.count() >= rep.limit:
+        # [read]: the first time a request is admitted, a replica whose load would evict first, where
+        # another router's request ran at the last reading (or whose first read is out), is read
+        # first, and the request waits for the answer.
+        if first and self.wants_reading(rep) and rep.count() + 1 > self.bound(rep):
             commands: list[Command] = []
             if rep.read is None:
                 commands.append(self.start_read(rep))
@@ -285,14 +310,34 @@ class Model:
             return commands
         return self.cold(ticket, rep, adapter, path)
 
+    def wants_reading(self, rep: Replica) -> bool:
+        return self.read_engine and (rep.foreign if rep.gauged else rep.read is not None)
+
+    def bound(self, rep: Replica) -> float:
+        """[evict]: past this count a load unloads before it goes out; none without a cap."""
+        return float("inf") if self.headroom is None else rep.limit + self.headroom
+
+    def cap(self, rep: Replica) -> int:
+        """[cap]: what the adapters no request could give up may reach."""
+        return max(rep.limit + (self.headroom or 0), rep.max_loras or 0)
+
     def start_read(self, rep: Replica) -> ReadEngine:
-        rep.read = Read(self.new_op(rep))
+        rep.read = Read(self.new_op(rep), rep.in_flight)
         self.ops[rep.read.op] = (rep, rep.read)
         return ReadEngine(read=rep.read.op, replica=rep.id)
 
-    def reading_answered(self, op: int, names: Iterable[str] | None, *, failed: bool) -> list[Command]:
+    def reading_answered(
+        self,
+        op: int,
+        names: Iterable[str] | None,
+        *,
+        failed: bool,
+        max_loras: int | None = None,
+        engine: int | None = None,
+    ) -> list[Command]:
         """[elsewhere], [read-failed]: the reading replaces the last (a failed read: an empty one, only
-        after a listing since); then the requests that waited for it are admitted afresh, in order."""
+        after a listing since); a pending [settle]; then the requests that waited for it are admitted
+        afresh, in order."""
         rep, read, live = self.answered(op)
         if not live or rep.read is not read:
             return []
@@ -301,9 +346,22 @@ class Model:
         commands: list[Command] = []
         if not failed:
             rep.gauged = names is not None
-            commands += self.new_reading(rep, set(names or ()))
+            raised = max_loras is not None and max_loras > (rep.max_loras or 0)
+            if max_loras:
+                rep.max_loras = max_loras
+            named = set(names or ())
+            # Only this router's own running requests: nothing of another router's, an empty reading.
+            # Or requests the engine counts beyond this router's own when the read went out.
+            others = engine is not None and engine > read.in_flight
+            rep.foreign = others or any(name not in rep.held or not rep.held[name].users for name in named)
+            commands += self.new_reading(rep, named if rep.foreign else set())
+            if raised:  # [cap]: the cap may have risen
+                commands += self.admit_queued(rep)
         elif rep.listed_since_report:
             commands += self.new_reading(rep, set())
+        if rep.settle:
+            rep.settle = False
+            commands += self.unload_excess(rep)
         for ticket, adapter, path in read.waiters:
             del self.waiting[ticket]
             commands += self.admit(ticket, rep, adapter, path)
@@ -317,26 +375,16 @@ class Model:
         self.grants[How.HIT.value] += 1
 
     def cold(self, ticket: int, rep: Replica, adapter: str, path: str) -> list[Command]:
-        """[cold] and [evict]: unload the least recently used idle adapters until the load fits;
-        [cap]: wait for room instead when even that would take the replica past its cap."""
-        if self.headroom is not None and rep.count() - len(rep.lru) >= rep.limit + self.headroom:
+        """[cold] and [evict]: past the bound, unload idle adapters until the load fits in it, else load
+        at once; [cap]: wait for room instead when even that would take the replica past its cap."""
+        if self.headroom is not None and rep.count() - len(rep.lru) >= self.cap(rep):
             rep.queue.append((ticket, adapter, path))
             self.waiting[ticket] = rep
             return []
-        excess = rep.count() + 1 - rep.limit
-        commands: list[Command] = []
-        unloads = []
-        while excess > 0 and rep.lru:
-            excess -= 1
-            # The least recently used of those in least demand (weight: its count's bit length).
-            victim = min(rep.lru, key=lambda name: self.demand.get(name, 0).bit_length())
-            rep.lru.remove(victim)
-            self.drop(rep, victim)
-            unload = Unload(self.new_op(rep), victim)
-            rep.unloading[victim] = unload
-            self.ops[unload.op] = (rep, unload)
-            unloads.append(unload)
-            commands.append(IssueUnload(unload=unload.op, replica=rep.id, adapter=victim))
+        unloads = self.evict(rep, rep.count() + 1 - self.bound(rep))
+        commands: list[Command] = [
+            IssueUnload(unload=unload.op, replica=rep.id, adapter=unload.adapter) for unload in unloads
+        ]
         load = Load(self.new_op(), adapter, path, [ticket], ticket, {u.op for u in unloads})
         for unload in unloads:
             unload.room_for = load
@@ -346,6 +394,26 @@ class Model:
         if not unloads:
             commands.append(self.issue(rep, load))
         return commands
+
+    def evict(self, rep: Replica, excess: float) -> list[Unload]:
+        """[evict]: ``excess`` idle adapters, or all, each the least recently used of those in least
+        demand (weight: its count's bit length)."""
+        unloads = []
+        while excess > 0 and rep.lru:
+            excess -= 1
+            victim = min(rep.lru, key=lambda name: self.demand.get(name, 0).bit_length())
+            rep.lru.remove(victim)
+            self.drop(rep, victim)
+            unload = Unload(self.new_op(rep), victim)
+            rep.unloading[victim] = unload
+            self.ops[unload.op] = (rep, unload)
+            unloads.append(unload)
+        return unloads
+
+    def unload_excess(self, rep: Replica) -> list[Command]:
+        """[settle]: down to the limit, idle adapters only; loads still out do not count."""
+        unloads = self.evict(rep, len(rep.held) - rep.limit)
+        return [IssueUnload(unload=unload.op, replica=rep.id, adapter=unload.adapter) for unload in unloads]
 
     def issue(self, rep: Replica, load: Load) -> IssueLoad:
         load.issued = True
@@ -398,7 +466,7 @@ class Model:
     def admit_queued(self, rep: Replica) -> list[Command]:
         """[cap]: the requests waiting for room, in order, while there is room (or their adapter is known)."""
         commands: list[Command] = []
-        cap = rep.limit + (self.headroom or 0)
+        cap = self.cap(rep)
         while rep.queue:
             ticket, adapter, path = rep.queue[0]
             known = adapter in rep.held or adapter in rep.loading or adapter in rep.unloading
@@ -456,6 +524,13 @@ class Model:
                 how = How.LOADED if ticket == load.starter else How.JOINED
                 self.grants[how.value] += 1
                 commands.append(Grant(ticket=ticket, how=how))
+            if len(rep.held) > rep.limit and rep.lru:  # [settle]
+                if self.wants_reading(rep):
+                    rep.settle = True
+                    if rep.read is None:
+                        commands.append(self.start_read(rep))
+                else:
+                    commands += self.unload_excess(rep)
         else:
             fault = Fault.ADAPTER if event.outcome is LoadOutcome.ADAPTER_FAULT else Fault.REPLICA
             message = event.message or f"the load of '{load.adapter}' on '{rep.id}' failed"
@@ -598,6 +673,7 @@ class Model:
                 continue
             rep.removed = True
             rep.elsewhere, rep.listed_since_report, rep.gauged = set(), False, False
+            rep.foreign, rep.settle, rep.max_loras = False, False, None
             if rep.read is not None:  # abandoned: its answer is ignored; its requests fail
                 failed += [t for t, _, _ in rep.read.waiters]
                 rep.read = None

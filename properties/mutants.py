@@ -89,8 +89,8 @@ MUTANTS = [
         "evict",
         "victims are chosen as if the new load did not count",
         MACHINE,
-        "self._evict(rep, len(rep.held) + len(rep.loading) + 1 - self._line(rep))",
-        "self._evict(rep, len(rep.held) + len(rep.loading) - self._line(rep))",
+        "self._evict(rep, len(rep.held) + len(rep.loading) + 1 - self._bound(rep))",
+        "self._evict(rep, len(rep.held) + len(rep.loading) - self._bound(rep))",
     ),
     Mutant(
         "evict-unloads-reversed",
@@ -99,6 +99,40 @@ MUTANTS = [
         MACHINE,
         "for unload in victims\n        ]",
         "for unload in reversed(victims)\n        ]",
+    ),
+    Mutant(
+        "evict-before-every-load",
+        "evict",
+        "a load unloads its victims first even when it fits in the headroom",
+        MACHINE,
+        "        return math.inf if self._headroom is None else self._line(rep) + self._headroom\n",
+        "        return self._line(rep)\n",
+    ),
+    # -- [settle]
+    Mutant(
+        "settle-never",
+        "settle",
+        "a load that lands over the line leaves the excess held",
+        MACHINE,
+        "            commands.extend(self._settle(rep))\n",
+        "",
+    ),
+    Mutant(
+        "settle-counts-loads-out",
+        "settle",
+        "loads still out count in the excess, so one that fails later has evicted already",
+        MACHINE,
+        "[self._start_read(rep)]\n        victims = self._evict(rep, len(rep.held) - self._line(rep))",
+        "[self._start_read(rep)]\n        victims = self._evict(rep, len(rep.held)"
+        " + len(rep.loading) - self._line(rep))",
+    ),
+    Mutant(
+        "settle-does-not-wait",
+        "settle",
+        "the excess is unloaded at once though another router's requests ran there",
+        MACHINE,
+        "        if self._wants_reading(rep):\n            rep.settle = True\n",
+        "        if False:\n            rep.settle = True\n",
     ),
     # -- [listing]
     Mutant(
@@ -130,8 +164,8 @@ MUTANTS = [
         "listing",
         "a release dates the adapter anew, so an older listing no longer drops it once it went idle",
         MACHINE,
-        "        rep.idle[held.adapter] = self._tick()\n",
-        "        rep.idle[held.adapter] = self._tick()\n        held.since = self._tick()\n",
+        "        rep.idle[held.adapter] = self._logical\n",
+        "        rep.idle[held.adapter] = self._logical\n        held.since = self._tick()\n",
     ),
     Mutant(
         "listing-revives-dropped",
@@ -318,8 +352,8 @@ MUTANTS = [
         "cap",
         "idle adapters count against the cap, so a request waits though evicting one would make room",
         MACHINE,
-        "len(rep.held) + len(rep.loading) - len(rep.idle) >= self._line(rep) + headroom",
-        "len(rep.held) + len(rep.loading) >= self._line(rep) + headroom",
+        "        return len(rep.held) + len(rep.loading) - len(rep.idle) >= cap\n",
+        "        return len(rep.held) + len(rep.loading) >= cap\n",
     ),
     # -- [share]
     Mutant(
@@ -360,8 +394,8 @@ MUTANTS = [
         "read",
         "a request on a replica whose first reading is on its way does not wait for it",
         MACHINE,
-        "        if not self._read_engine or not (rep.gauged or rep.read is not None):\n",
-        "        if not self._read_engine or not rep.gauged:\n",
+        "        return rep.foreign if rep.gauged else rep.read is not None\n",
+        "        return rep.foreign if rep.gauged else False\n",
     ),
     Mutant(
         "read-not-after-listing",
@@ -374,10 +408,11 @@ MUTANTS = [
     Mutant(
         "read-free-slot-too",
         "read",
-        "a cold request reads the engine even into a free slot",
+        "a cold request reads the engine even when its load fits in the headroom",
         MACHINE,
-        "        return len(rep.held) + len(rep.loading) >= self._line(rep)\n",
-        "        return True\n",
+        "        return self._wants_reading(rep) and len(rep.held) + len(rep.loading) + 1 > "
+        "self._bound(rep)\n",
+        "        return self._wants_reading(rep)\n",
     ),
     Mutant(
         "elsewhere-released-idle",
@@ -392,8 +427,24 @@ MUTANTS = [
         "read-failed",
         "every failed read ends the last reading, listing or not",
         MACHINE,
-        "        commands = self._report(rep, frozenset()) if rep.listed_since_report else []\n",
-        "        commands = self._report(rep, frozenset())\n",
+        "        commands = self._report(rep, frozenset(), failed=True) if rep.listed_since_report else []\n",
+        "        commands = self._report(rep, frozenset(), failed=True)\n",
+    ),
+    Mutant(
+        "elsewhere-own-reading-stands",
+        "elsewhere",
+        "a reading of only this router's own requests keeps them out of idle after they end",
+        MACHINE,
+        "            if not rep.foreign:\n                names = frozenset()\n",
+        "",
+    ),
+    Mutant(
+        "cap-ignores-max-loras",
+        "cap",
+        "the cap stays at the line plus the headroom below what one batch of the engine may use",
+        MACHINE,
+        "        if rep.max_loras is not None and rep.max_loras > cap:\n",
+        "        if False:\n",
     ),
     Mutant(
         "read-failed-never-ends",

@@ -193,14 +193,15 @@ def _reading_trouble(variant: int) -> tuple[int | None, bytes]:
     return [(None, b"timed out"), (503, b""), (500, b"Internal Server Error")][variant % 3]
 
 
-def _metrics(names: Iterable[str], running: int, waiting: int) -> bytes:
+def _metrics(names: Iterable[str], running: int, waiting: int, max_loras: int) -> bytes:
     """``/metrics`` as vLLM 0.32 writes it: the gauge (an older, emptier series too) and the queue."""
     listed = ",".join(names)
     return (
         "# HELP vllm:lora_requests_info Running stats on lora requests.\n"
         "# TYPE vllm:lora_requests_info gauge\n"
-        'vllm:lora_requests_info{max_lora="2",running_lora_adapters="",waiting_lora_adapters=""} 1.0\n'
-        f'vllm:lora_requests_info{{max_lora="2",running_lora_adapters="{listed}",'
+        f'vllm:lora_requests_info{{max_lora="{max_loras}",running_lora_adapters="",'
+        'waiting_lora_adapters=""} 1.0\n'
+        f'vllm:lora_requests_info{{max_lora="{max_loras}",running_lora_adapters="{listed}",'
         f'waiting_lora_adapters="{listed}"}} 2.0\n'
         f'vllm:num_requests_running{{engine="0",model_name="m"}} {running}.0\n'
         f'vllm:num_requests_waiting{{engine="0",model_name="m"}} {waiting}.0\n'
@@ -239,10 +240,15 @@ class World:
     calls: dict[int, Outstanding] = attrs.field(init=False, factory=dict)
     running: dict[str, frozenset[str]] = attrs.field(init=False)
     """What each engine's ``/metrics`` names as running: other routers' requests (``others_run``)."""
+    max_loras: int = 2
+    """Every engine's ``--max-loras``, which its ``/metrics`` says: it raises a small cap ([cap])."""
+    queues: dict[str, tuple[int, int]] = attrs.field(init=False)
+    """Each engine's requests running besides one per adapter named, and waiting (``busy``)."""
 
     def __attrs_post_init__(self) -> None:
         self.engines = {replica: {} for replica in self.models}
         self.running = dict.fromkeys(self.models, frozenset())
+        self.queues = dict.fromkeys(self.models, (0, 0))
 
     # -- the machine's calls -----------------------------------------------------------------------
 
@@ -326,8 +332,12 @@ class World:
                     status, body = _reading_trouble(variant)
                     return Reply(command, ReadingFailed(read=op, message=MESSAGE), status, body)
                 running = tuple(sorted(self.running[command.replica]))
-                reading = ReadingReceived(read=op, adapters=running, running=len(running), waiting=0)
-                return Reply(command, reading, 200, _metrics(running, len(running), 0))
+                more, waiting = self.queues[command.replica]
+                count = len(running) + more
+                reading = ReadingReceived(
+                    read=op, adapters=running, running=count, waiting=waiting, max_loras=self.max_loras
+                )
+                return Reply(command, reading, 200, _metrics(running, count, waiting, self.max_loras))
 
     def _load(self, command: IssueLoad, names: dict[str, None], way: Way, variant: int) -> Reply:
         status: int | None
@@ -394,8 +404,14 @@ class World:
         """Other routers' requests run on ``adapters`` there now, and on nothing else, ``/metrics`` says."""
         self.running[replica] = frozenset(adapters)
 
+    def busy(self, replica: str, running: int, waiting: int) -> None:
+        """The engine runs ``running`` requests more than one per adapter ``/metrics`` names, and
+        queues ``waiting`` ([load])."""
+        self.queues[replica] = (running, waiting)
+
     def restart(self, replica: str) -> None:
         """The engine restarts: nothing registered, nothing running; calls out to it are answered by the
         new process."""
         self.engines[replica].clear()
         self.running[replica] = frozenset()
+        self.queues[replica] = (0, 0)

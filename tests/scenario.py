@@ -59,9 +59,12 @@ class Scenario:
         return cls(machine=MACHINE(**config))
 
     @classmethod
-    def with_replicas(cls, *replicas: tuple[str, int], model: str = "base", listed: bool = True) -> Scenario:
-        """A machine that knows these (replica, limit) pairs, each listed empty unless ``listed`` is False."""
-        s = cls()
+    def with_replicas(
+        cls, *replicas: tuple[str, int], model: str = "base", listed: bool = True, **config: Any
+    ) -> Scenario:
+        """A machine made with these settings that knows these (replica, limit) pairs, each listed empty
+        unless ``listed`` is False."""
+        s = cls.configured(**config)
         for replica, limit in replicas:
             (cmd,) = s(ReplicaAdded(replica=replica, model=model, limit=limit))
             assert isinstance(cmd, ReadListing)
@@ -103,11 +106,18 @@ class Scenario:
         adapters: Iterable[str] | None = (),
         running: int | None = None,
         waiting: int | None = None,
+        max_loras: int | None = None,
     ) -> list[Command]:
         """Answer the read of ``replica``'s engine in flight: these adapters run there."""
         names = None if adapters is None else tuple(adapters)
         return self(
-            ReadingReceived(read=self.reads[replica], adapters=names, running=running, waiting=waiting)
+            ReadingReceived(
+                read=self.reads[replica],
+                adapters=names,
+                running=running,
+                waiting=waiting,
+                max_loras=max_loras,
+            )
         )
 
     def fail_read(self, replica: str, message: str = "") -> list[Command]:
@@ -170,6 +180,10 @@ def loads(commands: Iterable[Command]) -> list[IssueLoad]:
 
 def unloads(commands: Iterable[Command]) -> list[IssueUnload]:
     return [c for c in commands if isinstance(c, IssueUnload)]
+
+
+def landed(load: IssueLoad, outcome: LoadOutcome = LoadOutcome.LOADED) -> LoadFinished:
+    return LoadFinished(load=load.load, outcome=outcome)
 
 
 def unloaded(unload: IssueUnload, outcome: UnloadOutcome = UnloadOutcome.UNLOADED) -> UnloadFinished:

@@ -31,6 +31,7 @@ from lorafleet import (
     ReplicasRemoved,
     ReplicaStatistics,
     Requested,
+    ServedElsewhere,
     TicketOrderError,
     TimeAdvanced,
     UnloadFinished,
@@ -39,7 +40,7 @@ from lorafleet import (
 )
 from lorafleet._machine import REPLICA_REMOVED
 
-from scenario import Scenario, loads, unloaded, unloads
+from scenario import Scenario, landed, loads, unloaded, unloads
 
 
 def held(s: Scenario, replica: str) -> dict[str, int]:
@@ -54,9 +55,14 @@ def test_hit_grants_at_once_and_makes_the_adapter_most_recently_used() -> None:
     t = s.hit("r", "a")
     assert held(s, "r") == {"a": 1, "b": 0}
     s.expect(Released(ticket=t))
-    # a was used last, so b is the one to go.
-    _ticket, commands = s.request("r", "c")
-    assert commands == [IssueUnload(unload=4, replica="r", adapter="b")]
+    # a was used last, so b is the one to go once c has landed ([settle]).
+    c, commands = s.request("r", "c")
+    assert commands == [IssueLoad(load=4, replica="r", adapter="c", path="/adapters/c")]
+    s.expect(
+        LoadFinished(load=4, outcome=LoadOutcome.LOADED),
+        Grant(ticket=c, how=How.LOADED),
+        IssueUnload(unload=5, replica="r", adapter="b"),
+    )
 
 
 def test_join_waits_for_the_one_load_and_is_granted_joined() -> None:
@@ -81,24 +87,26 @@ def test_wait_unload_then_the_request_is_handled_afresh() -> None:
     a = s.load("r", "a")
     s.expect(Released(ticket=a))
     b, commands = s.request("r", "b")
-    (unload,) = unloads(commands)
+    (load_b,) = loads(commands)
+    (unload,) = unloads(s(landed(load_b)))  # [settle]: a goes once b has landed
     assert unload.adapter == "a"
     # a is being unloaded: a request for it waits rather than loading it across the unload.
     again, commands = s.request("r", "a")
     assert commands == []
     joined, commands = s.request("r", "a")
     assert commands == []
-    # b's load goes out; the waiters are handled afresh: the first starts a load of a (b is
-    # loading, so no adapter is idle to make room), the second joins it.
-    load_b, load_a = loads(s(unloaded(unload)))
-    assert (load_b.adapter, load_a.adapter) == ("b", "a")
+    # The waiters are handled afresh: the first starts a load of a (b is in use, so nothing is
+    # idle to settle to the limit with), the second joins it.
+    (load_a,) = s(unloaded(unload))
+    assert isinstance(load_a, IssueLoad)
+    assert load_a.adapter == "a"
     s.expect(
-        LoadFinished(load=load_a.load, outcome=LoadOutcome.LOADED),
+        landed(load_a),
         Grant(ticket=again, how=How.LOADED),
         Grant(ticket=joined, how=How.JOINED),
     )
-    s.expect(LoadFinished(load=load_b.load, outcome=LoadOutcome.LOADED), Grant(ticket=b, how=How.LOADED))
     assert held(s, "r") == {"a": 2, "b": 1}
+    s.expect(Released(ticket=b))
 
 
 def test_cold_load_without_victims_is_issued_at_once() -> None:
@@ -108,12 +116,14 @@ def test_cold_load_without_victims_is_issued_at_once() -> None:
 
 
 def test_evict_least_recently_used_idle_adapters_until_the_load_fits() -> None:
-    s = Scenario.with_replicas(("r", 3))
+    """[evict] With headroom 0 the bound is the limit: a load past it unloads its victims first."""
+    s = Scenario.with_replicas(("r", 3), headroom=0)
     x, y, z = s.load("r", "x"), s.load("r", "y"), s.load("r", "z")
     for t in (y, x, z):
         s.expect(Released(ticket=t))
     s.expect(LimitSet(model="base", limit=2))
-    # Lowering the limit takes effect at the next load: two go, y first (least recently used).
+    # Lowering the limit takes effect at the next load: two go, y first (least recently used),
+    # before the load, which has no headroom to go into.
     _ticket, commands = s.request("r", "w")
     assert unloads(commands) == [
         IssueUnload(unload=5, replica="r", adapter="y"),
@@ -135,8 +145,13 @@ def test_evict_ties_are_broken_by_name() -> None:
     s = Scenario.with_replicas(("r", 2), listed=False)
     # Adapters another router loaded come in one listing: equally old, so by name.
     s.expect(ListingReceived(listing=1, adapters=("zeta", "alpha")), MarkMet(replica="r"))
-    _ticket, commands = s.request("r", "new")
-    assert unloads(commands) == [IssueUnload(unload=2, replica="r", adapter="alpha")]
+    ticket, commands = s.request("r", "new")
+    assert unloads(commands) == []
+    s.expect(
+        LoadFinished(load=2, outcome=LoadOutcome.LOADED),
+        Grant(ticket=ticket, how=How.LOADED),
+        IssueUnload(unload=3, replica="r", adapter="alpha"),
+    )
 
 
 def test_evict_never_takes_an_adapter_in_use_and_goes_over_the_limit_instead() -> None:
@@ -146,11 +161,108 @@ def test_evict_never_takes_an_adapter_in_use_and_goes_over_the_limit_instead() -
     assert commands == [IssueLoad(load=3, replica="r", adapter="b", path="/adapters/b")]
     s.expect(LoadFinished(load=3, outcome=LoadOutcome.LOADED), Grant(ticket=ticket, how=How.LOADED))
     assert held(s, "r") == {"a": 1, "b": 1}
-    # A later load brings the replica back under its limit once adapters are idle.
+    # A later load brings the replica back under its limit once adapters are idle ([settle]).
     s.expect(Released(ticket=1))
     s.expect(Released(ticket=ticket))
-    _, commands = s.request("r", "c")
+    c, commands = s.request("r", "c")
+    assert unloads(commands) == []
+    commands = s(LoadFinished(load=loads(commands)[0].load, outcome=LoadOutcome.LOADED))
+    assert commands[0] == Grant(ticket=c, how=How.LOADED)
     assert [u.adapter for u in unloads(commands)] == ["a", "b"]
+
+
+def test_evict_first_only_at_the_bound_of_the_limit_plus_the_headroom() -> None:
+    """[evict] Cold loads go into the headroom at once; only a load that would pass the bound (limit +
+    headroom) unloads first, as many victims as it needs, and waits for them. Headroom 0: the limit."""
+    s = Scenario.with_replicas(("r", 1), headroom=2)
+    s.expect(Released(ticket=s.load("r", "a")))
+    _, commands = s.request("r", "b")
+    assert commands == [IssueLoad(load=3, replica="r", adapter="b", path="/adapters/b")]
+    _, commands = s.request("r", "c")  # a, b and c: at the bound, not past it
+    assert commands == [IssueLoad(load=4, replica="r", adapter="c", path="/adapters/c")]
+    _, commands = s.request("r", "d")
+    (unload,) = commands
+    assert unload == IssueUnload(unload=5, replica="r", adapter="a")
+    s.expect(unloaded(unload), IssueLoad(load=6, replica="r", adapter="d", path="/adapters/d"))
+    s = Scenario.with_replicas(("r", 1), headroom=0)
+    s.expect(Released(ticket=s.load("r", "a")))
+    _, commands = s.request("r", "b")
+    assert commands == [IssueUnload(unload=3, replica="r", adapter="a")]
+
+
+def test_settle_a_load_lands_first_then_the_replica_unloads_its_excess() -> None:
+    """[settle] A cold load on a full replica goes out at once, evicting nothing; once it has landed,
+    the replica unloads the idle adapters it holds past its limit, chosen as [evict] chooses."""
+    s = Scenario.with_replicas(("r", 2))
+    s.expect(Released(ticket=s.load("r", "a")))
+    s.expect(Released(ticket=s.load("r", "b")))
+    c, commands = s.request("r", "c")
+    assert commands == [IssueLoad(load=4, replica="r", adapter="c", path="/adapters/c")]
+    assert held(s, "r") == {"a": 0, "b": 0}  # nothing goes while c loads
+    s.expect(
+        LoadFinished(load=4, outcome=LoadOutcome.LOADED),
+        Grant(ticket=c, how=How.LOADED),
+        IssueUnload(unload=5, replica="r", adapter="a"),
+    )
+    assert held(s, "r") == {"b": 0, "c": 1}
+
+
+def test_settle_a_failed_load_evicts_nothing() -> None:
+    """[settle] Only a load that landed makes room: one that failed leaves what the replica held, even
+    over its limit."""
+    s = Scenario.with_replicas(("r", 1))
+    a = s.load("r", "a")
+    s.load("r", "b")  # a is in use: over the limit
+    s.expect(Released(ticket=a))
+    for outcome, fault in (
+        (LoadOutcome.ADAPTER_FAULT, Fault.ADAPTER),
+        (LoadOutcome.REPLICA_FAULT, Fault.REPLICA),
+    ):
+        t, commands = s.request("r", outcome.value)
+        s.expect(
+            LoadFinished(load=loads(commands)[0].load, outcome=outcome, message="no"),
+            Fail(ticket=t, fault=fault, message="no"),
+        )
+        assert held(s, "r") == {"a": 0, "b": 1}
+
+
+def test_settle_with_every_adapter_in_use_at_landing_waits_for_the_next_landing() -> None:
+    """[settle] A replica over its limit with nothing idle keeps its adapters; releases unload nothing,
+    and the next load to land unloads every adapter past the limit that is idle then."""
+    s = Scenario.with_replicas(("r", 1))
+    a = s.load("r", "a")
+    b = s.load("r", "b")  # a is in use: nothing to unload
+    s.expect(Released(ticket=a))
+    s.expect(Released(ticket=b))
+    assert held(s, "r") == {"a": 0, "b": 0}
+    c, _ = s.request("r", "c")
+    s.expect(
+        LoadFinished(load=4, outcome=LoadOutcome.LOADED),
+        Grant(ticket=c, how=How.LOADED),
+        IssueUnload(unload=5, replica="r", adapter="a"),
+        IssueUnload(unload=6, replica="r", adapter="b"),
+    )
+
+
+def test_settle_counts_the_adapters_held_not_the_loads_still_out() -> None:
+    """[settle] A load that has not landed does not count: it may fail, and then nothing went for it."""
+    s = Scenario.with_replicas(("r", 2))
+    s.expect(Released(ticket=s.load("r", "a")))
+    b, _ = s.request("r", "b")
+    c, _ = s.request("r", "c")
+    d, _ = s.request("r", "d")  # a held, three loads out
+    s.expect(LoadFinished(load=3, outcome=LoadOutcome.LOADED), Grant(ticket=b, how=How.LOADED))
+    s.expect(Released(ticket=b))
+    s.expect(
+        LoadFinished(load=4, outcome=LoadOutcome.LOADED),
+        Grant(ticket=c, how=How.LOADED),
+        IssueUnload(unload=6, replica="r", adapter="a"),  # one past the limit: b stays while d is out
+    )
+    s.expect(
+        LoadFinished(load=5, outcome=LoadOutcome.LOADED),
+        Grant(ticket=d, how=How.LOADED),
+        IssueUnload(unload=7, replica="r", adapter="b"),
+    )
 
 
 def test_load_outcome_already_loaded_is_a_success() -> None:
@@ -208,10 +320,10 @@ def test_unload_outcome_not_found_and_failed_both_leave_the_adapter_gone() -> No
     s.expect(Released(ticket=s.load("r", "a")))
     for outcome, adapter in ((UnloadOutcome.NOT_FOUND, "b"), (UnloadOutcome.FAILED, "c")):
         t, commands = s.request("r", adapter)
-        (unload,) = unloads(commands)
-        (load,) = loads(s(UnloadFinished(unload=unload.unload, outcome=outcome, message="x")))
-        assert unload.adapter not in held(s, "r")
-        s.expect(LoadFinished(load=load.load, outcome=LoadOutcome.LOADED), Grant(ticket=t, how=How.LOADED))
+        (load,) = loads(commands)
+        (unload,) = unloads(s(landed(load)))
+        s.expect(UnloadFinished(unload=unload.unload, outcome=outcome, message="x"))
+        assert held(s, "r") == {adapter: 1}
         s.expect(Released(ticket=t))
         assert held(s, "r") == {adapter: 0}
     stats = s.machine.statistics()
@@ -232,10 +344,12 @@ def test_release_twice_does_nothing_and_release_after_forgetting_does_nothing() 
 def test_release_makes_an_in_use_adapter_no_victim_until_released() -> None:
     s = Scenario.with_replicas(("r", 1))
     t = s.load("r", "a")
-    _, commands = s.request("r", "b")
-    assert unloads(commands) == []
+    b, commands = s.request("r", "b")
+    s.expect(landed(loads(commands)[0]), Grant(ticket=b, how=How.LOADED))  # a is in use: no victim
     s.expect(Released(ticket=t))
-    _, commands = s.request("r", "c")
+    c, commands = s.request("r", "c")
+    commands = s(landed(loads(commands)[0]))
+    assert commands[0] == Grant(ticket=c, how=How.LOADED)
     assert [u.adapter for u in unloads(commands)] == ["a"]
 
 
@@ -265,7 +379,8 @@ def test_cancel_a_granted_request_releases_it() -> None:
 
 
 def test_cancel_a_request_waiting_out_an_unload() -> None:
-    s = Scenario.with_replicas(("r", 1))
+    """With headroom 0 the load of b waits for a's unload, and a request for a waits it out too."""
+    s = Scenario.with_replicas(("r", 1), headroom=0)
     s.expect(Released(ticket=s.load("r", "a")))
     _, commands = s.request("r", "b")
     (unload,) = unloads(commands)
@@ -300,7 +415,9 @@ def test_listing_adds_unknown_adapters_as_least_recently_used_of_all() -> None:
     s.expect(ListingReceived(listing=3, adapters=("mine", "theirs")))
     assert held(s, "r") == {"mine": 0, "theirs": 0}
     s.load("r", "x")
-    _, commands = s.request("r", "y")
+    y, commands = s.request("r", "y")
+    commands = s(landed(loads(commands)[0]))
+    assert commands[0] == Grant(ticket=y, how=How.LOADED)
     assert [u.adapter for u in unloads(commands)] == ["theirs"]
 
 
@@ -338,7 +455,8 @@ def test_listing_of_an_adapter_lost_under_overlapping_requests_loads_it_again() 
 
 
 def test_listing_leaves_loading_and_unloading_adapters_to_their_outcome() -> None:
-    s = Scenario.with_replicas(("r", 1))
+    """With headroom 0, b's load waits for a's unload: the listing sees one, then the other, out."""
+    s = Scenario.with_replicas(("r", 1), headroom=0)
     s.expect(Released(ticket=s.load("r", "a")))
     t, commands = s.request("r", "b")
     (unload,) = unloads(commands)
@@ -358,7 +476,7 @@ def test_listing_does_not_bring_back_what_was_dropped_after_it_started() -> None
     s.expect(Released(ticket=s.load("r", "a")))
     s.expect(TimeAdvanced(now=30.0), ReadListing(listing=3, replica="r"))
     _t, commands = s.request("r", "b")
-    (unload,) = unloads(commands)
+    (unload,) = unloads(s(landed(loads(commands)[0])))  # [settle]: a goes once b has landed
     s(unloaded(unload))
     s.expect(ListingReceived(listing=3, adapters=("a",)))  # a was there when the listing started, gone since
     assert "a" not in held(s, "r")
@@ -402,7 +520,8 @@ def test_forget_with_the_ticket_of_a_request_on_an_older_copy_changes_nothing() 
 
 
 def test_replicas_removed_fail_their_waiters_and_ignore_later_answers() -> None:
-    s = Scenario.with_replicas(("r", 1), ("q", 1))
+    """With headroom 0, b's load waits for a's unload, and a request for a waits that unload out."""
+    s = Scenario.with_replicas(("r", 1), ("q", 1), headroom=0)
     s.expect(Released(ticket=s.load("r", "a")))
     t1, commands = s.request("r", "b")
     (unload,) = unloads(commands)
@@ -550,7 +669,9 @@ def test_evict_takes_the_idle_adapter_in_least_demand_then_the_least_recently_us
     s.expect(Released(ticket=s.load("r", "once")))
     s.expect(Released(ticket=s.load("r", "twice")))
     s.expect(Released(ticket=s.hit("r", "twice")))
-    _, commands = s.request("r", "new")
+    new, commands = s.request("r", "new")
+    commands = s(landed(loads(commands)[0]))
+    assert commands[0] == Grant(ticket=new, how=How.LOADED)
     assert [u.adapter for u in unloads(commands)] == ["once"]  # demand 1 is below 2 and 4
 
 
@@ -689,8 +810,10 @@ def test_pin_loads_the_adapter_on_its_copies_and_never_evicts_it() -> None:
         Grant(ticket=t, how=How.LOADED),
     )
     s.expect(Released(ticket=t))
-    _, commands = s.request("r0", "b")
-    assert [u.adapter for u in unloads(commands)] == ["a"]
+    b, commands = s.request("r0", "b")
+    commands = s(landed(loads(commands)[0]))
+    assert commands[0] == Grant(ticket=b, how=How.LOADED)
+    assert [u.adapter for u in unloads(commands)] == ["a"]  # settling to the limit: a, never p
     # Requests use a pinned adapter like any other; releasing it leaves it pinned, not idle.
     s.expect(Released(ticket=s.hit("r2", "p")))
     assert held(s, "r2") == {"p": 0}
@@ -709,8 +832,11 @@ def test_pin_is_restored_where_the_engine_lost_it_and_released_by_unpin() -> Non
     s(LoadFinished(load=loads(commands)[0].load, outcome=LoadOutcome.LOADED))
     s.expect(AdapterUnpinned(adapter="p"))
     assert s.machine.statistics().pins == {}
-    s.request(home, "a")
-    _, commands = s.request(home, "b")
+    a, commands = s.request(home, "a")
+    s.expect(landed(loads(commands)[0]), Grant(ticket=a, how=How.LOADED))
+    b, commands = s.request(home, "b")
+    commands = s(landed(loads(commands)[0]))
+    assert commands[0] == Grant(ticket=b, how=How.LOADED)
     assert [u.adapter for u in unloads(commands)] == ["p"]  # idle again, and least recently used
 
 
@@ -722,7 +848,8 @@ def test_pin_waits_while_the_adapter_is_refused() -> None:
 
 
 def test_statistics_count_loads_evictions_grants_and_what_each_replica_holds() -> None:
-    s = Scenario.with_replicas(("r", 1))
+    """With headroom 0, b's load goes out after a's unload, and then fails."""
+    s = Scenario.with_replicas(("r", 1), headroom=0)
     a = s.load("r", "a")
     s.expect(Released(ticket=s.hit("r", "a")))
     s.expect(Released(ticket=a))
@@ -772,3 +899,37 @@ def test_hit_without_a_command_for_a_shells_fast_path() -> None:
     assert m.request(ticket, replica="r", adapter="cold", path="/c") == [
         IssueLoad(load=3, replica="r", adapter="cold", path="/c")
     ]
+
+
+# -- [blame]: a server error is the request's fault when a second replica answers it so too --------
+
+
+def test_blame_a_second_replicas_server_error_is_the_requests() -> None:
+    """[blame] A 5xx from the first replica a request tries is that replica's to answer for (try
+    another); one from a second replica is the request's (answer it; try no more)."""
+    s = Scenario.with_replicas(("r0", 2), ("r1", 2), ("r2", 2))
+    blame = s.machine.blame
+    assert blame("r0") is Fault.REPLICA
+    assert blame("r1", ["r0"]) is Fault.REQUEST
+    assert blame("r0", ["r0"]) is Fault.REPLICA  # the same replica again says nothing of the request
+    assert blame("r2", ["r0", "r1"]) is Fault.REQUEST
+
+
+def test_blame_only_a_replica_that_failed_what_another_served() -> None:
+    """[blame] ``served_elsewhere`` is a failure of each replica that answered the request with a 5xx
+    (once each, in name order), never of the one that served it nor of a replica not in use; a request
+    no replica served blames none."""
+    s = Scenario.with_replicas(("r0", 2), ("r1", 2), ("r2", 2))
+    s.expect(ServedElsewhere(replica="r2", failed=("r1", "r0", "r1", "r2", "gone")))
+    replicas = s.machine.statistics().replicas
+    assert (replicas["r0"].failing_until, replicas["r1"].failing_until) == (5.0, 5.0)
+    assert replicas["r2"].failing_until is None
+    assert s.machine.place("a").replica == "r2"
+    s.expect(ServedElsewhere(replica="r2", failed=("r1",)))  # a second failure in a row: 10 s
+    assert s.machine.statistics().replicas["r1"].failing_until == 10.0
+    s.expect(
+        TimeAdvanced(now=30.0),
+        *[ReadListing(listing=n, replica=r) for n, r in ((4, "r0"), (5, "r1"), (6, "r2"))],
+    )
+    s.expect(ListingReceived(listing=5, adapters=()))  # an answer: r1 is healthy again
+    assert s.machine.statistics().replicas["r1"].failing_until is None

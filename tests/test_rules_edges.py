@@ -78,12 +78,13 @@ def test_listing_does_not_bring_back_an_adapter_whose_unload_ended_while_it_was_
     s = Scenario.with_replicas(("r", 1))
     s.expect(Released(ticket=s.load("r", "a")))
     t, commands = s.request("r", "b")
-    (unload,) = unloads(commands)
+    (load,) = loads(commands)
+    commands = s(LoadFinished(load=load.load, outcome=LoadOutcome.LOADED))
+    assert commands[0] == Grant(ticket=t, how=How.LOADED)
+    (unload,) = unloads(commands)  # [settle]: a goes once b has landed
     listing = listing_due(s, 30.0)  # the engine still lists a: its unload has not gone through
-    (load,) = loads(s(unloaded(unload)))
-    s.expect(ListingReceived(listing=listing.listing, adapters=("a",)))
-    assert held(s, "r") == {}
-    s.expect(LoadFinished(load=load.load, outcome=LoadOutcome.LOADED), Grant(ticket=t, how=How.LOADED))
+    s.expect(unloaded(unload))
+    s.expect(ListingReceived(listing=listing.listing, adapters=("a", "b")))
     assert held(s, "r") == {"b": 1}
 
 
@@ -102,16 +103,19 @@ def test_listing_additions_go_first_in_name_order_whatever_order_the_engine_list
     listing = listing_due(s, 30.0)
     s.expect(ListingReceived(listing=listing.listing, adapters=("zeta", "mine", "alpha")))
     s.expect(LimitSet(model="base", limit=1))
-    _t, commands = s.request("r", "new")
+    t, commands = s.request("r", "new")
+    commands = s(LoadFinished(load=loads(commands)[0].load, outcome=LoadOutcome.LOADED))
+    assert commands[0] == Grant(ticket=t, how=How.LOADED)
     assert [u.adapter for u in unloads(commands)] == ["alpha", "zeta", "mine"]
-    assert [u.unload for u in unloads(commands)] == [4, 5, 6]
+    assert [u.unload for u in unloads(commands)] == [5, 6, 7]
 
 
 # -- [replicas] ---------------------------------------------------------------------------------------
 
 
 def test_replicas_removed_fail_their_waiters_in_ticket_order_whatever_each_waits_on() -> None:
-    s = Scenario.with_replicas(("q", 1), ("r", 1))
+    """Headroom 0: b's load waits for a's unload, so a request can wait on each kind of thing."""
+    s = Scenario.with_replicas(("q", 1), ("r", 1), headroom=0)
     q1, _ = s.request("q", "c")  # q's load of c is out
     s.expect(Released(ticket=s.load("r", "a")))
     b1, commands = s.request("r", "b")  # a's unload goes out; b's load waits for it
@@ -123,7 +127,8 @@ def test_replicas_removed_fail_their_waiters_in_ticket_order_whatever_each_waits
 
 
 def test_a_removed_replicas_late_answers_are_counted_and_do_nothing_else() -> None:
-    s = Scenario.with_replicas(("r", 1))
+    """Headroom 0: b's load waits for a's unload, which is answered after the removal."""
+    s = Scenario.with_replicas(("r", 1), headroom=0)
     s.expect(Released(ticket=s.load("r", "a")))
     t, commands = s.request("r", "b")
     (unload,) = unloads(commands)
@@ -184,9 +189,13 @@ def test_hit_moves_the_ticket_the_lru_order_and_the_counts_as_a_requested_hit_do
     # a is in use: no victim, even though it was idle longer than b.
     s.ticket = t
     s.expect(Released(ticket=t))
-    # Its release makes a the most recently used: b goes first.
-    _t, commands = s.request("r", "c")
-    assert unloads(commands) == [IssueUnload(unload=4, replica="r", adapter="b")]
+    # Its release makes a the most recently used: b goes first, once c has landed ([settle]).
+    c, commands = s.request("r", "c")
+    s.expect(
+        LoadFinished(load=loads(commands)[0].load, outcome=LoadOutcome.LOADED),
+        Grant(ticket=c, how=How.LOADED),
+        IssueUnload(unload=5, replica="r", adapter="b"),
+    )
 
 
 def test_hit_is_only_for_a_held_adapter_not_one_being_loaded() -> None:
@@ -259,10 +268,11 @@ def test_an_unload_answered_not_found_by_any_vllm_is_a_success() -> None:
     s.expect(Released(ticket=s.load("r", "a")))
     flat = {"object": "error", "message": "The lora adapter 'a' cannot be found.", "code": 400}
     _t, commands = s.request("r", "b")
-    (unload,) = unloads(commands)
+    (unload,) = unloads(s(LoadFinished(load=loads(commands)[0].load, outcome=LoadOutcome.LOADED)))
     event = vllm.answer_event(unload, 400, json.dumps(flat).encode())  # vLLM 0.6 says it with a 400
     assert event.outcome is UnloadOutcome.NOT_FOUND
-    s.expect(event, IssueLoad(load=4, replica="r", adapter="b", path="/adapters/b"))
+    s.expect(event)
+    assert held(s, "r") == {"b": 1}
     assert s.machine.statistics().evictions == {("base", "not_found"): 1}
 
 

@@ -21,42 +21,47 @@ from lorafleet import (
     TimeAdvanced,
 )
 
-from scenario import Scenario, loads, unloaded, unloads
+from scenario import Scenario, landed, loads, unloaded, unloads
 
 
 def test_fault_1_a_listing_does_not_re_add_an_adapter_whose_unload_is_in_flight() -> None:
     s = Scenario.with_replicas(("r", 1))
     s.expect(Released(ticket=s.load("r", "a")))
     _, commands = s.request("r", "b")
-    (unload,) = unloads(commands)
+    (unload,) = unloads(s(landed(loads(commands)[0])))  # b landed: a goes
     (listing,) = s(TimeAdvanced(now=30.0))
     assert isinstance(listing, ReadListing)
-    s.expect(ListingReceived(listing=listing.listing, adapters=("a",)))
+    s.expect(ListingReceived(listing=listing.listing, adapters=("a", "b")))
     # The seed would now grant "hit" on a, which the engine is about to drop.
     _t, commands = s.request("r", "a")
     assert commands == []
-    assert s.machine.statistics().replicas["r"].held == {}
-    s(unloaded(unload))
-    assert s.machine.statistics().waiting == 2
+    assert s.machine.statistics().replicas["r"].held == {"b": 1}
+    (load,) = s(unloaded(unload))  # the request for a loads it afresh
+    assert isinstance(load, IssueLoad)
+    assert load.adapter == "a"
+    assert s.machine.statistics().waiting == 1
 
 
 def test_fault_2_an_adapter_being_unloaded_is_never_chosen_as_a_victim_again() -> None:
     s = Scenario.with_replicas(("r", 1))
     s.expect(Released(ticket=s.load("r", "a")))
-    _, commands = s.request("r", "b")
-    (unload,) = unloads(commands)
+    b, commands = s.request("r", "b")
+    (unload,) = unloads(s(landed(loads(commands)[0])))  # b landed: a goes
     (listing,) = s(TimeAdvanced(now=30.0))
     assert isinstance(listing, ReadListing)
-    s(ListingReceived(listing=listing.listing, adapters=("a",)))
+    s(ListingReceived(listing=listing.listing, adapters=("a", "b")))
     waiter, _ = s.request("r", "a")
-    # In the seed a third load would pick a again: a second unload, a waiter never woken, and a
-    # crash when the second unload closes a closed channel.
-    _, commands = s.request("r", "c")
-    assert unloads(commands) == []
-    # The one unload of a finishes once; b's load goes out and the a waiter starts a's load afresh.
-    load_b, load_a = loads(s(unloaded(unload)))
-    assert (load_b.adapter, load_a.adapter) == ("b", "a")
-    s.expect(LoadFinished(load=load_a.load, outcome=LoadOutcome.LOADED), Grant(ticket=waiter, how=How.LOADED))
+    s.expect(Released(ticket=b))
+    # In the seed the next load would pick a again: a second unload, a waiter never woken, and a
+    # crash when the second unload closes a closed channel. Here b, idle, is the one to go.
+    c, commands = s.request("r", "c")
+    commands = s(landed(loads(commands)[0]))
+    assert commands[0] == Grant(ticket=c, how=How.LOADED)
+    assert [u.adapter for u in unloads(commands)] == ["b"]
+    # The one unload of a finishes once, and the a waiter starts a's load afresh.
+    (load_a,) = loads(s(unloaded(unload)))
+    assert load_a.adapter == "a"
+    s.expect(landed(load_a), Grant(ticket=waiter, how=How.LOADED))
 
 
 def test_fault_3_a_listing_naming_an_adapter_being_loaded_does_not_count_it_twice() -> None:
@@ -115,7 +120,8 @@ def test_fault_6_forget_respects_requests_running_on_the_adapter() -> None:
 
 
 def test_fault_7_a_request_cancelled_before_its_load_is_issued_does_not_load() -> None:
-    s = Scenario.with_replicas(("r", 1))
+    """Headroom 0: b's load waits for a's unload before it goes out."""
+    s = Scenario.with_replicas(("r", 1), headroom=0)
     s.expect(Released(ticket=s.load("r", "a")))
     t, commands = s.request("r", "b")
     (unload,) = unloads(commands)

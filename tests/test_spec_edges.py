@@ -195,12 +195,16 @@ def test_release_of_a_lease_on_a_dropped_adapter_does_not_make_it_idle() -> None
     s = Scenario.with_replicas(("r", 1))
     lost = s.load("r", "x")
     s.expect(AdapterMissing(replica="r", adapter="x"))
-    other = s.load("r", "y")  # x no longer counts: no victim
+    other = s.load("r", "y")  # x no longer counts: nothing to settle
     s.expect(Released(ticket=lost))
     s.expect(Released(ticket=other))
     assert held(s, "r") == {"y": 0}
-    _t, commands = s.request("r", "w")
-    assert commands == [IssueUnload(unload=4, replica="r", adapter="y")]
+    t, _ = s.request("r", "w")
+    s.expect(
+        LoadFinished(load=4, outcome=LoadOutcome.LOADED),
+        Grant(ticket=t, how=How.LOADED),
+        IssueUnload(unload=5, replica="r", adapter="y"),
+    )
 
 
 # -- listings and time ---------------------------------------------------------------------------
@@ -246,16 +250,18 @@ def test_listing_is_never_started_for_a_removed_replica_when_time_advances() -> 
 def test_listing_adds_names_in_code_point_order_and_once_each() -> None:
     """Name order is the order of Unicode code points (of UTF-8 bytes), not of UTF-16 code units;
     a name listed twice is held once."""
-    s = Scenario.with_replicas(("r", 3), listed=False)
+    s = Scenario.with_replicas(("r", 1), listed=False)
     smiley, halfwidth = "\U0001f600", "\uff61"  # in UTF-16, the smiley's first unit sorts first
     s.expect(ListingReceived(listing=1, adapters=(smiley, halfwidth, smiley)), MarkMet(replica="r"))
     assert held(s, "r") == {halfwidth: 0, smiley: 0}
-    _t, commands = s.request("r", "new")
+    t, commands = s.request("r", "new")
     assert commands == [IssueLoad(load=2, replica="r", adapter="new", path="/adapters/new")]
-    _t, commands = s.request("r", "newer")
-    assert commands == [IssueUnload(unload=3, replica="r", adapter=halfwidth)]
-    s.request("r", "zz")  # evicts the smiley
-    assert s.machine.statistics().replicas["r"].unloading == (halfwidth, smiley)
+    s.expect(
+        LoadFinished(load=2, outcome=LoadOutcome.LOADED),
+        Grant(ticket=t, how=How.LOADED),
+        IssueUnload(unload=3, replica="r", adapter=halfwidth),
+        IssueUnload(unload=4, replica="r", adapter=smiley),
+    )
 
 
 # -- replicas ------------------------------------------------------------------------------------
@@ -276,8 +282,8 @@ def test_replicas_added_again_with_the_same_model_set_the_limit_and_start_no_lis
 def test_replicas_removed_drop_idle_adapters_and_abandon_loads_not_yet_issued() -> None:
     """A removal keeps only the adapters requests run on: idle ones are dropped, and a load still
     waiting for its victims is abandoned, so answering the victim's unload after a re-add issues
-    nothing, and a new request loads afresh."""
-    s = Scenario.with_replicas(("r", 3))
+    nothing, and a new request loads afresh. Headroom 0: a load past the limit waits for its victims."""
+    s = Scenario.with_replicas(("r", 3), headroom=0)
     running = s.load("r", "x")
     s.expect(Released(ticket=s.load("r", "y")))
     s.expect(Released(ticket=s.load("r", "w")))
@@ -298,8 +304,9 @@ def test_replicas_removed_drop_idle_adapters_and_abandon_loads_not_yet_issued() 
 
 def test_replicas_removed_together_fail_their_waiters_in_ticket_order() -> None:
     """One removal of several replicas fails every waiting request, of loads and of unloads, in
-    ticket order across all of them (not replica by replica); unknown and repeated ids are passed over."""
-    s = Scenario.with_replicas(("r", 1), ("q", 1))
+    ticket order across all of them (not replica by replica); unknown and repeated ids are passed over.
+    Headroom 0: a load past the limit waits for its victims' unloads."""
+    s = Scenario.with_replicas(("r", 1), ("q", 1), headroom=0)
     s.expect(Released(ticket=s.load("q", "c")))
     on_q_load, _ = s.request("q", "d")  # c is unloaded to make room
     on_r_load, _ = s.request("r", "a")

@@ -142,6 +142,13 @@ CASES: list[tuple[type[lf.UsageError], str, Callable[[AdapterStateMachine], obje
         lambda m: m.handle(lf.Routed(ticket=9, adapter="c", path="/c", exclude="r")),  # type: ignore[arg-type]
     ),
     (lf.InvalidValueError, "excluded replica", lambda m: m.route(9, adapter="c", path="/c", exclude=[""])),
+    (lf.InvalidValueError, "replica id", lambda m: m.served_elsewhere("", ["r"])),
+    (
+        lf.InvalidValueError,
+        "failed must be a list",
+        lambda m: m.handle(lf.ServedElsewhere(replica="r", failed="r")),  # type: ignore[arg-type]
+    ),
+    (lf.InvalidValueError, "failed replica ids", lambda m: m.served_elsewhere("r", ["r", 5])),  # type: ignore[list-item]
 ]
 
 
@@ -165,7 +172,8 @@ def test_a_listing_naming_an_empty_adapter_is_refused_before_anything_changes() 
 
 
 def test_engine_failures_are_events_not_exceptions() -> None:
-    s = Scenario.with_replicas(("r", 1))
+    """A failed unload, then a failed load (headroom 0: b's load waits for a's unload)."""
+    s = Scenario.with_replicas(("r", 1), headroom=0)
     s.load("r", "a")
     s(lf.Released(ticket=1))
     t, commands = s.request("r", "b")

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from lorafleet import vllm
+from lorafleet import ReadEngine, ReadingReceived, vllm
 
 # Verbatim from a real vLLM 0.32 (shared/vllm/REAL.md, "Races and loads during generation"), with the
 # gauge's comments as prometheus_client writes them and another metric around it.
@@ -114,3 +114,19 @@ def test_the_stand_in_is_read_alike() -> None:
     assert vllm.running_adapters(exposition(engine)) == frozenset({"a2"})
     engine.ended("a2")
     assert vllm.running_adapters(exposition(engine)) == frozenset()
+
+
+def test_max_loras_is_the_gauges_label() -> None:
+    """[cap]: the ``max_lora`` label is vLLM's ``--max-loras``, the adapters one batch may use."""
+    assert vllm.lora_gauge(REAL) == (frozenset(), 2)
+    event = vllm.answer_event(ReadEngine(read=7, replica="r"), 200, REAL, truncated=False)
+    assert event == ReadingReceived(read=7, adapters=(), running=0, waiting=0, max_loras=2)
+
+
+def test_max_loras_unknown_when_no_series_says_it() -> None:
+    without = b'vllm:lora_requests_info{running_lora_adapters="a",waiting_lora_adapters="a"} 5.0\n'
+    assert vllm.lora_gauge(without) == (frozenset({"a"}), None)
+    for label in (b'""', b'"0"', b'"two"', b'"-1"'):
+        line = b"vllm:lora_requests_info{max_lora=" + label + b',running_lora_adapters="a"} 5.0\n'
+        assert vllm.lora_gauge(line) == (frozenset({"a"}), None)
+    assert vllm.lora_gauge(b"vllm:num_requests_running 3\n") == (None, None)

@@ -14,9 +14,9 @@ const EVENTS = {
   time_advanced: ["now"], requested: ["ticket", "replica", "adapter", "path"], released: ["ticket"],
   cancelled: ["ticket"], load_finished: ["load", "outcome", "message"], unload_finished: ["unload", "outcome", "message"],
   listing_received: ["listing", "adapters"], listing_failed: ["listing", "message"], adapter_missing: ["replica", "adapter", "ticket"],
-  replica_failed: ["replica", "message"], adapter_pinned: ["adapter", "path", "copies", "model"],
+  replica_failed: ["replica", "message"], served_elsewhere: ["replica", "failed"], adapter_pinned: ["adapter", "path", "copies", "model"],
   adapter_unpinned: ["adapter"], routed: ["ticket", "adapter", "path", "model", "exclude"],
-  reading_received: ["read", "adapters", "running", "waiting"], reading_failed: ["read", "message"],
+  reading_received: ["read", "adapters", "running", "waiting", "max_loras"], reading_failed: ["read", "message"],
 };
 const COMMANDS = {
   issue_load: ["load", "replica", "adapter", "path"], issue_unload: ["unload", "replica", "adapter"],
@@ -48,7 +48,7 @@ function check(vector) {
     const at = `step ${i}`;
     try {
       if ("query" in step) {
-        if (!["view", "statistics", "next_due", "is_met", "reported", "place"].includes(step.query)) throw new Error(`query ${step.query}`);
+        if (!["view", "statistics", "next_due", "is_met", "reported", "reading", "blame", "place"].includes(step.query)) throw new Error(`query ${step.query}`);
         return;
       }
       if ("hit" in step) {

@@ -40,6 +40,7 @@ from lorafleet import (
     IssueUnload,
     ListingReceived,
     LoadFinished,
+    Placed,
     ReadEngine,
     ReadingFailed,
     ReadingReceived,
@@ -64,6 +65,8 @@ RULES_BY_NAME = [
     ("cold", ["cold"]),
     ("evict", ["evict", "cold"]),
     ("load_outcome", ["load-outcome"]),
+    ("load", ["load", "place"]),
+    ("settle", ["settle", "evict"]),
     ("unload_outcome", ["unload-outcome", "evict"]),
     ("release", ["release"]),
     ("cancel", ["cancel"]),
@@ -73,6 +76,7 @@ RULES_BY_NAME = [
     ("view", ["view"]),
     ("place", ["place"]),
     ("health", ["health", "place"]),
+    ("blame", ["blame", "health"]),
     ("cap", ["cap", "cold"]),
     ("refuse", ["refuse", "load-outcome"]),
     ("pin", ["pin", "cold"]),
@@ -165,8 +169,8 @@ KINDS = (
     "limit",
 )
 # Kinds added later: surveyed in programs of their own, after those of KINDS (see _survey), on a
-# machine that reads its engines ([read]).
-LATER_KINDS = ("report", "unread", "route")
+# machine that reads its engines ([read]); "busy" ([load]) last of all.
+LATER_KINDS = ("report", "unread", "route", "busy")
 Program = list[tuple[str, int, int]]
 WARM: Program = [
     step
@@ -234,6 +238,7 @@ class Run:
                 if len(rep.held) + len(rep.loading) > rep.limit:
                     self.tags.append("over the limit")
             self.tag_reports(tag, commands, reported, before)
+            self.tag_settling(tag, commands, before)
         for command in commands:
             if isinstance(command, Assign):
                 self.requests[command.ticket] = (command.replica, self.requests[command.ticket][1])
@@ -264,6 +269,24 @@ class Run:
                 self.tags.append("reading received frees an adapter")
             if any(isinstance(c, IssueUnload) and c.replica == rid for c in commands) and idle & names:
                 self.tags.append("evicts beside a reported adapter")
+
+    def tag_settling(self, tag: str, commands: list[Command], before: Statistics) -> None:
+        """Tags for the steps where [settle] and [load] decide."""
+        unloads = any(isinstance(c, IssueUnload) for c in commands)
+        if tag == "load loaded" and unloads:
+            self.tags.append("a landed load unloads the excess")
+        if tag == "load loaded" and any(isinstance(c, ReadEngine) for c in commands):
+            self.tags.append("a landed load waits for a reading to settle")
+        if tag.startswith("reading") and unloads:
+            self.tags.append("a reading settles a landed load")
+        for command in commands:
+            if isinstance(command, Assign) and command.placed not in (Placed.HELD, Placed.LOADING):
+                adapter = self.requests[command.ticket][1]
+                if any(adapter in rep.held for rep in before.replicas.values()):
+                    self.tags.append("route spills past a holder")
+        kinds = {type(c) for c in commands}
+        if tag == "route" and {ReadEngine, Assign} <= kinds:
+            self.tags.append("route reads the replica it assigned")
 
     def act(self, kind: str, a: int, b: int) -> None:
         m = self.machine
@@ -319,6 +342,9 @@ class Run:
             # Other routers' requests run on a0 and a1 by b's bits: the engine's gauge names them.
             replica, names = REPLICAS[a % 2], [name for i, name in enumerate(ADAPTERS[:2]) if b >> i & 1]
             self.world.others_run(replica, names)
+        elif kind == "busy":
+            # The engine runs b requests besides those the gauge names, and queues 2 when a ≥ 2.
+            self.world.busy(REPLICAS[a % 2], b, 2 * (a // 2))
         elif kind == "unread" and (reads := self.world.pending(ReadEngine)):
             self.answer(reads[a % len(reads)], 3)
         elif kind == "route":
@@ -370,6 +396,10 @@ RULE_OF_TAG = [
     ("reading failed", "read-failed"),
     ("route", "route"),
     ("evicts beside a reported adapter", "elsewhere"),
+    ("a landed load", "settle"),
+    ("a reading settles", "settle"),
+    ("route spills", "load"),
+    ("route reads the replica", "read"),
 ]
 
 
@@ -436,7 +466,8 @@ def _survey() -> list[Program]:
 
     First of KINDS alone, then of every kind, then of every kind after WARM, then the same on a
     machine with a cap (``headroom=0``), where a release can admit a queue; then all of that again on
-    a machine that reads its engines ([read]), with routed requests too. A tag, or a pair of tags, is
+    a machine that reads its engines ([read]), with routed requests too, and once more with engines
+    whose queues the readings show ([load], "busy"). A tag, or a pair of tags, is
     shown by the first program that has it, so kinds and machines added later leave every vector the
     earlier ones gave as it was, and fewer kinds to draw from keep the earlier ones' pairs as dense
     as before. (On a machine that reads nothing, "report" changes only the engine, and "unread" finds
@@ -449,9 +480,10 @@ def _survey() -> list[Program]:
         return False
 
     every = programs(KINDS + LATER_KINDS[:2])
-    reading = programs(KINDS + LATER_KINDS).map(lambda program: [("read", 0, 0), *program])
+    reading = programs(KINDS + LATER_KINDS[:3]).map(lambda program: [("read", 0, 0), *program])
+    busy = programs(KINDS + LATER_KINDS).map(lambda program: [("read", 0, 0), *program])
     strategies = [programs(KINDS)]
-    for drawn in (every, reading):
+    for drawn in (every, reading, busy):
         strategies += [
             drawn,
             drawn.map(lambda program: [*_markers(program), *WARM, *_steps(program)]),
@@ -486,6 +518,7 @@ STEP_ORDER = (
     "query",
     "replicas",
     "replica",
+    "failed",
     "adapter",
     "model",
     "exclude",

@@ -10,8 +10,18 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from lorafleet import AdapterStateMachine, Command, Event, Placement, Statistics, UsageError, View
-from lorafleet._json import encode, encode_placement, encode_statistics, encode_view
+from lorafleet import (
+    AdapterStateMachine,
+    Command,
+    Event,
+    Fault,
+    Placement,
+    Reading,
+    Statistics,
+    UsageError,
+    View,
+)
+from lorafleet._json import encode, encode_placement, encode_reading, encode_statistics, encode_view
 from lorafleet.vectors import FORMAT
 
 
@@ -99,4 +109,15 @@ class Recorder(AdapterStateMachine):
     def reported(self, replica: str) -> frozenset[str]:
         result = super().reported(replica)
         self.steps.append({"query": "reported", "replica": replica, "result": sorted(result)})
+        return result
+
+    def blame(self, replica: str, failed: Iterable[str] = ()) -> Fault:  # type: ignore[override]
+        ids = list(failed)
+        result = AdapterStateMachine.blame(replica, ids)
+        self.steps.append({"query": "blame", "replica": replica, "failed": ids, "result": result.value})
+        return result
+
+    def reading(self, replica: str) -> Reading | None:
+        result = super().reading(replica)
+        self.steps.append({"query": "reading", "replica": replica, "result": encode_reading(result)})
         return result

@@ -34,6 +34,7 @@ from ._events import ReplicaFailed as ReplicaFailed
 from ._events import ReplicasRemoved as ReplicasRemoved
 from ._events import Requested as Requested
 from ._events import Routed as Routed
+from ._events import ServedElsewhere as ServedElsewhere
 from ._events import TimeAdvanced as TimeAdvanced
 from ._events import UnloadFinished as UnloadFinished
 from ._machine import DEFAULT_BACKOFF as DEFAULT_BACKOFF
@@ -42,9 +43,11 @@ from ._machine import DEFAULT_LISTING_INTERVAL as DEFAULT_LISTING_INTERVAL
 from ._machine import DEFAULT_MAX_BACKOFF as DEFAULT_MAX_BACKOFF
 from ._machine import DEFAULT_OVERFLOW as DEFAULT_OVERFLOW
 from ._machine import DEFAULT_REFUSAL as DEFAULT_REFUSAL
+from ._machine import FLEET_DEFAULTS as FLEET_DEFAULTS
 from ._machine import REPLICA_REMOVED as REPLICA_REMOVED
 from ._machine import AdapterStateMachine as AdapterStateMachine
 from ._snapshots import Placement as Placement
+from ._snapshots import Reading as Reading
 from ._snapshots import ReplicaStatistics as ReplicaStatistics
 from ._snapshots import Statistics as Statistics
 from ._snapshots import View as View

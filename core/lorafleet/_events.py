@@ -121,10 +121,20 @@ class AdapterMissing:
 
 @attrs.frozen(kw_only=True)
 class ReplicaFailed:
-    """The router saw ``replica`` fail on its own (a forwarded request got no answer, or a 5xx)."""
+    """The router saw ``replica`` fail on its own: a forwarded request got no answer (refused, reset,
+    timed out). A server error it answered is judged by [blame] instead."""
 
     replica: str
     message: str = ""
+
+
+@attrs.frozen(kw_only=True)
+class ServedElsewhere:
+    """``replica`` served a request that the replicas ``failed`` had answered with a server error (a
+    5xx): those failed a request another one served ([blame])."""
+
+    replica: str
+    failed: tuple[str, ...]
 
 
 @attrs.frozen(kw_only=True)
@@ -171,12 +181,15 @@ class ReadingReceived:
     (``vllm:lora_requests_info``), or None when it has no such gauge (older vLLM, the Rust
     frontend). ``running`` and ``waiting``: its requests in the batch and in its queue
     (``vllm:num_requests_running``, ``vllm:num_requests_waiting``), None when it does not say.
+    ``max_loras``: how many distinct adapters one batch may use (the gauge's ``max_lora`` label,
+    vLLM's ``--max-loras``), None when it does not say.
     """
 
     read: int
     adapters: tuple[str, ...] | None
     running: int | None = None
     waiting: int | None = None
+    max_loras: int | None = None
 
 
 @attrs.frozen(kw_only=True)
@@ -201,6 +214,7 @@ Event = (
     | ListingFailed
     | AdapterMissing
     | ReplicaFailed
+    | ServedElsewhere
     | AdapterPinned
     | AdapterUnpinned
     | Routed

@@ -15,7 +15,7 @@ import attrs
 
 from ._commands import Command
 from ._events import Event
-from ._snapshots import Placement, Statistics, View
+from ._snapshots import Placement, Reading, Statistics, View
 
 # Derived from the unions, so that an event or command added there cannot be missed here.
 EVENTS: tuple[type[Any], ...] = get_args(Event)
@@ -104,6 +104,13 @@ def encode_statistics(stats: Statistics) -> dict[str, Any]:
 
 def encode_view(view: View) -> dict[str, Any]:
     return {"holders": sorted(view.holders), "with_room": sorted(view.with_room)}
+
+
+def encode_reading(reading: Reading | None) -> dict[str, Any] | None:
+    if reading is None:
+        return None
+    fields = attrs.asdict(reading, recurse=False)
+    return {**fields, "adapters": sorted(reading.adapters)}
 
 
 def encode_placement(placement: Placement) -> dict[str, Any]:

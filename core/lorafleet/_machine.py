@@ -14,8 +14,9 @@ each). The table is every way out of each state; anything else leaves the state 
 ==============  ==========================================  ===================================  ========
 state           event                                       next state                           rule
 ==============  ==========================================  ===================================  ========
-absent          requested                                   loading (issued, or pending behind   cold,
-                                                            its victims' unloads)                evict
+absent          requested                                   loading (issued at once; pending     cold,
+                                                            behind its victims' unloads only     evict
+                                                            past the bound, line + headroom)
 absent          listing_received names it                   held, idle (front of ``idle``)       listing
 loading         load_finished, loaded or already_loaded     held, in use by every waiter (idle   load-
                                                             if none is left)                     outcome
@@ -25,9 +26,11 @@ loading         cancelled, the last waiter of a load        absent (the load is 
                 not yet issued
 held, idle      requested (or ``hit``)                      held, in use                         hit
 held, in use    released or cancelled, the last lease       held, idle (end of ``idle``)         release
-held, idle      requested for another adapter, over the     unloading                            evict
-                limit, it is in least demand (then least
-                recently used)
+held, idle      load_finished of another adapter leaves     unloading                            settle
+                the replica over its line; it is in least
+                demand (then least recently used)
+held, idle      requested for another adapter, at the       unloading                            evict
+                bound; it is in least demand
 held, any       listing_received does not name it, and      absent (dropped: no unload; leases   listing
                 it was held before the listing started      on it go dead)
 held, any       adapter_missing                             absent (dropped)                     forget
@@ -46,25 +49,34 @@ held, in use    reading_failed, a listing received since    held, idle (end of `
                 router on it
 ==============  ==========================================  ===================================  ========
 
-Beside that table, six rules decide without moving an adapter: [place] answers where a request
-should go (a query: the least busy holder, else a cold load where it costs least, ties by a
-rendezvous hash every router computes alike); [route] places a request and admits it there (read
-first, when [read] asks); [read] reads what runs on an engine when a decision needs it (after a
-listing, before a cold load with no free slot, when a release at the cap leaves an adapter the last
-reading named), and the requests that need the reading wait for it; [health] avoids a replica after a
-failure, for a time that doubles with each failure in a row; [refuse] fails at once a request for an
-adapter the engine refused as its own fault, for a while; [cap] makes a cold request wait in the
-replica's queue, rather than take it past ``limit + headroom``, until an adapter goes idle or room
-comes otherwise.
+Beside that table, these rules decide without moving an adapter: [load] keeps how busy each engine
+is (this router's requests and, as its readings showed, the others') and what it runs at once;
+[place] answers where a request should go (a query: the least busy holder unless its engine queues,
+else a cold load where it costs least, ties by a rendezvous hash every router computes alike);
+[route] places a request and admits it there (read first, when [read] asks); [read] reads an engine
+when a decision needs it (after a listing, before evicting where another router's requests ran, when
+a landed load's excess waits for a reading, when a release at the cap leaves an adapter the last
+reading named, and now and then after a routed request), and the requests that need the reading wait
+for it; [health] avoids a replica after a failure, for a time that doubles with each failure in a
+row; [blame] tells a request's server errors from a replica's; [refuse] fails at once a request for
+an adapter the engine refused as its own fault, for a while; [cap] makes a cold request wait in the
+replica's queue, rather than take it past ``line + headroom`` (or the engine's ``max_loras``), until
+an adapter goes idle or room comes otherwise.
+
+Load first ([cold], [evict], [settle]). A cold load goes out at once, into the headroom, and the
+replica unloads its excess over its line once the load has landed: no request waits for an unload,
+and a load the engine refuses costs no adapter. Only a replica at its bound (``line + headroom``)
+unloads first, as much as the load needs.
 
 Several routers ([share]). With ``routers=R`` above 1, every rule that asks whether a load has room
-([evict], [cap], [place], [view]) compares the replica's count with its *line* instead of its limit:
+([evict], [settle], [cap], [place], [view]) compares the replica's count with its *line* instead of
+its limit:
 ``max(1, base + ceil(f / R) - unseen)``, where ``base`` is its count once its last listing was applied and
 ``f = limit - base`` the free slots that listing left (the limit itself when ``f <= 0``), and
 ``unseen`` the adapters the engine lost since without this router's unload (an unload answered
 ``not_found``, an ``adapter_missing``): another router's adapter took their slot, so a load waiting on
-such an unload evicts again. Past its line a cold load evicts, or with nothing idle goes over as
-past the limit. R routers whose last listings saw ``c`` adapters then hold a replica to
+such an unload evicts again. Past its line a landed load settles, or with nothing idle the replica
+stays over as past the limit. R routers whose last listings saw ``c`` adapters then hold a replica to
 ``max(c, limit + R - 1 + R * headroom)`` until their next listings (SPEC.md §3.14 gives the
 exceptions, and the bound when listings are read at different moments). With one router the line is
 the limit, and nothing here applies.
@@ -104,6 +116,7 @@ import heapq
 import math
 from collections import OrderedDict
 from collections.abc import Container, Iterable, Mapping
+from types import MappingProxyType
 from typing import Any, assert_never
 
 import attrs
@@ -136,10 +149,11 @@ from ._events import (
     ReplicasRemoved,
     Requested,
     Routed,
+    ServedElsewhere,
     TimeAdvanced,
     UnloadFinished,
 )
-from ._snapshots import Placement, ReplicaStatistics, Statistics, View
+from ._snapshots import Placement, Reading, ReplicaStatistics, Statistics, View
 from ._values import Fault, How, LoadOutcome, Placed, UnloadOutcome
 
 DEFAULT_LISTING_INTERVAL = 30.0
@@ -150,14 +164,25 @@ DEFAULT_MAX_BACKOFF = 300.0
 """The longest a failing replica is avoided at a time (AIBrix's 5 s·2ⁿ up to 300 s)."""
 DEFAULT_OVERFLOW = 2
 """How far past its limit placement prefers to take a replica whose adapters are all in use."""
-DEFAULT_HALF_LIFE = 4000
-"""Requests between two halvings of the demand counts; the simulator measured 1,000 to 8,000."""
+DEFAULT_HALF_LIFE = 500
+"""Requests between two halvings of the demand counts: after a popularity shift, 4,000 kept the old
+favourites long enough to cost 12 % more loads than least recently used in the shift's window, 500 none
+(``lorafleet simulate --grid``, sim/results.md)."""
+FLEET_DEFAULTS: Mapping[str, Any] = MappingProxyType({"headroom": 2, "read_engine": True})
+"""The settings a ``Fleet`` (and so ``lorafleet serve``) gives its machine unless told otherwise, the
+others as here: what ``lorafleet simulate`` runs lorafleet with, and what sim/results.md measures."""
 DEFAULT_REFUSAL = 900.0
 """Seconds an adapter the engine refused as the adapter's fault is refused without a call (ModelMesh
 keeps load failures 15 minutes)."""
 
 REPLICA_REMOVED = "the replica was removed while the request waited"
 """The message of the ``Fail`` a removal gives every request waiting on the replica."""
+
+REFRESH = 4
+"""[read]: requests this router sends a replica other routers use before it reads that engine again."""
+SPILL_MARGIN = 2
+"""[place]: with every engine busy, a cold load goes elsewhere only if the request would wait behind at
+least this many fewer requests there than on the holder (a load costs a wait of its own)."""
 
 _FULL = frozenset({Placed.EVICT, Placed.OVER, Placed.WAIT})
 """Placements where a cold load finds no free slot: it would evict, go over the limit, or wait."""
@@ -249,6 +274,10 @@ class _Read:
 
     replica: _Replica
     op: int
+    in_flight: int
+    """This router's ``in_flight`` on the replica when the read went out."""
+    served: int
+    """And its ``served`` count."""
     waiters: list[tuple[int, str, str, _Route | None]] = attrs.field(factory=list)
     """(ticket, adapter, path, route): admitted afresh on the replica once the answer comes (placed
     afresh, for a routed request not yet assigned)."""
@@ -295,9 +324,30 @@ class _Replica:
     """A listing of it was received after its last report: a failed read ends that report ([read-failed])."""
     read: _Read | None = None
     """Its engine's read in flight ([read]): one at a time."""
+    sampled: tuple[int, int] | None = None
+    """(running, waiting): its engine's requests as its last reading that counted them said ([load])."""
+    others: int = 0
+    """Other routers' requests on its engine, as its last reading showed them: the reading's count
+    less this router's own when the read went out ([load])."""
+    read_served: int = 0
+    """Its ``served`` when the read of its last reading went out."""
+    seqs: int | None = None
+    """Requests its engine runs at once, as a reading showed it (running, when some waited) ([load])."""
+    ran: int = 0
+    """The most requests a reading showed it running: it runs at least that many at once ([load])."""
+    calm: int = 0
+    """The most load a reading found on it with none waiting ([load]): more may fill it ([read])."""
+    max_loras: int | None = None
+    """Distinct adapters one batch of its engine may use (vLLM's ``--max-loras``), None unknown ([cap])."""
     gauged: bool = False
     """Its engine's last answered read named what runs there: it is read before a cold load with no
     free slot ([read])."""
+    foreign: bool = False
+    """Its last reading named an adapter no request of this router ran on there: another router's
+    ([elsewhere], [read])."""
+    settle: bool = False
+    """It holds more than its line since a load landed, and unloads the excess when the read in flight
+    is answered ([settle])."""
     base: int = 0
     """Its count (held and loading) once its last listing was applied, or when it was added ([share])."""
     unseen: int = 0
@@ -367,9 +417,11 @@ class AdapterStateMachine:
         if type(read_engine) is not bool:
             raise _invalid("read_engine", read_engine, "read_engine must be a bool")
         self._read_engine = read_engine
+        # The spellings may skip the event objects only where no subclass watches them go by.
+        cls = type(self)
+        self._direct = cls.handle is AdapterStateMachine.handle and cls.hit is AdapterStateMachine.hit
         self._routers = routers
-        self._busy = None if concurrency is None else concurrency + 1
-        self._spread = None if concurrency is None else max(1, 3 * concurrency // 4)
+        self._concurrency = concurrency
         self._overflow = overflow
         self._half_life = half_life
         self._demand: dict[str, int] = {}
@@ -401,7 +453,7 @@ class AdapterStateMachine:
         self._loads: dict[tuple[str, str], int] = {}
         self._evictions: dict[tuple[str, str], int] = {}
 
-    # -- the one way in ------------------------------------------------------------------------
+    # -- the one way in --------------------------------------------------------------------------------
 
     def handle(self, event: Event) -> list[Command]:
         """Apply one event and return the commands it gives.
@@ -428,6 +480,8 @@ class AdapterStateMachine:
                 return self._adapter_missing(event)
             case ReplicaFailed():
                 return self._replica_failed_event(event)
+            case ServedElsewhere():
+                return self._served_elsewhere(event)
             case AdapterPinned():
                 return self._adapter_pinned(event)
             case AdapterUnpinned():
@@ -449,14 +503,23 @@ class AdapterStateMachine:
             case _:
                 assert_never(event)
 
-    # -- spellings of handle, one per event ----------------------------------------------------
+    # -- spellings of handle, one per event ------------------------------------------------------------
 
     def request(self, ticket: int, *, replica: str, adapter: str, path: str) -> list[Command]:
-        """``handle(Requested(...))``: a request wants ``adapter`` on ``replica``."""
+        """``handle(Requested(...))``: a request wants ``adapter`` on ``replica``.
+
+        A [hit] goes straight to its rule, without the event, unless a subclass sees every event
+        through ``handle`` (or ``hit``): the same state, commands and errors either way.
+        """
+        if self._direct and type(path) is str and path and self.hit(ticket, replica=replica, adapter=adapter):
+            return [Grant(ticket=ticket, how=_HIT)]
         return self.handle(Requested(ticket=ticket, replica=replica, adapter=adapter, path=path))
 
     def release(self, ticket: int) -> list[Command]:
-        """``handle(Released(...))``: the request is done with its adapter."""
+        """``handle(Released(...))``: the request is done with its adapter (straight to [release],
+        unless a subclass sees every event through ``handle``)."""
+        if self._direct:
+            return self._released(ticket)
         return self.handle(Released(ticket=ticket))
 
     def cancel(self, ticket: int) -> list[Command]:
@@ -488,6 +551,11 @@ class AdapterStateMachine:
         """``handle(ReplicaFailed(...))``: the router saw ``replica`` fail."""
         return self.handle(ReplicaFailed(replica=replica, message=message))
 
+    def served_elsewhere(self, replica: str, failed: Iterable[str]) -> list[Command]:
+        """``handle(ServedElsewhere(...))``: ``replica`` served what ``failed`` answered with a 5xx."""
+        names = failed if isinstance(failed, str) else tuple(failed)
+        return self.handle(ServedElsewhere(replica=replica, failed=names))  # type: ignore[arg-type]
+
     def pin(self, adapter: str, *, path: str, copies: int = 1, model: str | None = None) -> list[Command]:
         """``handle(AdapterPinned(...))``: keep ``adapter`` loaded on ``copies`` replicas."""
         return self.handle(AdapterPinned(adapter=adapter, path=path, copies=copies, model=model))
@@ -512,12 +580,18 @@ class AdapterStateMachine:
         *,
         running: int | None = None,
         waiting: int | None = None,
+        max_loras: int | None = None,
     ) -> list[Command]:
         """``handle(ReadingReceived(...))``: the engine's figures, ``adapters`` None without the gauge."""
         names = adapters if adapters is None or isinstance(adapters, str) else tuple(adapters)
-        return self.handle(
-            ReadingReceived(read=read, adapters=names, running=running, waiting=waiting)  # type: ignore[arg-type]
+        event = ReadingReceived(
+            read=read,
+            adapters=names,  # type: ignore[arg-type]
+            running=running,
+            waiting=waiting,
+            max_loras=max_loras,
         )
+        return self.handle(event)
 
     def reading_failed(self, read: int, message: str = "") -> list[Command]:
         """``handle(ReadingFailed(...))``: the read of an engine got no usable answer."""
@@ -540,7 +614,7 @@ class AdapterStateMachine:
         """``handle(TimeAdvanced(...))``: the shell's clock reads ``now``."""
         return self.handle(TimeAdvanced(now=now))
 
-    # -- requests ----------------------------------------------------------------------------
+    # -- §3.1 requests: [hit], [join], [wait-unload], [read], [cold], [evict] --------------------------
 
     @property
     def next_ticket(self) -> int:
@@ -557,7 +631,9 @@ class AdapterStateMachine:
         Raises:
             UsageError: as ``Requested`` would for the ticket, the replica or the adapter name.
         """
-        rep = self._replica_for(ticket, replica)
+        rep = self._replicas.get(replica) if type(replica) is str else None
+        if rep is None or rep.removed or type(ticket) is not int or ticket <= self._last_ticket:
+            rep = self._replica_for(ticket, replica)  # raises the error Requested would
         if type(adapter) is not str or not adapter:
             raise _invalid("adapter", adapter, "adapter name must be a non-empty str")
         held = rep.held.get(adapter)
@@ -574,8 +650,9 @@ class AdapterStateMachine:
         When placement (nothing excluded, no load reported) would send a request for ``adapter`` to a
         replica that holds it, the request is granted there, exactly as ``hit(ticket, replica=...,
         adapter=adapter)`` with ``place(adapter, model=model)``'s replica would, and that replica's
-        id is returned. Otherwise nothing changes and it returns None: then ``place`` and send
-        ``Requested``.
+        id is returned. Otherwise nothing changes and it returns None: then send ``Routed``. It
+        returns None too where ``Routed`` would read the replica after the grant ([read]: a stale
+        one), so that the read goes out.
 
         Raises:
             UsageError: as ``hit`` would for the ticket, and ``place`` for the adapter name.
@@ -584,8 +661,8 @@ class AdapterStateMachine:
             raise _invalid("adapter", adapter, "adapter name must be a non-empty str")
         self._check_ticket(ticket)
         rep = self._holder(adapter, model, (), None)
-        if rep is None or (self._busy is not None and rep.in_flight >= self._busy):
-            return None  # no holder, or a busy one: placement may spill elsewhere
+        if rep is None or self._saturated(rep, None) or self._stale(rep, coming=1):
+            return None  # no holder, a full one (placement may spill elsewhere), or one to read
         held = rep.held.get(adapter)
         if held is None:
             return None  # placement chose a replica loading it: the request joins, through Requested
@@ -653,6 +730,11 @@ class AdapterStateMachine:
                 else:
                     del demand[name]
 
+    @staticmethod
+    def _ended(rep: _Replica) -> None:
+        """A request counted on ``rep`` ended (released, cancelled, failed)."""
+        rep.in_flight -= 1
+
     def _take(self, ticket: int, rep: _Replica, held: _Held) -> None:
         """[hit]: the request uses a held adapter, which is then in use and no eviction candidate."""
         if not held.in_use:
@@ -698,10 +780,10 @@ class AdapterStateMachine:
             rep.queue.waiters.append((ticket, adapter, path))
             self._waiting[ticket] = rep.queue
             return []
-        # [evict] When every held adapter is in use the replica goes over its limit for now:
-        # refusing the request would serve no one, and a later load brings the replica back.
-        # [share]: the line is the limit less the other routers' shares of free slots.
-        victims = self._evict(rep, len(rep.held) + len(rep.loading) + 1 - self._line(rep))
+        # [evict] The load goes into the headroom, and the replica unloads its excess once it has
+        # landed ([settle]): a load that fails evicts nothing, and no unload delays the request. Only
+        # a replica at its bound (line + headroom) unloads first, as much as the load needs.
+        victims = self._evict(rep, len(rep.held) + len(rep.loading) + 1 - self._bound(rep))
         commands: list[Command] = [
             IssueUnload(unload=unload.op, replica=rep.id, adapter=unload.adapter) for unload in victims
         ]
@@ -718,7 +800,12 @@ class AdapterStateMachine:
             commands.append(self._issue(load))
         return commands
 
-    def _evict(self, rep: _Replica, excess: int) -> list[_Unload]:
+    def _bound(self, rep: _Replica) -> float:
+        """[evict]: the most adapters (held and loading) ``rep`` may have at once: its line plus the
+        headroom ([share] makes the line), no bound without a cap."""
+        return math.inf if self._headroom is None else self._line(rep) + self._headroom
+
+    def _evict(self, rep: _Replica, excess: float) -> list[_Unload]:
         """[evict] Unload ``excess`` idle adapters, in least demand, least recently used first among
         equals (``_victim``), or as many as are idle."""
         victims: list[_Unload] = []
@@ -738,92 +825,7 @@ class AdapterStateMachine:
         load.replica.outstanding += 1
         return IssueLoad(load=load.op, replica=load.replica.id, adapter=load.adapter, path=load.path)
 
-    def _released(self, ticket: int) -> list[Command]:
-        """[release]: the request is done with its adapter; a second release does nothing.
-
-        An adapter it leaves idle is room for a request waiting at the replica's cap ([cap]).
-        """
-        held = self._leases.pop(ticket, None) if type(ticket) is int else None
-        if held is None:
-            self._check_ended_ticket(ticket, "release")
-            return []
-        held.in_use -= 1
-        rep = held.replica
-        rep.in_flight -= 1
-        if held.in_use or not held.current:
-            return []
-        if rep.removed:
-            # Kept only while requests ran on it (see Removal above): now it can go.
-            self._drop(rep, held.adapter)
-            self._forget_if_done(rep)
-            return []
-        if held.adapter in self._pins:
-            return []  # [pin]: never a victim, so never idle
-        if held.adapter in rep.elsewhere:
-            # [elsewhere]: the last reading keeps it out of idle. [read]: with requests waiting at the
-            # cap, read again, so that the room this request leaves does not wait for the next listing.
-            if self._read_engine and rep.queue is not None and rep.read is None:
-                return [self._start_read(rep)]
-            return []
-        # Least recently used order is the order in which adapters became idle: any use of an
-        # idle adapter takes it out of the idle list, so its last use is its release.
-        rep.idle[held.adapter] = self._tick()
-        return self._admit_queued(rep)
-
-    def _cancelled(self, ticket: int) -> list[Command]:
-        """[cancel]: a waiting request gets no grant; a granted one is released.
-
-        The load it waited on goes on for the others; a load not yet issued that no one waits for
-        any more is not issued at all.
-        """
-        if type(ticket) is int and ticket in self._leases:
-            return self._released(ticket)
-        waited = self._waiting.pop(ticket, None) if type(ticket) is int else None
-        if waited is None:
-            self._check_ended_ticket(ticket, "cancel")
-            return []
-        rep = waited.replica
-        if isinstance(waited, _Read):
-            entry = next(w for w in waited.waiters if w[0] == ticket)
-            waited.waiters.remove(entry)
-            if entry[3] is None:
-                rep.in_flight -= 1  # a routed request not yet assigned is counted nowhere
-            return []
-        rep.in_flight -= 1
-        if isinstance(waited, _Load):
-            waited.waiters.remove(ticket)
-            if waited.starter == ticket:
-                waited.starter = None
-            if not waited.waiters and not waited.issued:
-                self._abandon_pending(waited)
-                return self._admit_queued(rep)
-        elif isinstance(waited, _Unload):
-            waited.waiters = [(t, p) for t, p in waited.waiters if t != ticket]
-        else:
-            waited.waiters = [w for w in waited.waiters if w[0] != ticket]
-        return []
-
-    def _check_ended_ticket(self, ticket: int, what: str) -> None:
-        """Raise unless ``ticket`` names a request that has ended (so ending it again does nothing)."""
-        if type(ticket) is int and ticket in self._waiting:
-            raise UnknownTicketError(
-                f"cannot {what} ticket {ticket}: it is still waiting (cancel it)", ticket=ticket
-            )
-        if type(ticket) is not int or not 0 < ticket <= self._last_ticket:
-            raise UnknownTicketError(
-                f"cannot {what} ticket {ticket!r}: no request ever had it", ticket=ticket
-            )
-
-    def _abandon_pending(self, load: _Load) -> None:
-        del load.replica.loading[load.adapter]
-        self._unwhere(load.replica, load.adapter)
-        del self._ops[load.op]
-        for op in load.waits_for:
-            unload = self._ops[op]
-            assert isinstance(unload, _Unload)
-            unload.makes_room_for = None
-
-    # -- the engine's answers ----------------------------------------------------------------
+    # -- §3.2 the engine's answers: [load-outcome], [settle], [unload-outcome] -------------------------
 
     def _load_finished(self, event: LoadFinished) -> list[Command]:
         """[load-outcome]: success grants every waiter; a failure fails every waiter with its fault."""
@@ -871,6 +873,7 @@ class AdapterStateMachine:
                 else:
                     self._joined += 1
                     commands.append(Grant(ticket=ticket, how=How.JOINED))
+            commands.extend(self._settle(rep))
         else:
             fault = Fault.ADAPTER if outcome is LoadOutcome.ADAPTER_FAULT else Fault.REPLICA
             text = event.message or load_failed_message(op.adapter, rep.id)
@@ -881,6 +884,29 @@ class AdapterStateMachine:
         if self._pins and not outcome.succeeded:
             commands.extend(self._ensure_pins())
         return commands
+
+    def _settle(self, rep: _Replica) -> list[Command]:
+        """[settle]: a replica holding more than its line unloads the excess, idle adapters in least
+        demand first ([evict]), once a reading says which run on the engine ([read]): now, when no
+        other router's requests run there. Loads still out are not counted: one that fails evicts
+        nothing."""
+        if len(rep.held) <= self._line(rep) or not rep.idle:
+            return []
+        if self._wants_reading(rep):
+            rep.settle = True
+            return [] if rep.read is not None else [self._start_read(rep)]
+        victims = self._evict(rep, len(rep.held) - self._line(rep))
+        return [IssueUnload(unload=unload.op, replica=rep.id, adapter=unload.adapter) for unload in victims]
+
+    def _settled(self, rep: _Replica) -> list[Command]:
+        """[settle]: the reading a landed load waited for has come: unload the excess now."""
+        if not rep.settle:
+            return []
+        rep.settle = False
+        if len(rep.held) <= self._line(rep):
+            return []
+        victims = self._evict(rep, len(rep.held) - self._line(rep))
+        return [IssueUnload(unload=unload.op, replica=rep.id, adapter=unload.adapter) for unload in victims]
 
     def _unload_finished(self, event: UnloadFinished) -> list[Command]:
         """[unload-outcome]: whatever the answer, the adapter is gone from the machine's view.
@@ -915,7 +941,7 @@ class AdapterStateMachine:
             # one does not see: count that one until the next listing, and make room again.
             rep.unseen += 1
             if load is not None:
-                more = self._evict(rep, len(rep.held) + len(rep.loading) - self._line(rep))
+                more = self._evict(rep, len(rep.held) + len(rep.loading) - self._bound(rep))
                 for unload in more:
                     unload.makes_room_for = load
                     load.waits_for.add(unload.op)
@@ -945,7 +971,97 @@ class AdapterStateMachine:
         if not rep.outstanding and not rep.held and self._replicas.get(rep.id) is rep:
             del self._replicas[rep.id]
 
-    # -- listings ----------------------------------------------------------------------------
+    # -- §3.3 the end of a request: [release], [cancel] ------------------------------------------------
+
+    def _released(self, ticket: int) -> list[Command]:
+        """[release]: the request is done with its adapter; a second release does nothing.
+
+        An adapter it leaves idle is room for a request waiting at the replica's cap ([cap]).
+        """
+        held = self._leases.pop(ticket, None) if type(ticket) is int else None
+        if held is None:
+            self._check_ended_ticket(ticket, "release")
+            return []
+        held.in_use -= 1
+        rep = held.replica
+        rep.in_flight -= 1  # the request ended
+        if held.in_use or not held.current:
+            return []
+        if rep.removed:
+            # Kept only while requests ran on it (see Removal above): now it can go.
+            self._drop(rep, held.adapter)
+            self._forget_if_done(rep)
+            return []
+        if held.adapter in self._pins:
+            return []  # [pin]: never a victim, so never idle
+        if held.adapter in rep.elsewhere:
+            # [elsewhere]: the last reading keeps it out of idle. [read]: with requests waiting at the
+            # cap, read again, so that the room this request leaves does not wait for the next listing.
+            if self._read_engine and rep.queue is not None and rep.read is None:
+                return [self._start_read(rep)]
+            return []
+        # Least recently used order is the order in which adapters became idle: any use of an
+        # idle adapter takes it out of the idle list, so its last use is its release.
+        self._logical += 1  # _tick
+        rep.idle[held.adapter] = self._logical
+        return self._admit_queued(rep) if rep.queue is not None else []
+
+    def _cancelled(self, ticket: int) -> list[Command]:
+        """[cancel]: a waiting request gets no grant; a granted one is released.
+
+        The load it waited on goes on for the others; a load not yet issued that no one waits for
+        any more is not issued at all.
+        """
+        if type(ticket) is int and ticket in self._leases:
+            return self._released(ticket)
+        waited = self._waiting.pop(ticket, None) if type(ticket) is int else None
+        if waited is None:
+            self._check_ended_ticket(ticket, "cancel")
+            return []
+        rep = waited.replica
+        if isinstance(waited, _Read):
+            entry = next(w for w in waited.waiters if w[0] == ticket)
+            waited.waiters.remove(entry)
+            if entry[3] is None:
+                self._ended(rep)  # a routed request not yet assigned is counted nowhere
+            return []
+        self._ended(rep)
+        if isinstance(waited, _Load):
+            waited.waiters.remove(ticket)
+            if waited.starter == ticket:
+                waited.starter = None
+            if not waited.waiters and not waited.issued:
+                self._abandon_pending(waited)
+                return self._admit_queued(rep)
+        elif isinstance(waited, _Unload):
+            waited.waiters = [(t, p) for t, p in waited.waiters if t != ticket]
+        else:
+            waited.waiters = [w for w in waited.waiters if w[0] != ticket]
+            if not waited.waiters and rep.queue is waited:
+                rep.queue = None  # no request waits at the cap any more ([read] reads for those that do)
+        return []
+
+    def _check_ended_ticket(self, ticket: int, what: str) -> None:
+        """Raise unless ``ticket`` names a request that has ended (so ending it again does nothing)."""
+        if type(ticket) is int and ticket in self._waiting:
+            raise UnknownTicketError(
+                f"cannot {what} ticket {ticket}: it is still waiting (cancel it)", ticket=ticket
+            )
+        if type(ticket) is not int or not 0 < ticket <= self._last_ticket:
+            raise UnknownTicketError(
+                f"cannot {what} ticket {ticket!r}: no request ever had it", ticket=ticket
+            )
+
+    def _abandon_pending(self, load: _Load) -> None:
+        del load.replica.loading[load.adapter]
+        self._unwhere(load.replica, load.adapter)
+        del self._ops[load.op]
+        for op in load.waits_for:
+            unload = self._ops[op]
+            assert isinstance(unload, _Unload)
+            unload.makes_room_for = None
+
+    # -- §3.4 listings: [time], [listing] --------------------------------------------------------------
 
     def _time_advanced(self, now: float) -> list[Command]:
         """[time]: the shell's clock reads ``now``; start the listings that are due."""
@@ -1073,7 +1189,7 @@ class AdapterStateMachine:
             commands.extend(self._ensure_pins())  # placed elsewhere while this one is avoided
         return commands
 
-    # -- forget, replicas, limits ------------------------------------------------------------
+    # -- §3.5 to §3.7: [forget], dropping, [replicas], [limit] -----------------------------------------
 
     def _adapter_missing(self, event: AdapterMissing) -> list[Command]:
         """[forget]: the replica said it does not have ``adapter``: stop holding it, in use or not.
@@ -1107,6 +1223,20 @@ class AdapterStateMachine:
         if adapter in self._pins:
             commands.extend(self._ensure_pins())
         return commands
+
+    def _drop(self, rep: _Replica, name: str) -> None:
+        """Stop holding ``name`` (leaving ``idle`` too); leases on it go dead."""
+        held = rep.held.pop(name)
+        held.current = False
+        rep.idle.pop(name, None)
+        self._unwhere(rep, name)
+        if rep.listing is not None:
+            rep.dropped_while_listing.add(name)
+
+    def _unwhere(self, rep: _Replica, adapter: str) -> None:
+        where = self._where.get(adapter)
+        if where is not None and where.pop(rep.id, None) is not None and not where:
+            del self._where[adapter]
 
     def _replica_added(self, event: ReplicaAdded) -> list[Command]:
         """[replicas]: the router will use ``replica``; a new one's listing is read at once.
@@ -1168,9 +1298,11 @@ class AdapterStateMachine:
             if rep is None or rep.removed:
                 continue
             rep.removed = True
-            rep.elsewhere = frozenset()  # about the old engine; a re-added one is reported afresh
-            rep.listed_since_report = False
-            rep.gauged = False
+            # What readings said is about the old engine; a re-added one is read afresh.
+            rep.elsewhere = frozenset()
+            rep.listed_since_report = rep.gauged = rep.foreign = rep.settle = False
+            rep.others = rep.read_served = rep.ran = rep.calm = 0
+            rep.seqs = rep.max_loras = rep.sampled = None
             if rep.read is not None:
                 # Its answer will be ignored: requests on the replica fail, routed ones are placed anew.
                 for ticket, _, _, route in rep.read.waiters:
@@ -1222,7 +1354,153 @@ class AdapterStateMachine:
                 commands.extend(self._admit_queued(rep))
         return commands
 
-    # -- what the machine tells the router ----------------------------------------------------
+    # -- §3.8 failing replicas and refused adapters: [health], [blame], [refuse] -----------------------
+
+    def _replica_ok(self, rep: _Replica) -> None:
+        rep.failures = 0
+        rep.avoid_until = 0.0
+
+    def _replica_fault(self, rep: _Replica) -> None:
+        """[health]: avoid ``rep`` for a while, twice as long as last time, up to the longest."""
+        rep.failures += 1
+        wait = self._backoff * 2.0 ** min(rep.failures - 1, 32)
+        rep.avoid_until = self._clock + min(wait, self._max_backoff)
+
+    def _replica_failed_event(self, event: ReplicaFailed) -> list[Command]:
+        """[health]: the router saw the replica fail; placement avoids it for a while."""
+        if type(event.replica) is not str or not event.replica:
+            raise _invalid("replica", event.replica, "replica id must be a non-empty str")
+        _check_message(event.message)
+        rep = self._replicas.get(event.replica)
+        if rep is not None and not rep.removed:
+            self._replica_fault(rep)
+        return []
+
+    def _served_elsewhere(self, event: ServedElsewhere) -> list[Command]:
+        """[blame]: each replica that answered the request with a server error, where another then
+        served it, failed; placement avoids it for a while."""
+        if type(event.replica) is not str or not event.replica:
+            raise _invalid("replica", event.replica, "replica id must be a non-empty str")
+        failed = _names("failed", event.failed)
+        for replica in sorted(set(failed) - {event.replica}):
+            rep = self._replicas.get(replica)
+            if rep is not None and not rep.removed:
+                self._replica_fault(rep)
+        return []
+
+    @staticmethod
+    def blame(replica: str, failed: Iterable[str] = ()) -> Fault:
+        """[blame]: whose fault it is that ``replica`` answered a forwarded request with a server error
+        (a 5xx), when the replicas ``failed`` had answered it so before: the request's when another
+        replica did too (answer it, and try no more replicas), else the replica's (try another; it is
+        avoided once another serves the request, ``ServedElsewhere``)."""
+        return Fault.REQUEST if any(other != replica for other in failed) else Fault.REPLICA
+
+    def _fail(self, ticket: int, rep: _Replica, fault: Fault, message: str) -> Fail:
+        """End a waiting request (already taken off ``_waiting``) with a ``Fail``."""
+        self._ended(rep)
+        self._failures[fault.value] = self._failures.get(fault.value, 0) + 1
+        return Fail(ticket=ticket, fault=fault, message=message)
+
+    # -- §3.9 waiting for room: [cap] ------------------------------------------------------------------
+
+    def _at_cap(self, rep: _Replica) -> bool:
+        """[cap]: whether the adapters in use on ``rep`` (held or loading, and not idle) fill its line
+        plus the headroom, so that one more load would pass the cap even with every idle one unloaded.
+
+        ``_place_cold`` makes the same test inline: it runs for every replica.
+        """
+        headroom = self._headroom
+        if headroom is None:
+            return False
+        cap = self._line(rep) + headroom
+        if rep.max_loras is not None and rep.max_loras > cap:
+            cap = rep.max_loras  # never below what one batch of the engine can run
+        return len(rep.held) + len(rep.loading) - len(rep.idle) >= cap
+
+    def _admit_queued(self, rep: _Replica) -> list[Command]:
+        """[cap]: admit the requests waiting for room on ``rep``, in order, while there is room."""
+        queue = rep.queue
+        if queue is None:
+            return []
+        commands: list[Command] = []
+        while queue.waiters:
+            ticket, adapter, path = queue.waiters[0]
+            known = adapter in rep.held or adapter in rep.loading or adapter in rep.unloading
+            if not known and self._at_cap(rep):
+                break
+            del queue.waiters[0]
+            del self._waiting[ticket]
+            commands.extend(self._admit(ticket, rep, adapter, path))
+        if not queue.waiters and rep.queue is queue:
+            rep.queue = None
+        return commands
+
+    # -- §3.10 pinned adapters: [pin] ------------------------------------------------------------------
+
+    def _adapter_pinned(self, event: AdapterPinned) -> list[Command]:
+        """[pin]: keep the adapter loaded on ``copies`` replicas, chosen by placement, never evicted."""
+        adapter, path, copies, model = event.adapter, event.path, event.copies, event.model
+        if type(adapter) is not str or not adapter:
+            raise _invalid("adapter", adapter, "adapter name must be a non-empty str")
+        if type(path) is not str or not path:
+            raise _invalid("path", path, "adapter path must be a non-empty str")
+        if type(copies) is not int or copies < 1:
+            raise _invalid("copies", copies, "copies must be an int of at least 1")
+        if model is not None and (type(model) is not str or not model):
+            raise _invalid("model", model, "model must be a non-empty str or absent")
+        self._pins[adapter] = event
+        for rep in self._where.get(adapter, {}).values():
+            rep.idle.pop(adapter, None)
+        return self._ensure_pins()
+
+    def _adapter_unpinned(self, event: AdapterUnpinned) -> list[Command]:
+        """[pin]: the adapter's copies no request runs on become idle, most recently used."""
+        adapter = event.adapter
+        if type(adapter) is not str or not adapter:
+            raise _invalid("adapter", adapter, "adapter name must be a non-empty str")
+        if self._pins.pop(adapter, None) is None:
+            return []
+        commands: list[Command] = []
+        for rep in sorted(self._replicas.values(), key=lambda r: r.id):
+            held = rep.held.get(adapter)
+            if held is not None and not held.in_use and not rep.removed and adapter not in rep.elsewhere:
+                rep.idle[adapter] = self._tick()
+                commands.extend(self._admit_queued(rep))
+            load = rep.loading.get(adapter)
+            if load is not None and not load.issued and not load.waiters:
+                self._abandon_pending(load)  # a pin's load still waiting for its victims
+        return commands
+
+    def _ensure_pins(self) -> list[Command]:
+        """[pin]: start loads of pinned adapters short of their copies, where placement puts them.
+
+        Only where there is room (a free slot, or an idle adapter to evict); replicas avoided for
+        their failures, and adapters the engine refused, wait until that passes.
+        """
+        commands: list[Command] = []
+        clock = self._clock
+        for adapter in sorted(self._pins):
+            pin = self._pins[adapter]
+            refused = self._refused.get(adapter)
+            if refused is not None and refused[0] > clock:
+                continue
+            have = {
+                rep.id
+                for rep in self._where.get(adapter, {}).values()
+                if rep.avoid_until <= clock and (pin.model is None or rep.model == pin.model)
+            }
+            skip = set(self._where.get(adapter, {}))
+            for _ in range(pin.copies - len(have)):
+                placement = self._place_cold(adapter, pin.model, skip, {}, spread=False)
+                if placement.placed not in (Placed.FREE, Placed.EVICT) or placement.replica is None:
+                    break
+                rep = self._replicas[placement.replica]
+                commands.extend(self._start_load(None, rep, adapter, pin.path))
+                skip.add(rep.id)
+        return commands
+
+    # -- §3.11 queries: [view], [statistics] -----------------------------------------------------------
 
     def view(self, replicas: Iterable[str], adapter: str) -> View:
         """Which of ``replicas`` hold ``adapter`` (held or loading) and which have room ([view])."""
@@ -1242,174 +1520,6 @@ class AdapterStateMachine:
                 with_room.append(replica)
         return View(holders=frozenset(holders), with_room=frozenset(with_room))
 
-    def place(
-        self,
-        adapter: str,
-        *,
-        model: str | None = None,
-        exclude: Iterable[str] = (),
-        load: Mapping[str, float] | None = None,
-    ) -> Placement:
-        """Where to send a request for ``adapter`` ([place]): pure, and the same for the same state.
-
-        Candidates are the replicas in use (of ``model`` when given), not avoided, less ``exclude``
-        (replicas this request already tried). The least busy holder takes it unless it is busy (past
-        ``concurrency``); else a cold load goes where it costs least: a free slot, a replica whose
-        adapters are all in use (a little over its limit evicts nothing), else the replica whose
-        victim is in least demand and idle longest. Ties go to the replica that has served fewest,
-        then to the highest rendezvous hash, so that routers with the same view choose alike.
-
-        Args:
-            load: a figure per replica id the router may report (e.g. the engine's queue length),
-                added to this router's own requests in flight there.
-        """
-        if type(adapter) is not str or not adapter:
-            raise _invalid("adapter", adapter, "adapter name must be a non-empty str")
-        skip = exclude if isinstance(exclude, set | frozenset | dict) else set(exclude)
-        return self._placement(adapter, model, skip, load or {})
-
-    def _placement(
-        self, adapter: str, model: str | None, skip: Container[str], extra: Mapping[str, float]
-    ) -> Placement:
-        """[place], for ``place`` and [route] alike (a subclass that records ``place`` sees queries only)."""
-        holder = self._holder(adapter, model, skip, extra)
-        if holder is not None and (self._busy is None or self._busy_of(holder, extra) < self._busy):
-            return self._at(holder, adapter)
-        cold = self._place_cold(adapter, model, skip, extra, self._spread)
-        if cold.replica is not None:
-            return cold
-        if holder is not None:
-            return self._at(holder, adapter)
-        return self._place_cold(adapter, model, skip, extra, None, least=True)
-
-    @staticmethod
-    def _at(rep: _Replica, adapter: str) -> Placement:
-        return Placement(replica=rep.id, placed=Placed.HELD if adapter in rep.held else Placed.LOADING)
-
-    @staticmethod
-    def _busy_of(rep: _Replica, extra: Mapping[str, float] | None) -> float:
-        return rep.in_flight + extra.get(rep.id, 0) if extra else rep.in_flight
-
-    def _holder(
-        self, adapter: str, model: str | None, skip: Container[str], extra: Mapping[str, float] | None
-    ) -> _Replica | None:
-        """[place]'s first choice: the holder (held or loading) with the least (busy, served, -weight).
-
-        The rendezvous weights are computed only for a tie: a warm request's placement is its hot path.
-        """
-        best: _Replica | None = None
-        best_key = (0.0, 0)
-        best_weight = -1
-        clock = self._clock
-        for rep in self._where.get(adapter, _NOWHERE).values():
-            if not rep.met or rep.avoid_until > clock or rep.id in skip:
-                continue
-            if model is not None and rep.model != model:
-                continue
-            key = (rep.in_flight + extra.get(rep.id, 0) if extra else rep.in_flight, rep.served)
-            if best is None or key < best_key:
-                best, best_key, best_weight = rep, key, -1
-            elif key == best_key:
-                if best_weight < 0:
-                    best_weight = _rendezvous(adapter, best.id)
-                weight = _rendezvous(adapter, rep.id)
-                if weight > best_weight:
-                    best, best_weight = rep, weight
-        return best
-
-    def _place_cold(
-        self,
-        adapter: str,
-        model: str | None,
-        skip: Container[str],
-        extra: Mapping[str, float],
-        spread: int | None,
-        *,
-        least: bool = False,
-    ) -> Placement:
-        """[place], a cold load: the candidate not holding ``adapter`` where the load costs least.
-
-        Only replicas with fewer than ``spread`` requests in flight, when it is given; ``least``
-        picks the least busy instead, whatever the load would cost there.
-        """
-        chosen: _Replica | None = None
-        chosen_key: tuple[Any, ...] = ()
-        chosen_kind = 0
-        clock = self._clock
-        headroom = self._headroom
-        shared = self._routers > 1
-        for rep in self._replicas.values():
-            if rep.removed or not rep.met or rep.id in skip or rep.avoid_until > clock:
-                continue
-            if (model is not None and rep.model != model) or adapter in rep.held or adapter in rep.loading:
-                continue
-            busy = rep.in_flight + extra.get(rep.id, 0)
-            if spread is not None and busy >= spread:
-                continue
-            count = len(rep.held) + len(rep.loading)
-            line = self._line(rep) if shared else rep.limit
-            if headroom is not None and count - len(rep.idle) >= line + headroom:  # _at_cap, inline
-                kind, cost = 4, (0, 0)  # at its cap: the request would wait for room
-            elif count < line:
-                kind, cost = 0, (0, 0)
-            elif not rep.idle:
-                kind, cost = (1 if count < line + self._overflow else 3), (0, 0)
-            else:
-                victim = self._victim(rep)
-                kind, cost = 2, (self._weight(victim), rep.idle[victim])
-            last = (busy, rep.served, -_rendezvous(adapter, rep.id))
-            key = last if least else (kind, *cost, *last)
-            if chosen is None or key < chosen_key:
-                chosen, chosen_key, chosen_kind = rep, key, kind
-        if chosen is None:
-            return Placement(replica=None, placed=None)
-        placed = (Placed.FREE, Placed.OVER, Placed.EVICT, Placed.OVER, Placed.WAIT)[chosen_kind]
-        return Placement(replica=chosen.id, placed=placed)
-
-    def _at_cap(self, rep: _Replica) -> bool:
-        """[cap]: whether the adapters in use on ``rep`` (held or loading, and not idle) fill its line
-        plus the headroom, so that one more load would pass the cap even with every idle one unloaded.
-
-        ``_place_cold`` makes the same test inline: it runs for every replica.
-        """
-        headroom = self._headroom
-        if headroom is None:
-            return False
-        return len(rep.held) + len(rep.loading) - len(rep.idle) >= self._line(rep) + headroom
-
-    def _line(self, rep: _Replica) -> int:
-        """[share] How many adapters this router lets ``rep`` hold before a cold load evicts.
-
-        Its limit, less the other routers' shares of the ``f`` free slots its last listing left
-        (this router fills ``ceil(f / routers)`` of them), less one for each adapter the engine lost
-        since without this router's unload (another router's took its slot), and at least 1. With
-        one router, the limit.
-        """
-        if self._routers == 1:
-            return rep.limit
-        free = rep.limit - rep.base
-        line = rep.limit if free <= 0 else rep.base + -(-free // self._routers)
-        # Never below 1: a line at 0 would close the cap (line + headroom) on a replica whose every
-        # adapter is in use until the next listing; the simulator's waits grew a hundredfold without it.
-        return max(line - rep.unseen, 1)
-
-    def _weight(self, adapter: str) -> int:
-        """[evict] An adapter's demand class: the bit length of its decayed request count."""
-        return self._demand.get(adapter, 0).bit_length()
-
-    def _victim(self, rep: _Replica) -> str:
-        """[evict] The idle adapter in least demand, the least recently used of those (``idle`` not empty)."""
-        demand = self._demand
-        victim = ""
-        lowest = -1
-        for name in rep.idle:
-            weight = demand.get(name, 0).bit_length()
-            if lowest < 0 or weight < lowest:
-                victim, lowest = name, weight
-                if not weight:
-                    break  # nothing is in less demand than none
-        return victim
-
     def is_met(self, replica: str) -> bool:
         """Whether ``replica`` is in use and its first listing since it was added was answered.
 
@@ -1425,6 +1535,23 @@ class AdapterStateMachine:
         """
         rep = self._replicas.get(replica)
         return frozenset() if rep is None or rep.removed else rep.elsewhere
+
+    def reading(self, replica: str) -> Reading | None:
+        """What the readings of ``replica``'s engine say ([elsewhere], [load]); None when it is not in use."""
+        rep = self._replicas.get(replica)
+        if rep is None or rep.removed:
+            return None
+        running, waiting = rep.sampled if rep.sampled is not None else (None, None)
+        return Reading(
+            adapters=rep.elsewhere,
+            foreign=rep.foreign,
+            running=running,
+            waiting=waiting,
+            others=rep.others,
+            load=self._load(rep),
+            capacity=self._seqs(rep),
+            max_loras=rep.max_loras,
+        )
 
     def statistics(self) -> Statistics:
         """A frozen snapshot of the counts and of what every replica in use holds ([statistics])."""
@@ -1465,6 +1592,420 @@ class AdapterStateMachine:
             in_flight=rep.in_flight,
             failing_until=rep.avoid_until if rep.avoid_until > self._clock else None,
         )
+
+    # -- §3.12 placement: [load], [place] --------------------------------------------------------------
+
+    @staticmethod
+    def _load(rep: _Replica) -> int:
+        """[load]: the requests on ``rep``'s engine from every router: this router's own in flight,
+        and the others' as its last reading showed them."""
+        return rep.in_flight + rep.others
+
+    def _busy(self, rep: _Replica, extra: Mapping[str, float] | None) -> float:
+        """[place]'s busy: the load, plus what the caller reports for the replica."""
+        return self._load(rep) + extra.get(rep.id, 0) if extra else self._load(rep)
+
+    def _seqs(self, rep: _Replica) -> int | None:
+        """[load]: requests ``rep``'s engine runs at once: the setting, else what a reading showed."""
+        return self._concurrency if self._concurrency is not None else rep.seqs
+
+    def _saturated(self, rep: _Replica, extra: Mapping[str, float] | None) -> bool:
+        """[load]: a request sent to ``rep`` would queue behind another one there."""
+        seqs = self._seqs(rep)
+        return seqs is not None and self._busy(rep, extra) > seqs
+
+    def _queue(self, rep: _Replica, extra: Mapping[str, float] | None) -> float | None:
+        """[load]: the requests a new one would wait behind on ``rep``'s engine; None when unknown."""
+        seqs = self._seqs(rep)
+        return None if seqs is None else max(0.0, self._busy(rep, extra) - seqs)
+
+    def place(
+        self,
+        adapter: str,
+        *,
+        model: str | None = None,
+        exclude: Iterable[str] = (),
+        load: Mapping[str, float] | None = None,
+    ) -> Placement:
+        """Where to send a request for ``adapter`` ([place]): pure, and the same for the same state.
+
+        Candidates are the replicas in use (of ``model`` when given), not avoided, less ``exclude``
+        (replicas this request already tried). The least busy holder takes it unless it is busy (past
+        ``concurrency``); else a cold load goes where it costs least: a free slot, a replica whose
+        adapters are all in use (a little over its limit evicts nothing), else the replica whose
+        victim is in least demand and idle longest. Ties go to the replica that has served fewest,
+        then to the highest rendezvous hash, so that routers with the same view choose alike.
+
+        Args:
+            load: a figure per replica id the router may report (e.g. the engine's queue length),
+                added to this router's own requests in flight there.
+        """
+        if type(adapter) is not str or not adapter:
+            raise _invalid("adapter", adapter, "adapter name must be a non-empty str")
+        skip = exclude if isinstance(exclude, set | frozenset | dict) else set(exclude)
+        return self._placement(adapter, model, skip, load or {})
+
+    def _placement(
+        self, adapter: str, model: str | None, skip: Container[str], extra: Mapping[str, float]
+    ) -> Placement:
+        """[place], for ``place`` and [route] alike (a subclass that records ``place`` sees queries only)."""
+        holder = self._holder(adapter, model, skip, extra)
+        if holder is not None and not self._saturated(holder, extra):
+            return self._at(holder, adapter)
+        cold = self._place_cold(adapter, model, skip, extra, spread=True)
+        if cold.replica is not None:
+            return cold
+        if holder is None:
+            return self._place_cold(adapter, model, skip, extra, spread=False, least=True)
+        # Every engine is busy: the holder's queue, unless another's is shorter by more than a load.
+        other = self._place_cold(adapter, model, skip, extra, spread=False, least=True)
+        if other.replica is not None:
+            mine = self._queue(holder, extra)
+            theirs = self._queue(self._replicas[other.replica], extra)
+            if mine is not None and theirs is not None and theirs + SPILL_MARGIN <= mine:
+                return other
+        return self._at(holder, adapter)
+
+    @staticmethod
+    def _at(rep: _Replica, adapter: str) -> Placement:
+        return Placement(replica=rep.id, placed=Placed.HELD if adapter in rep.held else Placed.LOADING)
+
+    def _holder(
+        self, adapter: str, model: str | None, skip: Container[str], extra: Mapping[str, float] | None
+    ) -> _Replica | None:
+        """[place]'s first choice: the holder (held or loading) with the least (busy, served, -weight).
+
+        The rendezvous weights are computed only for a tie: a warm request's placement is its hot path.
+        """
+        best: _Replica | None = None
+        best_key: tuple[float, int] = (0.0, 0)
+        best_weight = -1
+        clock = self._clock
+        for rep in self._where.get(adapter, _NOWHERE).values():
+            if not rep.met or rep.avoid_until > clock or rep.id in skip:
+                continue
+            if model is not None and rep.model != model:
+                continue
+            key = (self._busy(rep, extra), rep.served)
+            if best is None or key < best_key:
+                best, best_key, best_weight = rep, key, -1
+            elif key == best_key:
+                if best_weight < 0:
+                    best_weight = _rendezvous(adapter, best.id)
+                weight = _rendezvous(adapter, rep.id)
+                if weight > best_weight:
+                    best, best_weight = rep, weight
+        return best
+
+    def _place_cold(
+        self,
+        adapter: str,
+        model: str | None,
+        skip: Container[str],
+        extra: Mapping[str, float],
+        *,
+        spread: bool,
+        least: bool = False,
+    ) -> Placement:
+        """[place], a cold load: the candidate not holding ``adapter`` where the load costs least.
+
+        With ``spread``, only replicas whose engine runs under three quarters of what it can at once
+        (when that is known); ``least`` picks the least busy instead, whatever the load would cost.
+        """
+        chosen: _Replica | None = None
+        chosen_key: tuple[Any, ...] = ()
+        chosen_kind = 0
+        clock = self._clock
+        headroom = self._headroom
+        shared = self._routers > 1
+        for rep in self._replicas.values():
+            if rep.removed or not rep.met or rep.id in skip or rep.avoid_until > clock:
+                continue
+            if (model is not None and rep.model != model) or adapter in rep.held or adapter in rep.loading:
+                continue
+            busy = self._busy(rep, extra)
+            if spread:
+                seqs = self._seqs(rep)
+                if seqs is not None and busy >= max(1, 3 * seqs // 4):
+                    continue
+            count = len(rep.held) + len(rep.loading)
+            line = self._line(rep) if shared else rep.limit
+            if headroom is not None and count - len(rep.idle) >= max(line + headroom, rep.max_loras or 0):
+                if spread:
+                    continue  # at its cap: the request would wait for room, while others may have some
+                kind, cost = 4, (0, 0)
+            elif count < line:
+                kind, cost = 0, (0, 0)
+            elif not rep.idle:
+                kind, cost = (1 if count < line + self._overflow else 3), (0, 0)
+            else:
+                victim = self._victim(rep)
+                kind, cost = 2, (self._weight(victim), rep.idle[victim])
+            last = (busy, rep.served, -_rendezvous(adapter, rep.id))
+            key = (kind == 4, *last) if least else (kind, *cost, *last)
+            if chosen is None or key < chosen_key:
+                chosen, chosen_key, chosen_kind = rep, key, kind
+        if chosen is None:
+            return Placement(replica=None, placed=None)
+        placed = (Placed.FREE, Placed.OVER, Placed.EVICT, Placed.OVER, Placed.WAIT)[chosen_kind]
+        return Placement(replica=chosen.id, placed=placed)
+
+    def _weight(self, adapter: str) -> int:
+        """[evict] An adapter's demand class: the bit length of its decayed request count."""
+        return self._demand.get(adapter, 0).bit_length()
+
+    def _victim(self, rep: _Replica) -> str:
+        """[evict] The idle adapter in least demand, the least recently used of those (``idle`` not empty)."""
+        demand = self._demand
+        victim = ""
+        lowest = -1
+        for name in rep.idle:
+            weight = demand.get(name, 0).bit_length()
+            if lowest < 0 or weight < lowest:
+                victim, lowest = name, weight
+                if not weight:
+                    break  # nothing is in less demand than none
+        return victim
+
+    # -- §3.13 several routers: [elsewhere], [read-failed] ---------------------------------------------
+
+    def _reading_received(self, event: ReadingReceived) -> list[Command]:
+        """[read], [elsewhere]: the engine's figures replace the last reading; waiting requests go on."""
+        op = self._read_op(event.read)
+        names = event.adapters
+        if names is not None:
+            if not isinstance(names, tuple | list):
+                raise _invalid("adapters", names, "adapters must be a list of adapter names, or null")
+            for name in names:
+                if type(name) is not str or not name:
+                    raise _invalid("adapters", name, "reported adapter names must be non-empty strs")
+        running, waiting, max_loras = event.running, event.waiting, event.max_loras
+        for field, value in (("running", running), ("waiting", waiting), ("max_loras", max_loras)):
+            if value is not None and (type(value) is not int or value < 0):
+                raise _invalid(field, value, f"{field} must be an int of at least 0, or null")
+        if not self._finish_read(op):
+            return []
+        rep = op.replica
+        rep.gauged = names is not None
+        rep.read_served = op.served
+        if running is not None and waiting is not None:
+            # [load]: the engine's own count, and what it says of its capacity: a queue means full.
+            rep.sampled = running, waiting
+            rep.others = max(0, running + waiting - op.in_flight)
+            rep.ran = max(rep.ran, running)
+            if waiting:
+                rep.seqs = max(rep.ran, rep.seqs or 1)  # a sample may fall between two steps
+            else:
+                # With this many requests on it (ours counted as the read went out) nothing waited.
+                rep.calm = max(rep.calm, op.in_flight + rep.others)
+        raised = max_loras is not None and max_loras > (rep.max_loras or 0)
+        rep.max_loras = max_loras if max_loras else rep.max_loras
+        # An engine without the gauge cannot tell: an empty reading, and no reads before requests.
+        counted = running is not None and waiting is not None
+        commands = self._report(rep, frozenset(names or ()), others=counted and rep.others > 0)
+        if raised:
+            commands.extend(self._admit_queued(rep))  # [cap]: a higher max_loras may raise the cap
+        commands.extend(self._settled(rep))
+        commands.extend(self._unpark(op))
+        return commands
+
+    def _reading_failed(self, event: ReadingFailed) -> list[Command]:
+        """[read-failed]: a read got no answer; the last reading stands unless a listing came in since.
+
+        A read fails most often when the engine is busiest, which is when what the last reading named
+        most likely still runs: so it stands, unless a listing of the replica came in after it. The
+        engine has been read afresh since that reading, and no reading outlives the next listing by
+        more than a read: then it ends, as an empty one would end it. The requests waiting for the
+        read go on with what the machine knows.
+        """
+        op = self._read_op(event.read)
+        _check_message(event.message)
+        if not self._finish_read(op):
+            return []
+        rep = op.replica
+        commands = self._report(rep, frozenset(), failed=True) if rep.listed_since_report else []
+        commands.extend(self._settled(rep))
+        commands.extend(self._unpark(op))
+        return commands
+
+    def _report(
+        self, rep: _Replica, names: frozenset[str], *, failed: bool = False, others: bool = False
+    ) -> list[Command]:
+        """[elsewhere]: ``names`` replace the replica's last report.
+
+        A reading that names only adapters this router's requests run on there, and counts no
+        request but this router's (``others`` False), says nothing of another router: it stands as an
+        empty one, and those adapters go idle when the requests end, as without a reading. One that
+        names any other adapter, or counts other requests (another router's may run on an adapter of
+        ours), is another router's doing: all it names stay out of ``idle`` until the next reading,
+        and evictions there wait for a fresh one ([read]). An ended reading ([read-failed]) leaves
+        that last judgement as it was.
+        """
+        rep.listed_since_report = False
+        if not failed:
+            mine = rep.held
+            rep.foreign = others or any(name not in mine or not mine[name].in_use for name in names)
+            if not rep.foreign:
+                names = frozenset()
+        before, rep.elsewhere = rep.elsewhere, names
+        for name in rep.elsewhere - before:
+            rep.idle.pop(name, None)
+        freed = False
+        for name in sorted(before - rep.elsewhere):
+            held = rep.held.get(name)
+            if held is not None and not held.in_use and name not in self._pins:
+                rep.idle[name] = self._tick()
+                freed = True
+        return self._admit_queued(rep) if freed else []
+
+    # -- §3.14 limits across routers: [share] ----------------------------------------------------------
+
+    def _line(self, rep: _Replica) -> int:
+        """[share] How many adapters this router lets ``rep`` hold before a cold load evicts.
+
+        Its limit, less the other routers' shares of the ``f`` free slots its last listing left
+        (this router fills ``ceil(f / routers)`` of them), less one for each adapter the engine lost
+        since without this router's unload (another router's took its slot), and at least 1. With
+        one router, the limit.
+        """
+        if self._routers == 1:
+            return rep.limit
+        free = rep.limit - rep.base
+        line = rep.limit if free <= 0 else rep.base + -(-free // self._routers)
+        # Never below 1: a line at 0 would close the cap (line + headroom) on a replica whose every
+        # adapter is in use until the next listing; the simulator's waits grew a hundredfold without it.
+        return max(line - rep.unseen, 1)
+
+    # -- §3.15 reading engines, and routed requests: [read], [route] -----------------------------------
+
+    def _needs_read(self, rep: _Replica) -> bool:
+        """[read]: whether a cold load on ``rep`` waits for a reading of its engine first.
+
+        When it has no free slot (the load would evict, go over its limit or wait at its cap) and its
+        engine names what runs there, or is being read: a fresh reading may spare a victim another
+        router runs on, or show room an ended request left.
+        """
+        return self._wants_reading(rep) and len(rep.held) + len(rep.loading) + 1 > self._bound(rep)
+
+    def _wants_reading(self, rep: _Replica) -> bool:
+        """[read]: whether an eviction on ``rep`` waits for a fresh reading: its last reading named an
+        adapter no request of this router runs on there (another router's), or its first reading is
+        on its way. A router alone, whose readings name only its own requests, never waits."""
+        if not self._read_engine:
+            return False
+        return rep.foreign if rep.gauged else rep.read is not None
+
+    def _stale(self, rep: _Replica, coming: int = 0) -> bool:
+        """[read]: whether a request placed on ``rep`` asks for a fresh reading (nothing waits for it):
+        its engine counts its requests, its capacity is unknown, and its load is above any a reading
+        found it carry with no queue (a read may show it full, and a hot adapter needs a copy); or
+        other routers use it, and this router has sent it ``REFRESH`` requests since its last reading
+        (their load moves too). ``coming``: the request is not counted yet (``place_hit``)."""
+        if not self._read_engine or not rep.gauged or rep.read is not None:
+            return False
+        if rep.foreign and rep.served + coming - rep.read_served >= REFRESH:
+            return True
+        if rep.sampled is None or rep.seqs is not None or self._concurrency is not None:
+            return False
+        return self._load(rep) + coming > rep.calm
+
+    def _park(
+        self, ticket: int, rep: _Replica, adapter: str, path: str, route: _Route | None
+    ) -> list[Command]:
+        """[read]: the request waits for the read of ``rep`` in flight, or for one started now."""
+        commands: list[Command] = []
+        if rep.read is None:
+            commands.append(self._start_read(rep))
+        assert rep.read is not None
+        rep.read.waiters.append((ticket, adapter, path, route))
+        self._waiting[ticket] = rep.read
+        return commands
+
+    def _start_read(self, rep: _Replica) -> ReadEngine:
+        read = _Read(rep, self._new_op(), rep.in_flight, rep.served)
+        rep.read = read
+        rep.outstanding += 1
+        self._ops[read.op] = read
+        return ReadEngine(read=read.op, replica=rep.id)
+
+    def _read_op(self, read: int) -> _Read:
+        op = self._ops.get(read) if type(read) is int else None
+        if not isinstance(op, _Read):
+            raise UnknownOperationError(
+                f"read {read!r} is not an issued read awaiting its answer", operation=read, kind="read"
+            )
+        return op
+
+    def _finish_read(self, op: _Read) -> bool:
+        """Count ``op`` as answered; False when its answer is to be ignored (removed, or abandoned)."""
+        del self._ops[op.op]
+        rep = op.replica
+        if self._count_answer(rep) or rep.read is not op:
+            return False
+        rep.read = None
+        return True
+
+    def _unpark(self, op: _Read) -> list[Command]:
+        """[read]: admit afresh the requests that waited for ``op``, in order; routed ones placed afresh."""
+        commands: list[Command] = []
+        rep = op.replica
+        for ticket, adapter, path, route in op.waiters:
+            del self._waiting[ticket]
+            if route is None:
+                commands.extend(self._admit(ticket, rep, adapter, path))
+            else:
+                commands.extend(self._place_route(route))
+        return commands
+
+    def _routed(self, event: Routed) -> list[Command]:
+        """[route]: a request for ``adapter`` wherever placement puts it."""
+        ticket, adapter, path, model, exclude = (
+            event.ticket,
+            event.adapter,
+            event.path,
+            event.model,
+            event.exclude,
+        )
+        self._check_ticket(ticket)
+        if type(adapter) is not str or not adapter:
+            raise _invalid("adapter", adapter, "adapter name must be a non-empty str")
+        if type(path) is not str or not path:
+            raise _invalid("path", path, "adapter path must be a non-empty str")
+        if model is not None and (type(model) is not str or not model):
+            raise _invalid("model", model, "model must be a non-empty str or absent")
+        if not isinstance(exclude, tuple | list):
+            raise _invalid("exclude", exclude, "exclude must be a list of replica ids")
+        for replica in exclude:
+            if type(replica) is not str or not replica:
+                raise _invalid("exclude", replica, "excluded replica ids must be non-empty strs")
+        self._last_ticket = ticket
+        return self._place_route(_Route(ticket, adapter, path, model, frozenset(exclude)))
+
+    def _place_route(self, route: _Route) -> list[Command]:
+        """[route]: place the request, read the replica first if [read] asks, then assign and admit it."""
+        ticket, adapter = route.ticket, route.adapter
+        placement = self._placement(adapter, route.model, route.exclude, {})
+        if placement.replica is None or placement.placed is None:
+            self._failures[Fault.REPLICA.value] = self._failures.get(Fault.REPLICA.value, 0) + 1
+            return [
+                Fail(ticket=ticket, fault=Fault.REPLICA, message=no_replica_message(adapter, route.model))
+            ]
+        rep = self._replicas[placement.replica]
+        refused = self._refused_now(rep, adapter)
+        if refused is not None:  # no call, no replica, the engine's words again
+            self._failures[Fault.ADAPTER.value] = self._failures.get(Fault.ADAPTER.value, 0) + 1
+            return [Fail(ticket=ticket, fault=Fault.ADAPTER, message=refused)]
+        if placement.placed in _FULL and rep.id not in route.read and self._needs_read(rep):
+            route.read.add(rep.id)
+            return self._park(ticket, rep, adapter, route.path, route)
+        self._count(rep, adapter)
+        commands: list[Command] = [Assign(ticket=ticket, replica=rep.id, placed=placement.placed)]
+        commands.extend(self._admit(ticket, rep, adapter, route.path))
+        if self._stale(rep):
+            commands.append(self._start_read(rep))  # [read]: is its engine full? Nothing waits for it.
+        return commands
+
+    # -- invariants, numbers and ticks -----------------------------------------------------------------
 
     def check_invariants(self) -> None:
         """Raise AssertionError if the machine's state contradicts itself (for tests and fuzzing).
@@ -1557,8 +2098,6 @@ class AdapterStateMachine:
             else:
                 assert (rep.due, rid) in self._due, rid
 
-    # -- helpers ------------------------------------------------------------------------------
-
     def _new_op(self) -> int:
         op = self._next_op
         self._next_op = op + 1
@@ -1567,289 +2106,6 @@ class AdapterStateMachine:
     def _tick(self) -> int:
         self._logical += 1
         return self._logical
-
-    def _drop(self, rep: _Replica, name: str) -> None:
-        """Stop holding ``name`` (leaving ``idle`` too); leases on it go dead."""
-        held = rep.held.pop(name)
-        held.current = False
-        rep.idle.pop(name, None)
-        self._unwhere(rep, name)
-        if rep.listing is not None:
-            rep.dropped_while_listing.add(name)
-
-    def _fail(self, ticket: int, rep: _Replica, fault: Fault, message: str) -> Fail:
-        """End a waiting request (already taken off ``_waiting``) with a ``Fail``."""
-        rep.in_flight -= 1
-        self._failures[fault.value] = self._failures.get(fault.value, 0) + 1
-        return Fail(ticket=ticket, fault=fault, message=message)
-
-    def _adapter_pinned(self, event: AdapterPinned) -> list[Command]:
-        """[pin]: keep the adapter loaded on ``copies`` replicas, chosen by placement, never evicted."""
-        adapter, path, copies, model = event.adapter, event.path, event.copies, event.model
-        if type(adapter) is not str or not adapter:
-            raise _invalid("adapter", adapter, "adapter name must be a non-empty str")
-        if type(path) is not str or not path:
-            raise _invalid("path", path, "adapter path must be a non-empty str")
-        if type(copies) is not int or copies < 1:
-            raise _invalid("copies", copies, "copies must be an int of at least 1")
-        if model is not None and (type(model) is not str or not model):
-            raise _invalid("model", model, "model must be a non-empty str or absent")
-        self._pins[adapter] = event
-        for rep in self._where.get(adapter, {}).values():
-            rep.idle.pop(adapter, None)
-        return self._ensure_pins()
-
-    def _adapter_unpinned(self, event: AdapterUnpinned) -> list[Command]:
-        """[pin]: the adapter's copies no request runs on become idle, most recently used."""
-        adapter = event.adapter
-        if type(adapter) is not str or not adapter:
-            raise _invalid("adapter", adapter, "adapter name must be a non-empty str")
-        if self._pins.pop(adapter, None) is None:
-            return []
-        commands: list[Command] = []
-        for rep in sorted(self._replicas.values(), key=lambda r: r.id):
-            held = rep.held.get(adapter)
-            if held is not None and not held.in_use and not rep.removed and adapter not in rep.elsewhere:
-                rep.idle[adapter] = self._tick()
-                commands.extend(self._admit_queued(rep))
-            load = rep.loading.get(adapter)
-            if load is not None and not load.issued and not load.waiters:
-                self._abandon_pending(load)  # a pin's load still waiting for its victims
-        return commands
-
-    def _ensure_pins(self) -> list[Command]:
-        """[pin]: start loads of pinned adapters short of their copies, where placement puts them.
-
-        Only where there is room (a free slot, or an idle adapter to evict); replicas avoided for
-        their failures, and adapters the engine refused, wait until that passes.
-        """
-        commands: list[Command] = []
-        clock = self._clock
-        for adapter in sorted(self._pins):
-            pin = self._pins[adapter]
-            refused = self._refused.get(adapter)
-            if refused is not None and refused[0] > clock:
-                continue
-            have = {
-                rep.id
-                for rep in self._where.get(adapter, {}).values()
-                if rep.avoid_until <= clock and (pin.model is None or rep.model == pin.model)
-            }
-            skip = set(self._where.get(adapter, {}))
-            for _ in range(pin.copies - len(have)):
-                placement = self._place_cold(adapter, pin.model, skip, {}, None)
-                if placement.placed not in (Placed.FREE, Placed.EVICT) or placement.replica is None:
-                    break
-                rep = self._replicas[placement.replica]
-                commands.extend(self._start_load(None, rep, adapter, pin.path))
-                skip.add(rep.id)
-        return commands
-
-    def _admit_queued(self, rep: _Replica) -> list[Command]:
-        """[cap]: admit the requests waiting for room on ``rep``, in order, while there is room."""
-        queue = rep.queue
-        if queue is None:
-            return []
-        commands: list[Command] = []
-        while queue.waiters:
-            ticket, adapter, path = queue.waiters[0]
-            known = adapter in rep.held or adapter in rep.loading or adapter in rep.unloading
-            if not known and self._at_cap(rep):
-                break
-            del queue.waiters[0]
-            del self._waiting[ticket]
-            commands.extend(self._admit(ticket, rep, adapter, path))
-        if not queue.waiters and rep.queue is queue:
-            rep.queue = None
-        return commands
-
-    # -- reading the engine ---------------------------------------------------------------------
-
-    def _needs_read(self, rep: _Replica) -> bool:
-        """[read]: whether a cold load on ``rep`` waits for a reading of its engine first.
-
-        When it has no free slot (the load would evict, go over its limit or wait at its cap) and its
-        engine names what runs there, or is being read: a fresh reading may spare a victim another
-        router runs on, or show room an ended request left.
-        """
-        if not self._read_engine or not (rep.gauged or rep.read is not None):
-            return False  # an engine that cannot tell, unless the read in flight is its first
-        return len(rep.held) + len(rep.loading) >= self._line(rep)
-
-    def _park(
-        self, ticket: int, rep: _Replica, adapter: str, path: str, route: _Route | None
-    ) -> list[Command]:
-        """[read]: the request waits for the read of ``rep`` in flight, or for one started now."""
-        commands: list[Command] = []
-        if rep.read is None:
-            commands.append(self._start_read(rep))
-        assert rep.read is not None
-        rep.read.waiters.append((ticket, adapter, path, route))
-        self._waiting[ticket] = rep.read
-        return commands
-
-    def _start_read(self, rep: _Replica) -> ReadEngine:
-        read = _Read(rep, self._new_op())
-        rep.read = read
-        rep.outstanding += 1
-        self._ops[read.op] = read
-        return ReadEngine(read=read.op, replica=rep.id)
-
-    def _read_op(self, read: int) -> _Read:
-        op = self._ops.get(read) if type(read) is int else None
-        if not isinstance(op, _Read):
-            raise UnknownOperationError(
-                f"read {read!r} is not an issued read awaiting its answer", operation=read, kind="read"
-            )
-        return op
-
-    def _finish_read(self, op: _Read) -> bool:
-        """Count ``op`` as answered; False when its answer is to be ignored (removed, or abandoned)."""
-        del self._ops[op.op]
-        rep = op.replica
-        if self._count_answer(rep) or rep.read is not op:
-            return False
-        rep.read = None
-        return True
-
-    def _reading_received(self, event: ReadingReceived) -> list[Command]:
-        """[read], [elsewhere]: the engine's figures replace the last reading; waiting requests go on."""
-        op = self._read_op(event.read)
-        names = event.adapters
-        if names is not None:
-            if not isinstance(names, tuple | list):
-                raise _invalid("adapters", names, "adapters must be a list of adapter names, or null")
-            for name in names:
-                if type(name) is not str or not name:
-                    raise _invalid("adapters", name, "reported adapter names must be non-empty strs")
-        for field, value in (("running", event.running), ("waiting", event.waiting)):
-            if value is not None and (type(value) is not int or value < 0):
-                raise _invalid(field, value, f"{field} must be an int of at least 0, or null")
-        if not self._finish_read(op):
-            return []
-        rep = op.replica
-        rep.gauged = names is not None
-        # An engine without the gauge cannot tell: an empty reading, and no reads before requests.
-        commands = self._report(rep, frozenset(names or ()))
-        commands.extend(self._unpark(op))
-        return commands
-
-    def _reading_failed(self, event: ReadingFailed) -> list[Command]:
-        """[read-failed]: a read got no answer; the last reading stands unless a listing came in since.
-
-        A read fails most often when the engine is busiest, which is when what the last reading named
-        most likely still runs: so it stands, unless a listing of the replica came in after it. The
-        engine has been read afresh since that reading, and no reading outlives the next listing by
-        more than a read: then it ends, as an empty one would end it. The requests waiting for the
-        read go on with what the machine knows.
-        """
-        op = self._read_op(event.read)
-        _check_message(event.message)
-        if not self._finish_read(op):
-            return []
-        rep = op.replica
-        commands = self._report(rep, frozenset()) if rep.listed_since_report else []
-        commands.extend(self._unpark(op))
-        return commands
-
-    def _unpark(self, op: _Read) -> list[Command]:
-        """[read]: admit afresh the requests that waited for ``op``, in order; routed ones placed afresh."""
-        commands: list[Command] = []
-        rep = op.replica
-        for ticket, adapter, path, route in op.waiters:
-            del self._waiting[ticket]
-            if route is None:
-                commands.extend(self._admit(ticket, rep, adapter, path))
-            else:
-                commands.extend(self._place_route(route))
-        return commands
-
-    # -- routing --------------------------------------------------------------------------------
-
-    def _routed(self, event: Routed) -> list[Command]:
-        """[route]: a request for ``adapter`` wherever placement puts it."""
-        ticket, adapter, path, model, exclude = (
-            event.ticket,
-            event.adapter,
-            event.path,
-            event.model,
-            event.exclude,
-        )
-        self._check_ticket(ticket)
-        if type(adapter) is not str or not adapter:
-            raise _invalid("adapter", adapter, "adapter name must be a non-empty str")
-        if type(path) is not str or not path:
-            raise _invalid("path", path, "adapter path must be a non-empty str")
-        if model is not None and (type(model) is not str or not model):
-            raise _invalid("model", model, "model must be a non-empty str or absent")
-        if not isinstance(exclude, tuple | list):
-            raise _invalid("exclude", exclude, "exclude must be a list of replica ids")
-        for replica in exclude:
-            if type(replica) is not str or not replica:
-                raise _invalid("exclude", replica, "excluded replica ids must be non-empty strs")
-        self._last_ticket = ticket
-        return self._place_route(_Route(ticket, adapter, path, model, frozenset(exclude)))
-
-    def _place_route(self, route: _Route) -> list[Command]:
-        """[route]: place the request, read the replica first if [read] asks, then assign and admit it."""
-        ticket, adapter = route.ticket, route.adapter
-        placement = self._placement(adapter, route.model, route.exclude, {})
-        if placement.replica is None or placement.placed is None:
-            self._failures[Fault.REPLICA.value] = self._failures.get(Fault.REPLICA.value, 0) + 1
-            return [
-                Fail(ticket=ticket, fault=Fault.REPLICA, message=no_replica_message(adapter, route.model))
-            ]
-        rep = self._replicas[placement.replica]
-        refused = self._refused_now(rep, adapter)
-        if refused is not None:  # no call, no replica, the engine's words again
-            self._failures[Fault.ADAPTER.value] = self._failures.get(Fault.ADAPTER.value, 0) + 1
-            return [Fail(ticket=ticket, fault=Fault.ADAPTER, message=refused)]
-        if placement.placed in _FULL and rep.id not in route.read and self._needs_read(rep):
-            route.read.add(rep.id)
-            return self._park(ticket, rep, adapter, route.path, route)
-        self._count(rep, adapter)
-        commands: list[Command] = [Assign(ticket=ticket, replica=rep.id, placed=placement.placed)]
-        commands.extend(self._admit(ticket, rep, adapter, route.path))
-        return commands
-
-    def _report(self, rep: _Replica, names: frozenset[str]) -> list[Command]:
-        """[elsewhere]: ``names`` replace the replica's last report."""
-        rep.listed_since_report = False
-        before, rep.elsewhere = rep.elsewhere, names
-        for name in rep.elsewhere - before:
-            rep.idle.pop(name, None)
-        freed = False
-        for name in sorted(before - rep.elsewhere):
-            held = rep.held.get(name)
-            if held is not None and not held.in_use and name not in self._pins:
-                rep.idle[name] = self._tick()
-                freed = True
-        return self._admit_queued(rep) if freed else []
-
-    def _replica_ok(self, rep: _Replica) -> None:
-        rep.failures = 0
-        rep.avoid_until = 0.0
-
-    def _replica_fault(self, rep: _Replica) -> None:
-        """[health]: avoid ``rep`` for a while, twice as long as last time, up to the longest."""
-        rep.failures += 1
-        wait = self._backoff * 2.0 ** min(rep.failures - 1, 32)
-        rep.avoid_until = self._clock + min(wait, self._max_backoff)
-
-    def _replica_failed_event(self, event: ReplicaFailed) -> list[Command]:
-        """[health]: the router saw the replica fail; placement avoids it for a while."""
-        if type(event.replica) is not str or not event.replica:
-            raise _invalid("replica", event.replica, "replica id must be a non-empty str")
-        _check_message(event.message)
-        rep = self._replicas.get(event.replica)
-        if rep is not None and not rep.removed:
-            self._replica_fault(rep)
-        return []
-
-    def _unwhere(self, rep: _Replica, adapter: str) -> None:
-        where = self._where.get(adapter)
-        if where is not None and where.pop(rep.id, None) is not None and not where:
-            del self._where[adapter]
 
 
 @functools.lru_cache(maxsize=4096)  # pure, and a tie among a hot adapter's holders is every request's
@@ -1890,3 +2146,13 @@ def _check_limit(limit: int) -> None:
 def _check_message(message: str) -> None:
     if type(message) is not str:
         raise _invalid("message", message, "message must be a str")
+
+
+def _names(field: str, value: object) -> tuple[str, ...]:
+    """``value`` as a list of replica ids, or the InvalidValueError a wrong one gets."""
+    if not isinstance(value, tuple | list):
+        raise _invalid(field, value, f"{field} must be a list of replica ids")
+    for replica in value:
+        if type(replica) is not str or not replica:
+            raise _invalid(field, replica, f"{field} replica ids must be non-empty strs")
+    return tuple(value)

@@ -22,6 +22,29 @@ class View:
 
 
 @attrs.frozen(kw_only=True)
+class Reading:
+    """What this router knows of one replica's engine from reading it ([elsewhere], [load]).
+
+    ``running`` and ``waiting`` are the engine's requests as its last reading counted them (None before
+    any reading counted them); ``load`` is this router's requests on it now plus ``others``, the other
+    routers' as that reading showed them; ``capacity`` the requests it runs at once (the machine's
+    ``concurrency``, else learned from a reading with a queue; None unknown).
+    """
+
+    adapters: frozenset[str]
+    """The standing report: adapters another router's requests run on there ([elsewhere])."""
+    foreign: bool
+    """The last reading named an adapter none of this router's requests ran on there."""
+    running: int | None
+    waiting: int | None
+    others: int
+    load: int
+    capacity: int | None
+    max_loras: int | None
+    """Distinct adapters one batch of the engine may use (vLLM's ``--max-loras``), None unknown."""
+
+
+@attrs.frozen(kw_only=True)
 class Placement:
     """Where to send a request for an adapter ([place]): the replica, and what it will find there.
 

@@ -32,6 +32,9 @@ class Fault(_Vocabulary):
     """The adapter itself is wrong; every replica would refuse it, so do not retry elsewhere."""
     REPLICA = "replica"
     """This replica is in trouble; another replica may well serve the request."""
+    REQUEST = "request"
+    """The request itself makes engines fail: a second replica answered it with a server error too
+    ([blame]). Answer it with the engine's error; trying further replicas would only fail them."""
 
 
 class LoadOutcome(_Vocabulary):

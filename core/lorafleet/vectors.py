@@ -9,7 +9,8 @@ the rule identifiers it exercises (SPEC.md), the machine's configuration and its
 - ``{"hit": {"ticket": T, "replica": R, "adapter": A}, "result": true}``: the ``hit`` shortcut answers
   this (or ``"error"``, as for an event);
 - ``{"query": "view", "replicas": [...], "adapter": "a", "result": {...}}``, and likewise
-  ``"statistics"`` (no arguments), ``"next_due"``, ``"is_met"`` and ``"reported"`` (``"replica"``),
+  ``"statistics"`` (no arguments), ``"next_due"``, ``"is_met"``, ``"reported"`` and ``"reading"``
+  (``"replica"``), ``"blame"`` (``"replica"``, ``"failed"``),
   and ``"place"`` (``"adapter"``, and optionally ``"model"``, ``"exclude"``, ``"load"``): what the
   machine answers at that point.
 """
@@ -20,7 +21,7 @@ import json
 from typing import Any
 
 from . import _errors
-from ._json import decode, encode, encode_placement, encode_statistics, encode_view
+from ._json import decode, encode, encode_placement, encode_reading, encode_statistics, encode_view
 from ._machine import AdapterStateMachine
 
 FORMAT = "lorafleet-vector/1"
@@ -111,6 +112,10 @@ def _query(machine: AdapterStateMachine, step: dict[str, Any]) -> Any:
             return machine.is_met(step["replica"])
         case "reported":
             return sorted(machine.reported(step["replica"]))
+        case "reading":
+            return encode_reading(machine.reading(step["replica"]))
+        case "blame":
+            return machine.blame(step["replica"], step["failed"]).value
         case "place":
             placement = machine.place(
                 step["adapter"],

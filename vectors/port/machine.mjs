@@ -32,7 +32,7 @@ export class Machine {
   // §1.4 Settings, checked in this order.
   constructor(settings = {}) {
     const { listing_interval = 30, backoff = 5, max_backoff = 300, refusal = 900 } = settings;
-    const { headroom = null, concurrency = null, overflow = 2n, half_life = 4000n, routers = 1n } = settings;
+    const { headroom = null, concurrency = null, overflow = 2n, half_life = 500n, routers = 1n } = settings;
     const { read_engine = false } = settings;
     const seconds = { listing_interval, backoff, max_backoff, refusal };
     for (const [name, value] of Object.entries(seconds)) {
@@ -48,9 +48,7 @@ export class Machine {
     if (typeof read_engine !== "boolean") throw invalid("read_engine", read_engine);
     this.readEngine = read_engine;
     this.routers = Number(routers);
-    // [place]: a holder with `busy` in flight is busy; no cold load where `spread` are in flight.
-    this.busy = concurrency === null ? null : Number(concurrency) + 1;
-    this.spread = concurrency === null ? null : Math.max(1, Math.floor((3 * Number(concurrency)) / 4));
+    this.concurrency = concurrency === null ? null : Number(concurrency); // [load]: else as readings show
     this.overflow = Number(overflow);
     this.halfLife = Number(half_life);
     this.demand = new Map(); // adapter name -> decayed request count ([evict])
@@ -88,6 +86,7 @@ export class Machine {
       cancelled: this.cancelled, load_finished: this.loadFinished, unload_finished: this.unloadFinished,
       listing_received: this.listingReceived, listing_failed: this.listingFailed,
       adapter_missing: this.adapterMissing, replica_failed: this.replicaFailed,
+      served_elsewhere: this.servedElsewhere,
       adapter_pinned: this.adapterPinned, adapter_unpinned: this.adapterUnpinned,
       routed: this.routed, reading_received: this.readingReceived, reading_failed: this.readingFailed,
     }[event.type];
@@ -210,6 +209,17 @@ export class Machine {
     return Math.max(1, (free <= 0 ? rep.limit : rep.base + Math.ceil(free / this.routers)) - rep.unseen);
   }
 
+  // [evict]: the most adapters (held and loading) a cold load may find before it evicts first: the
+  // line plus the headroom; no bound without a cap.
+  bound(rep) {
+    return this.headroom === null ? Infinity : this.line(rep) + this.headroom;
+  }
+
+  // [cap]: the bound, or the engine's max_loras when greater.
+  cap(rep) {
+    return Math.max(this.line(rep) + this.headroom, rep.maxLoras ?? 0);
+  }
+
   // [evict] idle adapters in least demand (least recently used among equals), `excess` of them or all.
   evict(rep, excess) {
     const victims = [];
@@ -230,14 +240,14 @@ export class Machine {
 
   // [cold]; a [pin]'s load has no ticket, and placement chose room for it, so the cap does not apply.
   cold(ticket, rep, adapter, path) {
-    const line = this.line(rep);
-    const capped = this.headroom !== null && this.occupied(rep) >= line + this.headroom;
-    if (ticket !== null && capped) { // [cap]: wait for room
+    if (ticket !== null && this.capped(rep)) { // [cap]: wait for room
       rep.queue.waiters.push({ ticket, adapter, path });
       this.waiting.set(ticket, rep.queue);
       return [];
     }
-    const victims = this.evict(rep, rep.held.size + rep.loading.size + 1 - line);
+    // [evict] Only past the bound does the load wait for victims; else it goes out now and [settle]
+    // unloads the excess once it has landed.
+    const victims = this.evict(rep, rep.held.size + rep.loading.size + 1 - this.bound(rep));
     const commands = victims.map((u) => ({ type: "issue_unload", unload: u.op, replica: rep.id, adapter: u.adapter }));
     const load = {
       kind: "load", replica: rep, adapter, path, op: this.newOp(), waiters: ticket === null ? [] : [ticket],
@@ -293,6 +303,7 @@ export class Machine {
         this.grants[how] += 1;
         commands.push({ type: "grant", ticket, how });
       }
+      commands.push(...this.settle(rep));
     } else {
       const fault = outcome === "adapter_fault" ? "adapter" : "replica";
       for (const ticket of load.waiters) {
@@ -326,7 +337,7 @@ export class Machine {
       // the load it made room for makes room again, down to the lowered line.
       rep.unseen += 1;
       if (load) {
-        for (const more of this.evict(rep, rep.held.size + rep.loading.size - this.line(rep))) {
+        for (const more of this.evict(rep, rep.held.size + rep.loading.size - this.bound(rep))) {
           more.makesRoomFor = load;
           load.waitsFor.add(more.op);
           commands.push({ type: "issue_unload", unload: more.op, replica: rep.id, adapter: more.adapter });
@@ -573,7 +584,8 @@ export class Machine {
         id: replica, held: new Map(), idle: new Map(), loading: new Map(), unloading: new Map(),
         listing: null, droppedWhileListing: new Set(), outstanding: 0, inFlight: 0, served: 0,
         failures: 0, avoidUntil: 0, elsewhere: new Set(), listedSinceReport: false, base: 0, unseen: 0,
-        read: null, gauged: false,
+        read: null, gauged: false, foreign: false, settle: false,
+        others: 0, readServed: 0, seqs: null, ran: 0, calm: 0, maxLoras: null, sampled: null,
       };
       rep.queue = { kind: "queue", replica: rep, waiters: [] };
       this.replicas.set(replica, rep);
@@ -595,9 +607,11 @@ export class Machine {
       const rep = this.replicas.get(id);
       if (!rep || rep.removed) continue;
       rep.removed = true;
-      rep.elsewhere = new Set(); // [elsewhere]: about the engine before the removal
-      rep.listedSinceReport = false;
-      rep.gauged = false;
+      // [elsewhere], [load]: what readings said is about the engine before the removal.
+      Object.assign(rep, {
+        elsewhere: new Set(), listedSinceReport: false, gauged: false, foreign: false, settle: false,
+        others: 0, readServed: 0, seqs: null, ran: 0, calm: 0, maxLoras: null, sampled: null,
+      });
       if (rep.read) { // abandoned: requested waiters fail with the others, routed ones are placed again
         for (const waiter of rep.read.waiters) {
           if (waiter.route === null) failed.push(waiter.ticket);
@@ -657,6 +671,23 @@ export class Machine {
     return [];
   }
 
+  // [blame]: each replica that answered a 5xx to a request another then served failed it.
+  servedElsewhere({ replica, failed }) {
+    if (!isName(replica)) throw invalid("replica", replica);
+    if (!Array.isArray(failed)) throw invalid("failed", failed);
+    for (const id of failed) if (!isName(id)) throw invalid("failed", id);
+    for (const id of [...new Set(failed)].sort(byName)) {
+      const rep = this.inUse(id);
+      if (rep && id !== replica) this.failure(rep);
+    }
+    return [];
+  }
+
+  // [blame]: a second replica's server error for one request is the request's fault.
+  blame(replica, failed = []) {
+    return failed.some((id) => id !== replica) ? "request" : "replica";
+  }
+
   failure(rep) {
     rep.failures += 1;
     const wait = this.backoff * 2 ** Math.min(rep.failures - 1, 32);
@@ -684,7 +715,7 @@ export class Machine {
     while (queue.length > 0) {
       const { ticket, adapter, path } = queue[0];
       const known = rep.held.has(adapter) || rep.loading.has(adapter) || rep.unloading.has(adapter);
-      if (!known && this.occupied(rep) >= this.line(rep) + (this.headroom ?? 0)) break;
+      if (!known && this.occupied(rep) >= this.cap(rep)) break;
       queue.shift();
       this.waiting.delete(ticket);
       commands.push(...this.admit(ticket, rep, adapter, path));
@@ -696,15 +727,56 @@ export class Machine {
 
   // -- §3.15 Reading engines, and requests the machine places ------------------------------------
 
-  // [read]: a cold load there waits for a reading: no free slot, and an engine that can tell (or is
-  // being read for the first time).
+  // [cap]: even with every idle adapter unloaded, one more load would pass the cap.
+  capped(rep) {
+    return this.headroom !== null && this.occupied(rep) >= this.cap(rep);
+  }
+
+  // [read]: a cold load there waits for a reading: it would evict first, and the replica wants one.
   needsReading(rep) {
-    if (!this.readEngine || !(rep.gauged || rep.read)) return false;
-    return rep.held.size + rep.loading.size >= this.line(rep);
+    return this.wantsReading(rep) && rep.held.size + rep.loading.size + 1 > this.bound(rep);
+  }
+
+  // [read]: an eviction there waits for a fresh reading: the last one named another router's adapter,
+  // or the first is on its way.
+  wantsReading(rep) {
+    if (!this.readEngine) return false;
+    return rep.gauged ? rep.foreign : rep.read !== null;
+  }
+
+  // [read]: a request placed there asks for a reading nothing waits for.
+  stale(rep) {
+    if (!this.readEngine || !rep.gauged || rep.read !== null) return false;
+    if (rep.foreign && rep.served - rep.readServed >= 4) return true;
+    return rep.sampled !== null && this.capacity(rep) === null && this.load(rep) > rep.calm;
+  }
+
+  // [settle]: a load landed; unload the excess over the line, now or once a reading says what runs.
+  settle(rep) {
+    if (rep.held.size <= this.line(rep) || rep.idle.size === 0) return [];
+    if (this.wantsReading(rep)) {
+      rep.settle = true;
+      return rep.read ? [] : [this.startRead(rep)];
+    }
+    return this.unloadExcess(rep);
+  }
+
+  // [settle]: the read a landed load waited for is answered.
+  settled(rep) {
+    if (!rep.settle) return [];
+    rep.settle = false;
+    return this.unloadExcess(rep);
+  }
+
+  unloadExcess(rep) {
+    return this.evict(rep, rep.held.size - this.line(rep))
+      .map((u) => ({ type: "issue_unload", unload: u.op, replica: rep.id, adapter: u.adapter }));
   }
 
   startRead(rep) {
-    const read = { kind: "read", replica: rep, op: this.newOp(), waiters: [] };
+    const read = {
+      kind: "read", replica: rep, op: this.newOp(), waiters: [], inFlight: rep.inFlight, served: rep.served,
+    };
     rep.read = read;
     rep.outstanding += 1;
     this.ops.set(read.op, read);
@@ -736,19 +808,33 @@ export class Machine {
   }
 
   // [elsewhere]: the engine's set replaces the last reading; then the read's waiters go on.
-  readingReceived({ read: number, adapters, running = null, waiting = null }) {
+  readingReceived({ read: number, adapters, running = null, waiting = null, max_loras = null }) {
     const read = this.readOp(number);
     if (adapters !== null) {
       if (!Array.isArray(adapters)) throw invalid("adapters", adapters);
       for (const name of adapters) if (!isName(name)) throw invalid("adapters", name);
     }
-    for (const [field, value] of [["running", running], ["waiting", waiting]]) {
+    for (const [field, value] of [["running", running], ["waiting", waiting], ["max_loras", max_loras]]) {
       if (value !== null && (!isInteger(value) || value < 0n)) throw invalid(field, value);
     }
     if (!this.finishRead(read)) return [];
     const rep = read.replica;
     rep.gauged = adapters !== null;
-    return [...this.report(rep, adapters ?? []), ...this.unpark(read)];
+    rep.readServed = read.served;
+    if (running !== null && waiting !== null) { // [load]
+      const [run, wait] = [Number(running), Number(waiting)];
+      rep.sampled = [run, wait];
+      rep.others = Math.max(0, run + wait - read.inFlight);
+      rep.ran = Math.max(rep.ran, run);
+      if (wait > 0) rep.seqs = Math.max(rep.ran, rep.seqs ?? 1);
+      else rep.calm = Math.max(rep.calm, read.inFlight + rep.others); // that load, and nothing waited
+    }
+    const raised = max_loras !== null && Number(max_loras) > (rep.maxLoras ?? 0);
+    if (max_loras !== null && max_loras > 0n) rep.maxLoras = Number(max_loras);
+    const counted = running !== null && waiting !== null;
+    const commands = this.report(rep, adapters ?? [], false, counted && rep.others > 0);
+    if (raised) commands.push(...this.admitQueue(rep)); // [cap]: the cap may have risen with it
+    return [...commands, ...this.settled(rep), ...this.unpark(read)];
   }
 
   // [read-failed]: after a listing received since the last reading, a failed read is an empty one.
@@ -757,8 +843,8 @@ export class Machine {
     if (typeof message !== "string") throw invalid("message", message);
     if (!this.finishRead(read)) return [];
     const rep = read.replica;
-    const commands = rep.listedSinceReport ? this.report(rep, []) : [];
-    return [...commands, ...this.unpark(read)];
+    const commands = rep.listedSinceReport ? this.report(rep, [], true) : [];
+    return [...commands, ...this.settled(rep), ...this.unpark(read)];
   }
 
   // The read's waiters, in order: requested ones admitted afresh, routed ones placed again.
@@ -810,15 +896,23 @@ export class Machine {
       return this.awaitReading(rep, { ticket, adapter, path, route });
     }
     this.count(rep, adapter);
-    return [{ type: "assign", ticket, replica, placed }, ...this.admit(ticket, rep, adapter, path)];
+    const commands = [{ type: "assign", ticket, replica, placed }, ...this.admit(ticket, rep, adapter, path)];
+    if (this.stale(rep)) commands.push(this.startRead(rep)); // [read]: nothing waits for it
+    return commands;
   }
 
   // The reading replaces the last one: named adapters leave idle; ones no longer named, held with no
   // request of ours on them, come back to its end, in name order, and the queue may get the room.
-  report(rep, adapters) {
+  // One that names only our own running requests stands as an empty one; a failed read keeps `foreign`.
+  report(rep, adapters, failed = false, others = false) {
     rep.listedSinceReport = false;
+    let names = new Set(adapters);
+    if (!failed) {
+      rep.foreign = others || [...names].some((name) => !(rep.held.get(name)?.inUse > 0));
+      if (!rep.foreign) names = new Set();
+    }
     const before = rep.elsewhere;
-    rep.elsewhere = new Set(adapters);
+    rep.elsewhere = names;
     for (const name of rep.elsewhere) rep.idle.delete(name);
     let freed = false;
     for (const name of [...before].filter((n) => !rep.elsewhere.has(n)).sort(byName)) {
@@ -933,6 +1027,17 @@ export class Machine {
     return [...(this.inUse(replica)?.elsewhere ?? [])].sort(byName);
   }
 
+  // The readings' view of an engine ([elsewhere], [load]); null for a replica not in use.
+  reading(replica) {
+    const rep = this.inUse(replica);
+    if (!rep) return null;
+    const [running, waiting] = rep.sampled ?? [null, null];
+    return {
+      adapters: [...rep.elsewhere].sort(byName), foreign: rep.foreign, running, waiting, others: rep.others,
+      load: this.load(rep), capacity: this.capacity(rep), max_loras: rep.maxLoras,
+    };
+  }
+
   // [statistics]
   statistics() {
     const replicas = {};
@@ -956,17 +1061,34 @@ export class Machine {
   // [place] (SPEC §3.12): where to send a request; a query that changes nothing.
   place(adapter, { model = null, exclude = [], load = {} } = {}) {
     if (!isName(adapter)) throw invalid("adapter", adapter);
-    const busy = (rep) => rep.inFlight + Number(load[rep.id] ?? 0);
+    const busy = (rep) => this.load(rep) + Number(load[rep.id] ?? 0);
     const least = (rep) => [busy(rep), rep.served, -rendezvous(adapter, rep.id)];
     const holders = this.candidates(model, exclude)
       .filter((rep) => rep.held.has(adapter) || rep.loading.has(adapter));
     const holder = holders.length ? best(holders.map((rep) => ({ rep, key: least(rep) }))).rep : null;
     const atHolder = (rep) => ({ replica: rep.id, placed: rep.held.has(adapter) ? "held" : "loading" });
-    if (holder && (this.busy === null || busy(holder) < this.busy)) return atHolder(holder);
-    const cold = this.placeCold(adapter, { model, exclude, load, spread: this.spread });
+    // [load]: a saturated replica's requests queue; with its capacity unknown it never is.
+    const queue = (rep) => {
+      const capacity = this.capacity(rep);
+      return capacity === null ? null : Math.max(0, busy(rep) - capacity);
+    };
+    if (holder && !(queue(holder) > 0)) return atHolder(holder);
+    const cold = this.placeCold(adapter, { model, exclude, load, spread: true });
     if (cold.replica !== null) return cold;
-    if (holder) return atHolder(holder);
-    return this.placeCold(adapter, { model, exclude, load, spread: null, least: true });
+    const other = this.placeCold(adapter, { model, exclude, load, least: true });
+    if (!holder) return other;
+    const [mine, theirs] = [queue(holder), other.replica === null ? null : queue(this.replicas.get(other.replica))];
+    if (mine !== null && theirs !== null && theirs + 2 <= mine) return other; // a load costs a wait too
+    return atHolder(holder);
+  }
+
+  // [load]: this router's requests on the replica, and the others' as its last reading showed them.
+  load(rep) {
+    return rep.inFlight + rep.others;
+  }
+
+  capacity(rep) {
+    return this.concurrency ?? rep.seqs;
   }
 
   candidates(model, exclude) {
@@ -976,12 +1098,18 @@ export class Machine {
     );
   }
 
-  // [place], a cold load: among candidates not holding or loading the adapter (and with fewer than
-  // `spread` in flight, when given), the least key; `least` compares (busy, served, -weight) alone.
-  placeCold(adapter, { model = null, exclude = [], load = {}, spread = null, least = false }) {
-    const busy = (rep) => rep.inFlight + Number(load[rep.id] ?? 0);
+  // [place], a cold load: among candidates not holding or loading the adapter (with `spread`, only
+  // those not at their cap and under three quarters of their capacity, when known), the least key;
+  // `least` compares (at its cap, busy, served, -weight) alone.
+  placeCold(adapter, { model = null, exclude = [], load = {}, spread = false, least = false }) {
+    const busy = (rep) => this.load(rep) + Number(load[rep.id] ?? 0);
+    const roomy = (rep) => {
+      if (this.coldKind(rep) === 4) return false;
+      const capacity = this.capacity(rep);
+      return capacity === null || busy(rep) < Math.max(1, Math.floor((3 * capacity) / 4));
+    };
     const candidates = this.candidates(model, exclude).filter(
-      (rep) => !rep.held.has(adapter) && !rep.loading.has(adapter) && (spread === null || busy(rep) < spread),
+      (rep) => !rep.held.has(adapter) && !rep.loading.has(adapter) && (!spread || roomy(rep)),
     );
     if (candidates.length === 0) return { replica: null, placed: null };
     const { rep } = best(candidates.map((r) => ({ rep: r, key: this.coldKey(r, adapter, busy(r), least) })));
@@ -991,7 +1119,7 @@ export class Machine {
   coldKind(rep) {
     const count = rep.held.size + rep.loading.size;
     const line = this.line(rep);
-    if (this.headroom !== null && this.occupied(rep) >= line + this.headroom) return 4;
+    if (this.capped(rep)) return 4;
     if (count < line) return 0;
     if (rep.idle.size === 0) return count < line + this.overflow ? 1 : 3;
     return 2;
@@ -999,8 +1127,8 @@ export class Machine {
 
   coldKey(rep, adapter, busy, least) {
     const last = [busy, rep.served, -rendezvous(adapter, rep.id)];
-    if (least) return last;
     const kind = this.coldKind(rep);
+    if (least) return [kind === 4, ...last];
     if (kind !== 2) return [kind, 0, 0, ...last];
     const victim = this.victim(rep);
     return [2, this.weight(victim), rep.idle.get(victim), ...last];

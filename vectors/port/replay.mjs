@@ -73,6 +73,8 @@ function query(machine, step) {
     case "next_due": return machine.next_due();
     case "is_met": return machine.is_met(step.replica);
     case "reported": return machine.reported(step.replica);
+    case "reading": return machine.reading(step.replica);
+    case "blame": return machine.blame(step.replica, step.failed);
     case "place":
       return machine.place(step.adapter, { model: step.model, exclude: step.exclude, load: step.load });
     default: throw new Error(`unknown query ${step.query}`);

@@ -11,12 +11,14 @@ what each release line says is in ``_wording``.
     vllm.adapter_missing(status, body, "sql")              # a forwarded request's "does not exist"
     running = vllm.running_adapters(body)                  # of vllm.metrics_request(key): who runs there
     running, waiting = vllm.engine_queue(body)             # the engine's batch and queue
+    running, max_loras = vllm.lora_gauge(body)             # and --max-loras, from the gauge's label
 """
 
 from ._answers import adapter_missing as adapter_missing
 from ._answers import answer_event as answer_event
 from ._answers import failure_event as failure_event
 from ._metrics import engine_queue as engine_queue
+from ._metrics import lora_gauge as lora_gauge
 from ._metrics import metrics_request as metrics_request
 from ._metrics import running_adapters as running_adapters
 from ._requests import MAX_LISTING_BYTES as MAX_LISTING_BYTES

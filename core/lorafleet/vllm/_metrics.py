@@ -40,8 +40,9 @@ def reading_answer(read: int, status: int, body: bytes, truncated: bool) -> Read
     if status != 200:
         return ReadingReceived(read=read, adapters=None)
     running, waiting = engine_queue(body)
+    names, max_loras = lora_gauge(body)
     return ReadingReceived(
-        read=read, adapters=_sorted(running_adapters(body)), running=running, waiting=waiting
+        read=read, adapters=_sorted(names), running=running, waiting=waiting, max_loras=max_loras
     )
 
 
@@ -103,22 +104,29 @@ def running_adapters(body: bytes) -> frozenset[str] | None:
         older vLLM, the Rust frontend, LoRA off), the body is too long, or a series of it cannot be
         read: then the engine says nothing, rather than something wrong.
     """
+    return lora_gauge(body)[0]
+
+
+def lora_gauge(body: bytes) -> tuple[frozenset[str] | None, int | None]:
+    """``running_adapters``, and the ``max_lora`` label of the gauge (vLLM's ``--max-loras``: the
+    distinct adapters one batch may use), None when no series carries a whole number of at least 1."""
     if len(body) > MAX_METRICS_BYTES or _NAME not in body:
-        return None
+        return None, None
     newest = -math.inf
     names: set[str] = set()
+    max_loras: int | None = None
     seen = False
     for raw in body.split(b"\n"):
         if not raw.startswith(_NAME):
             continue
         rest = raw[len(_NAME) :]
         if rest[:1] in (b" ", b"\t", b""):  # a series with no labels at all: not vLLM's
-            return None
+            return None, None
         if rest[:1] != b"{":
             continue  # another metric whose name starts with this one's
         parsed = _series(rest.decode("utf-8", "replace"))
         if parsed is None:
-            return None
+            return None, None
         labels, value = parsed
         here = {name for key in _SETS for name in labels.get(key, "").split(",") if name}
         if value > newest:
@@ -126,9 +134,12 @@ def running_adapters(body: bytes) -> frozenset[str] | None:
         elif value == newest:
             names |= here
         seen = True
+        declared = labels.get("max_lora", "")
+        if declared.isdigit() and int(declared) >= 1:
+            max_loras = int(declared)  # every series carries the engine's one setting
     if not seen and b"# TYPE " + _NAME not in body:
-        return None
-    return frozenset(names)
+        return None, None
+    return frozenset(names), max_loras
 
 
 def _series(text: str) -> tuple[dict[str, str], float] | None:
