@@ -7,7 +7,9 @@ When the two differ, the stand-in is what changes.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -264,3 +266,68 @@ def test_the_stand_in_reports_lora_requests_as_vllm_does(
     assert [r[4:] for r in real] == [("2", "c0"), ("2", "")]
     for theirs, mine in zip(real, ours, strict=True):
         assert mine == theirs, f"\n  vLLM      {theirs}\n  stand-in  {mine}"
+
+
+QUEUE_GAUGES = ("vllm:num_requests_running", "vllm:num_requests_waiting")
+
+
+def queue_gauges(
+    client: httpx.Client,
+) -> tuple[tuple[str, ...], tuple[tuple[str, ...], ...], tuple[float, ...]]:
+    """The engine's queue on ``/metrics``: the gauges' comment lines, each series' label names, and
+    running and waiting summed over the series."""
+    lines = client.get("/metrics").text.splitlines()
+    comments = tuple(line for line in lines if line.startswith("#") and any(g in line for g in QUEUE_GAUGES))
+    labels: list[tuple[str, ...]] = []
+    sums = []
+    for gauge in QUEUE_GAUGES:
+        total = 0.0
+        for line in lines:
+            if line.startswith(gauge + "{"):
+                names, _, value = line[len(gauge) + 1 :].rpartition("} ")
+                labels.append(tuple(pair.split("=", 1)[0] for pair in names.split('",')))
+                total += float(value)
+        sums.append(total)
+    return comments, tuple(sorted(set(labels))), tuple(sums)
+
+
+def queue_past_the_batch(url: str, hold: Callable[[], None], go_on: Callable[[], None]) -> list[Any]:
+    """Three long streams on an engine that runs two at once: the gauges once the third waits, and
+    once all three are gone.
+
+    Each stream asks for 4,000 tokens: the first two run for far longer than the test reads, however
+    slow the machine, so the state read is the engine's, not a race.
+    """
+    out: list[Any] = []
+    body = {"model": "tiny", "prompt": "hello", "max_tokens": 4000, "temperature": 0, "stream": True}
+    body["ignore_eos"] = True
+    with contextlib.ExitStack() as stack, httpx.Client(base_url=url, timeout=60) as side:
+        hold()
+        for _ in range(3):
+            client = stack.enter_context(httpx.Client(base_url=url, timeout=60))
+            stack.enter_context(client.stream("POST", "/v1/completions", json=body))
+        deadline = time.monotonic() + 300
+        while (found := queue_gauges(side))[2] != (2.0, 1.0) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        out.append(found)
+        go_on()
+    # The clients are gone: the engine drops their requests.
+    deadline = time.monotonic() + 300
+    with httpx.Client(base_url=url, timeout=60) as side:
+        while (found := queue_gauges(side))[2] != (0.0, 0.0) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        out.append(found)
+    return out
+
+
+def test_the_stand_in_reports_its_queue_as_vllm_does(
+    serve: Callable[..., StandInServer], request: pytest.FixtureRequest
+) -> None:
+    """``vllm:num_requests_running`` and ``_waiting`` past ``--max-num-seqs`` (the open server runs 2)."""
+    server = request.getfixturevalue("vllm_servers")["open"]
+    engine = request.getfixturevalue("real_engine")
+    standin = serve(version="0.32", model_root=str(engine.build / "model"), max_num_seqs=2)
+    real = queue_past_the_batch(server.url, lambda: None, lambda: None)
+    ours = queue_past_the_batch(standin.url, standin.app.hold_streams, standin.app.release)
+    assert [r[2] for r in real] == [(2.0, 1.0), (0.0, 0.0)], real
+    assert ours == real, f"\n  vLLM      {real}\n  stand-in  {ours}"

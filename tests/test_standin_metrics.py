@@ -1,4 +1,5 @@
-"""The stand-in's ``/metrics``: ``vllm:lora_requests_info`` as vLLM 0.32 exports it (REAL.md §4.8)."""
+"""The stand-in's ``/metrics``: the engine's queue and ``vllm:lora_requests_info`` as vLLM 0.32 exports
+them (REAL.md §4.8)."""
 
 from __future__ import annotations
 
@@ -18,12 +19,33 @@ SERIES = re.compile(
 )
 
 
-def series(server: StandInServer) -> list[tuple[str, str, str, float]]:
-    """Every series of the gauge, in the order served: (max_lora, running, waiting, value)."""
+QUEUE = re.compile(r'^vllm:num_requests_(running|waiting)\{engine="0",model_name="tiny"\} (\d+)\.0$')
+
+
+def exposition(server: StandInServer) -> list[str]:
     answer = httpx.get(f"{server.url}/metrics")
     assert answer.status_code == 200
     assert answer.headers["content-type"].startswith("text/plain")
-    lines = answer.text.splitlines()
+    return answer.text.splitlines()
+
+
+def queue(server: StandInServer) -> tuple[int, int]:
+    """(running, waiting): the two gauges, first in the body, each with its help and type as vLLM's."""
+    lines = exposition(server)[:6]
+    assert lines[0] == "# HELP vllm:num_requests_running Number of requests in model execution batches."
+    assert lines[1] == "# TYPE vllm:num_requests_running gauge"
+    assert lines[3] == "# HELP vllm:num_requests_waiting Number of requests waiting to be processed."
+    assert lines[4] == "# TYPE vllm:num_requests_waiting gauge"
+    running, waiting = QUEUE.match(lines[2]), QUEUE.match(lines[5])
+    assert running, lines
+    assert waiting, lines
+    assert (running[1], waiting[1]) == ("running", "waiting"), lines
+    return int(running[2]), int(waiting[2])
+
+
+def series(server: StandInServer) -> list[tuple[str, str, str, float]]:
+    """Every series of the gauge, in the order served: (max_lora, running, waiting, value)."""
+    lines = exposition(server)[6:]
     assert lines[:2] == [
         "# HELP vllm:lora_requests_info Running stats on lora requests.",
         "# TYPE vllm:lora_requests_info gauge",
@@ -42,9 +64,10 @@ def current(server: StandInServer) -> str:
 
 
 @contextmanager
-def in_flight(server: StandInServer, models: list[str]) -> Iterator[None]:
-    """Completions for ``models`` held in flight (the route hangs) until the block ends."""
-    server.app.hang("completions", times=len(models))
+def in_flight(server: StandInServer, models: list[str], queued: int = 0) -> Iterator[None]:
+    """Completions for ``models`` held in flight (the route hangs) until the block ends; the last
+    ``queued`` of them wait for a place in the batch instead."""
+    server.app.hang("completions", times=len(models) - queued)
     before = len(server.app.calls_to("completions"))
     threads = [
         threading.Thread(
@@ -57,6 +80,8 @@ def in_flight(server: StandInServer, models: list[str]) -> Iterator[None]:
     for thread in threads:
         thread.start()
     server.app.wait_for_calls("completions", before + len(models))
+    # The calls are recorded as they come; wait until each is in the batch or its queue.
+    server.app.wait_for_requests(len(models))
     try:
         yield
     finally:
@@ -112,7 +137,37 @@ def test_a_running_request_keeps_its_set_current_and_unknown_models_never_run(
 
 def test_without_lora_metrics_there_is_no_route(serve: Callable[..., StandInServer]) -> None:
     assert httpx.get(f"{serve(lora_metrics=False).url}/metrics").status_code == 404
-    assert httpx.get(f"{serve(enable_lora=False).url}/metrics").text == ""
+    without_lora = serve(enable_lora=False)
+    assert queue(without_lora) == (0, 0)
+    assert len(exposition(without_lora)) == 6  # the queue, and no LoRA gauge
+
+
+def test_the_queue_past_max_num_seqs(serve: Callable[..., StandInServer]) -> None:
+    """Past ``max_num_seqs`` a completion waits for a place, unnamed by the LoRA gauge until it runs."""
+    server = serve(max_num_seqs=2)
+    for name in ("a1", "a2", "a3"):
+        server.app.register(name, f"/p/{name}")
+    assert queue(server) == (0, 0)
+    server.app.hang("completions", times=2)
+    threads = []
+    for count, name in enumerate(("a1", "a2", "a3"), 1):
+        body = {"model": name, "prompt": "hi", "max_tokens": 2}
+        thread = threading.Thread(
+            target=httpx.post, args=(f"{server.url}/v1/completions",), kwargs={"json": body, "timeout": 30}
+        )
+        thread.start()
+        threads.append(thread)
+        server.app.wait_for_requests(count)  # in order: a3 comes last, and waits
+    try:
+        assert queue(server) == (2, 1)
+        assert set(current(server).split(",")) == {"a1", "a2"}
+    finally:
+        server.app.release()
+        for thread in threads:
+            thread.join()
+    assert queue(server) == (0, 0)
+    assert current(server) == ""
+    assert {c.body["model"] for c in server.app.calls_to("completions")} == {"a1", "a2", "a3"}
 
 
 def test_the_value_is_written_as_prometheus_client_writes_it() -> None:

@@ -22,6 +22,9 @@ def main() -> None:
     )
     parser.add_argument("--max-loras", type=int, default=1, help="like vLLM's --max-loras")
     parser.add_argument("--no-lora", action="store_true", help="as if started without --enable-lora")
+    parser.add_argument(
+        "--max-num-seqs", type=int, default=128, help="like vLLM's --max-num-seqs (default 128, a CPU's)"
+    )
     args = parser.parse_args()
     app = VllmStandIn(
         model=args.model,
@@ -31,6 +34,7 @@ def main() -> None:
         enable_lora=not args.no_lora,
         max_lora_rank=args.max_lora_rank,
         max_loras=args.max_loras,
+        max_num_seqs=args.max_num_seqs,
     )
     with StandInServer(app, port=args.port) as server:
         print(

@@ -28,6 +28,9 @@ ROUTES = {
     "/metrics": "metrics",
 }
 LORA_ROUTES = ("load", "unload")
+COMPLETIONS = ("completions", "chat")
+ENGINE_FAILED = "EngineCore encountered an issue. See stack trace (above) for the root cause."
+"""vLLM's answer (a 500) to a request its engine failed on."""
 
 
 @attrs.frozen
@@ -60,6 +63,9 @@ class VllmStandIn:
         model_root: the base model's ``root`` in /v1/models (vLLM shows the folder it was started with).
         max_loras: like ``--max-loras``: the ``max_lora`` label of ``vllm:lora_requests_info``.
         max_model_len: like ``--max-model-len``: the most tokens a completion may ask for.
+        max_num_seqs: like ``--max-num-seqs``: completions run at once; the rest wait their turn
+            (``vllm:num_requests_running`` and ``vllm:num_requests_waiting``). 128 is vLLM's default
+            on a CPU.
         lora_metrics: False to serve no ``/metrics`` (404), as a server without the LoRA gauge.
     """
 
@@ -76,6 +82,7 @@ class VllmStandIn:
         max_loras: int = 1,
         lora_metrics: bool = True,
         max_model_len: int = 2048,
+        max_num_seqs: int = 128,
     ) -> None:
         self.model = model
         self.family = Family.of(version)
@@ -90,6 +97,7 @@ class VllmStandIn:
             max_lora_rank=max_lora_rank,
             max_loras=max_loras,
             max_model_len=max_model_len,
+            max_num_seqs=max_num_seqs,
         )
         self._misbehaviours = Misbehaviours()
         self._calls_lock = threading.Condition()
@@ -121,6 +129,15 @@ class VllmStandIn:
             ):
                 raise TimeoutError(f"{route} had fewer than {count} calls after {timeout} s")
             return [c for c in self._calls if c.path == path]
+
+    def requests(self) -> tuple[int, int]:
+        """(running, waiting): the completions in the batch and those waiting for a place in it."""
+        return self._engine.requests()
+
+    def wait_for_requests(self, count: int, timeout: float = 10.0) -> None:
+        """Block until ``count`` completions are in the batch or its queue; from a test's own thread."""
+        if not self._engine.wait_for_requests(count, timeout):
+            raise TimeoutError(f"fewer than {count} completions running or waiting after {timeout} s")
 
     # -- the test's side: the engine behind the router's back ----------------------------------
 
@@ -166,8 +183,30 @@ class VllmStandIn:
         )
         self.answer("models", 200, f'{{"object":"list","data":[{cards}]}}', times)
 
+    def fail_prompts(self, text: str, status: int = 500, body: bytes | str | None = None) -> None:
+        """Completions and chat completions whose prompt (or a message) holds ``text`` are answered
+        ``status`` and ``body``, every time, as a request that makes the engine fail is; until
+        ``clear_prompts()`` or ``clear_faults()``. A request vLLM would turn away first (a bad field,
+        an unknown model) still is; a misbehaviour queued on the route comes first.
+
+        Args:
+            body: the answer's body; None for vLLM's own answer to a request its engine failed on.
+        """
+        if not isinstance(text, str) or not text:
+            raise ValueError(f"text must be a non-empty str, not {text!r}")
+        if body is None:
+            error = self.family.error(status, ENGINE_FAILED, "InternalServerError")
+            body = json.dumps(error, separators=(",", ":"))
+        raw = body.encode() if isinstance(body, str) else body
+        self._misbehaviours.fail_prompts(text, Misbehaviour("answer", None, status=status, body=raw))
+
+    def clear_prompts(self) -> None:
+        """Forget every ``fail_prompts``: those prompts are served again."""
+        self._misbehaviours.clear_prompts()
+
     def clear_faults(self, route: str | None = None) -> None:
-        """Forget the misbehaviours waiting on ``route``, or on every route; hung calls stay hung."""
+        """Forget the misbehaviours waiting on ``route``, or on every route and the prompts'
+        (``fail_prompts``); hung calls stay hung."""
         if route is not None:
             _path_of(route)
         self._misbehaviours.clear(route)
@@ -199,8 +238,13 @@ class VllmStandIn:
         running, registered = engine.running(), tuple(engine.adapters)
         with self._calls_lock:
             misbehaviour = self._misbehaviours.take(route) if route else None
+            # A prompt that makes the engine fail does so once the request reaches the engine.
+            failing = (
+                self._misbehaviours.for_prompt(_prompt_of(route, body)) if route in COMPLETIONS else None
+            )
             authorization = headers.get("authorization")
-            self._calls.append(Call(method, path, body, authorization, running, registered, misbehaviour))
+            met = misbehaviour if misbehaviour is not None else failing
+            self._calls.append(Call(method, path, body, authorization, running, registered, met))
             self._calls_lock.notify_all()
         if path in ("/health", "/ping"):
             await respond(send, 200, b"", None)
@@ -224,8 +268,8 @@ class VllmStandIn:
         if route is None or route == "metrics" or (route in LORA_ROUTES and not self.runtime_lora):
             await respond_json(send, 404, {"detail": "Not Found"})
             return
-        if route in ("completions", "chat"):
-            await self._completion(route, method, body, misbehaviour, send)
+        if route in COMPLETIONS:
+            await self._completion(route, method, body, misbehaviour, failing, send)
             return
         if misbehaviour is not None and await self._misbehaviours.act(misbehaviour, send):
             return
@@ -241,9 +285,18 @@ class VllmStandIn:
             await _lora.unload(engine, send, body, headers)
 
     async def _completion(
-        self, route: str, method: str, body: Any, misbehaviour: Misbehaviour | None, send: Send
+        self,
+        route: str,
+        method: str,
+        body: Any,
+        misbehaviour: Misbehaviour | None,
+        failing: Misbehaviour | None,
+        send: Send,
     ) -> None:
-        """A completion, in flight (``vllm:lora_requests_info``) from its start to its end, held or not."""
+        """A completion, in flight (``vllm:lora_requests_info``) from its start to its end, held or not.
+
+        ``failing``: what its prompt makes the engine answer (``fail_prompts``), once it gets there.
+        """
         engine = self._engine
         family = self.family
         # What vLLM turns away (a bad body, an unknown model) never reaches its engine.
@@ -263,19 +316,36 @@ class VllmStandIn:
                 await respond_json(send, *turned_away)
             return
         adapter = None if model == engine.model else model
-        engine.started(adapter)
+        await engine.join_batch()
         try:
-            if misbehaviour is not None and await self._misbehaviours.act(misbehaviour, send):
-                return
-            await _completions.complete(engine, send, route, body, self._misbehaviours.pause_stream)
+            engine.started(adapter)  # vLLM names a request's adapter from its first step
+            try:
+                if misbehaviour is not None and await self._misbehaviours.act(misbehaviour, send):
+                    return
+                if failing is not None and await self._misbehaviours.act(failing, send):
+                    return
+                await _completions.complete(engine, send, route, body, self._misbehaviours.pause_stream)
+            finally:
+                engine.ended(adapter)
         finally:
-            engine.ended(adapter)
+            engine.leave_batch()
 
     def _authorised(self, header: str | None) -> bool:
         if not header:
             return False
         scheme, _, token = header.partition(" ")
         return scheme.lower() == "bearer" and token == self.api_key
+
+
+def _prompt_of(route: str | None, body: Any) -> str:
+    """The text of a completion's prompt, or of a chat completion's messages (as JSON)."""
+    if not isinstance(body, dict):
+        return ""
+    return (
+        str(body.get("prompt"))
+        if route == "completions"
+        else json.dumps(body.get("messages"), ensure_ascii=False)
+    )
 
 
 def _path_of(route: str) -> str:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import collections
 import itertools
 import math
 import threading
@@ -26,6 +28,7 @@ class Engine:
         max_lora_rank: int,
         max_loras: int = 1,
         max_model_len: int = 2048,
+        max_num_seqs: int = 128,
     ) -> None:
         self.model = model
         self.model_root = model_root
@@ -34,8 +37,11 @@ class Engine:
         self.max_lora_rank = max_lora_rank
         self.max_loras = max_loras
         self.max_model_len = max_model_len
+        if type(max_num_seqs) is not int or max_num_seqs < 1:
+            raise ValueError(f"max_num_seqs must be an int of at least 1, not {max_num_seqs!r}")
+        self.max_num_seqs = max_num_seqs
         self.created = int(time.time())
-        self._lock = threading.Lock()
+        self._lock = threading.Condition()
         self._adapters: dict[str, str] = {}
         self._ids = itertools.count(1)
         self._running: dict[str | None, int] = {}
@@ -43,6 +49,10 @@ class Engine:
         self._series: dict[tuple[str, ...], float] = {}
         """``vllm:lora_requests_info``: every set of adapters ever current, to when it last was."""
         self._stamp = 0.0
+        self._batch = 0
+        """Completions in the batch (``vllm:num_requests_running``), at most ``max_num_seqs``."""
+        self._queue: collections.deque[asyncio.Future[None]] = collections.deque()
+        """Completions waiting for a place in it (``vllm:num_requests_waiting``), first come first."""
 
     @property
     def adapters(self) -> dict[str, str]:
@@ -87,6 +97,50 @@ class Engine:
         """A fresh number for ids the answers carry (permissions, completions)."""
         with self._lock:
             return next(self._ids)
+
+    async def join_batch(self) -> None:
+        """Wait for a place in the batch, behind those queued first; ``leave_batch`` gives it back.
+
+        Called on the server's loop only; tests read the counts from their own threads.
+        """
+        with self._lock:
+            self._lock.notify_all()  # a request came in: running or waiting, a waiter sees it
+            if self._batch < self.max_num_seqs and not self._queue:
+                self._batch += 1
+                return
+            turn: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            self._queue.append(turn)
+        try:
+            await turn
+        except BaseException:
+            with self._lock:
+                handed = turn.done() and not turn.cancelled()
+                if not handed and turn in self._queue:
+                    self._queue.remove(turn)
+            if handed:
+                self.leave_batch()  # its place came as it went away: the next in line takes it
+            raise
+
+    def leave_batch(self) -> None:
+        """A completion in the batch ended: its place goes to the first one queued."""
+        with self._lock:
+            self._lock.notify_all()
+            while self._queue:
+                turn = self._queue.popleft()
+                if not turn.done():
+                    turn.set_result(None)
+                    return
+            self._batch -= 1
+
+    def requests(self) -> tuple[int, int]:
+        """(running, waiting): the completions in the batch and those queued for a place in it."""
+        with self._lock:
+            return self._batch, len(self._queue)
+
+    def wait_for_requests(self, count: int, timeout: float) -> bool:
+        """Block until ``count`` completions are running or waiting; False after ``timeout`` s."""
+        with self._lock:
+            return self._lock.wait_for(lambda: self._batch + len(self._queue) >= count, timeout)
 
     def started(self, adapter: str | None) -> None:
         """A completion for ``adapter`` (None: the base model) is running, from now until ``ended``."""

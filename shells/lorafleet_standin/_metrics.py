@@ -1,4 +1,5 @@
-"""``GET /metrics``: the one series vLLM 0.32 exports about LoRA, ``vllm:lora_requests_info``.
+"""``GET /metrics``: the engine's queue (``vllm:num_requests_running`` and ``vllm:num_requests_waiting``)
+and the one series vLLM 0.32 exports about LoRA, ``vllm:lora_requests_info``, in that order.
 
 vLLM keeps one series per set of adapters it has ever seen in flight, valued at the time that set was
 last current (a gauge set to the current time); the newest series is the current set, and its
@@ -32,13 +33,22 @@ def go_float(value: float) -> str:
 
 
 def exposition(engine: Engine) -> bytes:
-    """The ``/metrics`` body: the LoRA gauge's help, type and every series it has.
-
-    Without ``--enable-lora`` vLLM makes no LoRA gauge: the body has none of it.
+    """The ``/metrics`` body: the two queue gauges, then the LoRA gauge's help, type and every series
+    it has. Without ``--enable-lora`` vLLM makes no LoRA gauge: the body has none of it.
     """
+    running, waiting = engine.requests()
+    labels = f'engine="0",model_name="{_escape(engine.model)}"'
+    lines = [
+        "# HELP vllm:num_requests_running Number of requests in model execution batches.",
+        "# TYPE vllm:num_requests_running gauge",
+        f"vllm:num_requests_running{{{labels}}} {float(running)!r}",
+        "# HELP vllm:num_requests_waiting Number of requests waiting to be processed.",
+        "# TYPE vllm:num_requests_waiting gauge",
+        f"vllm:num_requests_waiting{{{labels}}} {float(waiting)!r}",
+    ]
     if not engine.enable_lora:
-        return b""
-    lines = [f"# HELP {NAME} Running stats on lora requests.", f"# TYPE {NAME} gauge"]
+        return ("\n".join(lines) + "\n").encode()
+    lines += [f"# HELP {NAME} Running stats on lora requests.", f"# TYPE {NAME} gauge"]
     for adapters, when in engine.running_series():
         names = _escape(",".join(adapters))
         labels = (

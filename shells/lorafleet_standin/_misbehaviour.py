@@ -40,6 +40,8 @@ class Misbehaviours:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._queues: dict[str, list[Misbehaviour]] = {}
+        self._prompts: dict[str, Misbehaviour] = {}
+        """Completions whose prompt holds the text are answered so, every time."""
         self._gates: list[_Gate] = []
         self._streams_held = False
 
@@ -61,12 +63,28 @@ class Misbehaviours:
                     queue.pop(0)
             return misbehaviour
 
+    def fail_prompts(self, text: str, misbehaviour: Misbehaviour) -> None:
+        """Completions whose prompt holds ``text`` act out ``misbehaviour``, every time."""
+        with self._lock:
+            self._prompts[text] = misbehaviour
+
+    def for_prompt(self, prompt: str) -> Misbehaviour | None:
+        """What a completion of ``prompt`` acts out for the text it holds (the first added), or None."""
+        with self._lock:
+            return next((m for text, m in self._prompts.items() if text in prompt), None)
+
     def clear(self, route: str | None = None) -> None:
+        """Forget the misbehaviours queued on ``route``; on every route, and the prompts', when None."""
         with self._lock:
             if route is None:
                 self._queues.clear()
+                self._prompts.clear()
             else:
                 self._queues.pop(route, None)
+
+    def clear_prompts(self) -> None:
+        with self._lock:
+            self._prompts.clear()
 
     def hold_streams(self) -> None:
         with self._lock:
