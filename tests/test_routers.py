@@ -13,10 +13,10 @@ import httpx
 import pytest
 
 from lorafleet import How, Placed
-from lorafleet_fleet import Fleet, Replica
-from lorafleet_standin import StandInServer
+from lorafleet_fleet import HEADROOM, Fleet, Replica
+from lorafleet_standin import Call, StandInServer
 
-from conftest import calls_reach, eventually
+from conftest import calls_reach, eventually, settled
 
 pytestmark = [pytest.mark.anyio, pytest.mark.usefixtures("no_task_left_running")]
 
@@ -26,7 +26,8 @@ async def test_another_routers_running_adapter_is_not_evicted(
     fleet_type: type[Fleet], standin: StandInServer, adapter_dir: Path, read_running: bool
 ) -> None:
     """Router B streams on a0 on a replica of limit 1; router A, which knows of a0 only from its
-    listing, needs a1 there: with the engine's report it goes over the limit rather than unload a0."""
+    listing, needs a1 there: with the engine's report it goes over the limit rather than unload a0
+    once a1 has landed ([settle]); without it, a0 is the excess that goes."""
     r = Replica("r0", standin.url, "tiny", 1)
     async with fleet_type() as b:
         await b.sync_unknown([r])
@@ -45,6 +46,7 @@ async def test_another_routers_running_adapter_is_not_evicted(
                     assert a.statistics().replicas["r0"].held == {"a0": 0}
                     async with a.acquire(r, "a1", str(adapter_dir / "a1")):
                         pass
+                    await eventually(lambda: settled(a))  # a1 landed; the excess went, if any ([settle])
                     unloaded = [c.body["lora_name"] for c in standin.app.calls_to("unload")]
                     assert unloaded == ([] if read_running else ["a0"])
                 standin.app.release()
@@ -57,21 +59,44 @@ async def _complete(server: StandInServer, model: str) -> None:
         await client.post(f"{server.url}/v1/completions", json={"model": model, "prompt": "x"}, timeout=30)
 
 
+@pytest.mark.parametrize("headroom", [HEADROOM, 0])
 async def test_a_replica_without_the_gauge_falls_back(
-    fleet_type: type[Fleet], serve: Callable[..., StandInServer], adapter_dir: Path
+    fleet_type: type[Fleet], serve: Callable[..., StandInServer], adapter_dir: Path, headroom: int
 ) -> None:
+    """An engine with no gauge cannot say what runs there: its first read says so, it is never read
+    again before a request, and the fleet evicts as with listings alone, even an adapter another
+    router's request runs on. With the shipped headroom the cold load goes out first and a0 goes once
+    it lands ([settle]); with headroom 0 the bound is the limit, and a0 goes first ([evict])."""
     server = serve(lora_metrics=False)
     r = Replica("r0", server.url, "tiny", 1)
-    async with fleet_type() as fleet:
+    server.app.register("a0", str(adapter_dir / "a0"))  # another router's, and its request runs on it
+    server.app.hang("completions")
+    async with anyio.create_task_group() as tasks, fleet_type(headroom=headroom) as fleet:
+        tasks.start_soon(_complete, server, "a0")
+        await calls_reach(server, "completions", 1)
         await fleet.sync_unknown([r])
         await calls_reach(server, "metrics", 1)
-        async with fleet.acquire(r, "a0", str(adapter_dir / "a0")):
-            pass
-        async with fleet.acquire(r, "a1", str(adapter_dir / "a1")):
-            pass
-        assert [c.body["lora_name"] for c in server.app.calls_to("unload")] == ["a0"]
+        await eventually(lambda: fleet.gauge_reads()["absent"] == 1)
+        async with fleet.acquire(r, "a1", str(adapter_dir / "a1")) as lease:
+            assert lease.how is How.LOADED
+        await eventually(lambda: settled(fleet))
+        assert _lora_calls(server) == (
+            [("load", "a1"), ("unload", "a0")] if headroom else [("unload", "a0"), ("load", "a1")]
+        )
+        assert "a0" in server.app.calls_to("unload")[0].running  # it could not know
         assert len(server.app.calls_to("metrics")) == 1  # not read again before the cold request
         assert fleet.gauge_reads() == {"read": 0, "absent": 1, "failed": 0}
+        server.app.release()
+
+
+def _lora_calls(server: StandInServer, router: str | None = None) -> list[tuple[str, str]]:
+    """The loads and unloads the stand-in received (from ``router``'s key, if given), in order."""
+    routes = {"/v1/load_lora_adapter": "load", "/v1/unload_lora_adapter": "unload"}
+    return [
+        (routes[c.path], c.body["lora_name"])
+        for c in server.app.calls
+        if c.path in routes and (router is None or c.authorization == f"Bearer {router}")
+    ]
 
 
 def _unloaded(server: StandInServer) -> list[str]:
@@ -82,63 +107,74 @@ def _unloaded(server: StandInServer) -> list[str]:
 async def test_a_request_started_after_the_reading_is_not_unloaded_under(
     fleet_type: type[Fleet], standin: StandInServer, adapter_dir: Path, routed: bool
 ) -> None:
-    """Router A listed r0 (limit 1) while a0 sat idle there, and read nothing running; then router B
-    started a request on a0. No listing comes between (an hour's interval): A's cold request for a1,
-    which would evict a0, reads the gauge first and goes over the limit instead."""
+    """Another router loaded a0 and ax on r0 (limit 1) and runs a request on ax. Router A lists r0 and
+    reads its gauge: a0 sits idle, and the reading names another router's adapter (the replica is
+    foreign, [elsewhere]). Then the other router starts a request on a0. No listing comes between (an
+    hour's interval): A's cold request for a1 loads at once, into the headroom, and once it has landed
+    A reads the gauge again before it unloads the excess ([settle]): it sees the request on a0 and
+    stays over its limit."""
     r = Replica("r0", standin.url, "tiny", 1)
-    paths = {name: str(adapter_dir / name) for name in ("a0", "a1")}
-    async with fleet_type(listing_interval=3600) as b:
-        await b.sync_unknown([r])
-        async with b.acquire(r, "a0", paths["a0"]):
-            pass
-        async with fleet_type(listing_interval=3600, adapters=paths) as a:
+    for name in ("a0", "ax"):
+        standin.app.register(name, str(adapter_dir / name.replace("x", "5")))
+    standin.app.hang("completions", times=2)
+    async with anyio.create_task_group() as tasks:
+        tasks.start_soon(_complete, standin, "ax")
+        await calls_reach(standin, "completions", 1)
+        async with fleet_type(listing_interval=3600, adapters={"a1": str(adapter_dir / "a1")}) as a:
             await a.sync_unknown([r])
-            await eventually(lambda: a.gauge_reads()["read"] == 1)  # its listing's reading: nothing runs
-            assert a.statistics().replicas["r0"].held == {"a0": 0}
+            await eventually(lambda: a.gauge_reads()["read"] == 1)  # its listing's reading: ax runs
+            reading = a.reading("r0")
+            assert reading is not None
+            assert (reading.foreign, reading.adapters) == (True, frozenset({"ax"}))
+            assert a.statistics().replicas["r0"].held == {"a0": 0, "ax": 0}
             readings = len(standin.app.calls_to("metrics"))
-            async with b.acquire(r, "a0", paths["a0"]) as held:
-                assert held.how is How.HIT
-                standin.app.hang("completions")
-                async with anyio.create_task_group() as tasks:
-                    tasks.start_soon(_complete, standin, "a0")
-                    await calls_reach(standin, "completions", 1)
-                    if routed:
-                        async with a.route("a1") as lease:
-                            assert (lease.placed, lease.how) == (Placed.OVER, How.LOADED)
-                    else:
-                        async with a.acquire(r, "a1", paths["a1"]) as lease:
-                            assert lease.how is How.LOADED
-                    standin.app.release()
+            tasks.start_soon(_complete, standin, "a0")  # started after A's reading
+            await calls_reach(standin, "completions", 2)
+            async with a.route("a1") if routed else a.acquire(r, "a1", str(adapter_dir / "a1")) as lease:
+                assert lease.how is How.LOADED
+                if routed:
+                    assert lease.placed is Placed.EVICT  # type: ignore[attr-defined]
+                # One more reading, whether the settle asked for it or a routed request's refresh did,
+                # and the excess judged on it while a1 is in use.
+                await eventually(lambda: a.gauge_reads()["read"] == 2)
+                await eventually(lambda: settled(a))
+                assert a._machine.reported("r0") == frozenset({"a0", "ax"})
             assert _unloaded(standin) == []
             assert len(standin.app.calls_to("metrics")) == readings + 1
-    assert set(standin.app.adapters) == {"a0", "a1"}
+            assert a.statistics().replicas["r0"].held == {"a0": 0, "a1": 0, "ax": 0}  # over its limit
+        standin.app.release()
+    assert set(standin.app.adapters) == {"a0", "a1", "ax"}
 
 
 @pytest.mark.parametrize(("queued", "own"), [(True, "block"), (False, "block"), (True, "collected")])
 async def test_adapters_a_reading_named_do_not_keep_a_cold_request_at_the_cap(
     fleet_type: type[Fleet], standin: StandInServer, adapter_dir: Path, queued: bool, own: str
 ) -> None:
-    """One router, r0 of limit 1, no headroom, no listing for an hour. Its listing's reading named a0
-    (a request ran on it then), and its own request holds a0 as well. Once both have ended, a cold
-    request for a1 gets a0's slot without waiting for the next listing: queued at the cap before they
-    end (the release reads again), or arriving after (it reads before it would wait). The router's
-    own request ends with its block, or (collected) is a routed lease its holder dropped unreleased,
-    which the fleet releases when it is garbage collected."""
+    """One router, r0 of limit 1, no headroom, no listing for an hour. Another router's requests run on
+    a0 and ax, and the listing's reading names both (another router's: the replica is foreign); the
+    router's own request holds a0 as well. Once all have ended, a cold request for a1 gets their
+    slots without waiting for the next listing: queued at the cap before they end (its reading
+    still names both, so the release reads again), or arriving after (it reads before it would
+    evict). The router's own request ends with its block, or (collected) is a routed lease its holder
+    dropped unreleased, which the fleet releases when it is garbage collected."""
     r = Replica("r0", standin.url, "tiny", 1)
     path = str(adapter_dir / "a0")
     standin.app.register("a0", path)
-    standin.app.hang("completions")
+    standin.app.register("ax", str(adapter_dir / "a5"))
+    standin.app.hang("completions", times=2)
     engine_done = anyio.Event()
     cold_done = anyio.Event()
     how: list[How] = []
 
-    async def engine_request() -> None:
-        await _complete(standin, "a0")
+    async def engine_requests() -> None:
+        async with anyio.create_task_group() as both:
+            both.start_soon(_complete, standin, "a0")
+            both.start_soon(_complete, standin, "ax")
         engine_done.set()
 
     async with anyio.create_task_group() as tasks:
-        tasks.start_soon(engine_request)
-        await calls_reach(standin, "completions", 1)
+        tasks.start_soon(engine_requests)
+        await calls_reach(standin, "completions", 2)
         async with fleet_type(listing_interval=3600, headroom=0, adapters={"a0": path}) as fleet:
 
             async def cold() -> None:
@@ -147,7 +183,7 @@ async def test_adapters_a_reading_named_do_not_keep_a_cold_request_at_the_cap(
                 cold_done.set()
 
             await fleet.sync_unknown([r])
-            await eventually(lambda: bool(fleet._machine.reported("r0")))  # it names a0
+            await eventually(lambda: fleet._machine.reported("r0") == {"a0", "ax"})
             if own == "block":
                 async with fleet.acquire(r, "a0", path) as lease:
                     assert lease.how is How.HIT
@@ -163,7 +199,7 @@ async def test_adapters_a_reading_named_do_not_keep_a_cold_request_at_the_cap(
             with anyio.fail_after(10):
                 await cold_done.wait()
             assert how == [How.LOADED]
-            assert _unloaded(standin) == ["a0"]
+            assert sorted(_unloaded(standin)) == ["a0", "ax"]
             # The listing's reading, the cold request's, and (queued) the release's.
             assert len(standin.app.calls_to("metrics")) == (3 if queued else 2)
 
@@ -180,6 +216,8 @@ async def _end_both(
     if queued:
         tasks.start_soon(cold)
         await eventually(lambda: _queued(fleet, "r0") == 1)
+        # It read before it would evict: a0 (this router's and the other's) and ax (the other's) run.
+        assert fleet._machine.reported("r0") == {"a0", "ax"}
     standin.app.release()
     await engine_done.wait()
 
@@ -190,18 +228,31 @@ def _queued(fleet: Fleet, replica: str) -> int:
     return stats.queued
 
 
+@pytest.mark.parametrize("another", [True, False])
 async def test_cold_requests_on_a_full_replica_share_one_reading(
-    fleet_type: type[Fleet], standin: StandInServer, adapter_dir: Path
+    fleet_type: type[Fleet], standin: StandInServer, adapter_dir: Path, another: bool
 ) -> None:
-    """Five cold requests at once on r0 (limit 1, a0 idle there): one read of the gauge between them."""
-    r = Replica("r0", standin.url, "tiny", 1)
+    """Five cold requests at once on r0 (limit 2, no headroom, a0 idle there): with another router's
+    adapter named by the last reading, each would evict first ([read]), and one read of the gauge
+    serves them all. A router alone (its readings named nothing) reads none: it never waits."""
+    r = Replica("r0", standin.url, "tiny", 2)
     names = ("a1", "a2", "a3", "a4", "a5")
     granted: list[str] = []
-    async with fleet_type(listing_interval=3600) as fleet:
+    if another:
+        standin.app.register("ax", str(adapter_dir / "a0"))
+        standin.app.hang("completions")
+    async with anyio.create_task_group() as tasks, fleet_type(listing_interval=3600, headroom=0) as fleet:
+        if another:
+            tasks.start_soon(_complete, standin, "ax")  # the other router's request, over the listing
+            await calls_reach(standin, "completions", 1)
         await fleet.sync_unknown([r])
+        await eventually(lambda: fleet.gauge_reads()["read"] == 1)
+        standin.app.release()  # the other router's request ends; the reading stays what it said
         async with fleet.acquire(r, "a0", str(adapter_dir / "a0")):
             pass
-        await eventually(lambda: fleet.gauge_reads()["read"] == 1)
+        reading = fleet.reading("r0")
+        assert reading is not None
+        assert reading.foreign is another
         readings = len(standin.app.calls_to("metrics"))
         standin.app.hang("metrics")
 
@@ -209,15 +260,35 @@ async def test_cold_requests_on_a_full_replica_share_one_reading(
             async with fleet.acquire(r, name, str(adapter_dir / name)):
                 granted.append(name)
 
-        async with anyio.create_task_group() as tasks:
+        async with anyio.create_task_group() as cold:
             for name in names:
-                tasks.start_soon(one, name)
-            await calls_reach(standin, "metrics", readings + 1)
-            await anyio.wait_all_tasks_blocked()  # every request waits for that one reading
-            standin.app.release()
+                cold.start_soon(one, name)
+            if another:
+                await calls_reach(standin, "metrics", readings + 1)
+                await anyio.wait_all_tasks_blocked()  # every request waits for that one reading
+                assert granted == []
+                assert fleet.statistics().waiting == 5
+                standin.app.release()
         assert sorted(granted) == list(names)
-        assert len(standin.app.calls_to("metrics")) == readings + 1
+        assert len(standin.app.calls_to("metrics")) == readings + another
+        await eventually(lambda: settled(fleet))
+        assert len(fleet.statistics().replicas["r0"].held) == 2
         assert "a0" in _unloaded(standin)
+        assert _most_held(standin, *(["ax"] if another else [])) == 2  # no headroom: never over the limit
+        standin.app.release()
+
+
+def _most_held(server: StandInServer, *held: str) -> int:
+    """The most adapters the stand-in held at once, from ``held``, replaying its loads and unloads."""
+    now = set(held)
+    most = len(now)
+    for route, name in _lora_calls(server):
+        if route == "load":
+            now.add(name)
+        else:
+            now.discard(name)
+        most = max(most, len(now))
+    return most
 
 
 @pytest.mark.parametrize("fault", ["error", "timeout", "cut short", "no gauge"])
@@ -228,36 +299,48 @@ async def test_a_cold_request_goes_on_when_the_reading_fails(
     fault: str,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    """r0 (limit 1) answered its listing's reading (nothing runs); the cold read before evicting a0
-    fails: the request evicts a0 as that reading allows (no error reaches it)."""
-    r = Replica("r0", standin.url, "tiny", 1)
-    async with fleet_type(listing_interval=3600, listing_timeout=1.0) as fleet:
-        await fleet.sync_unknown([r])
-        async with fleet.acquire(r, "a0", str(adapter_dir / "a0")):
-            pass
-        await eventually(lambda: fleet.gauge_reads()["read"] == 1)
-        readings = len(standin.app.calls_to("metrics"))
-        if fault == "error":
-            standin.app.answer("metrics", 500, "Internal Server Error")
-        elif fault == "timeout":
-            standin.app.hang("metrics")
-        elif fault == "cut short":
-            standin.app.drop("metrics")
-        else:
-            standin.app.answer("metrics", 200, "# HELP process_cpu_seconds_total CPU time\n")
-        async with fleet.acquire(r, "a1", str(adapter_dir / "a1")) as lease:
-            assert lease.how is How.LOADED
-        standin.app.release()
-        assert _unloaded(standin) == ["a0"]
-        assert len(standin.app.calls_to("metrics")) == readings + 1  # it was read, and failed
-        ended = "absent" if fault == "no gauge" else "failed"
-        assert fleet.gauge_reads() == {"read": 1, "absent": 0, "failed": 0} | {ended: 1}
-        warned = [m for r in caplog.records if (m := r.getMessage()).startswith("could not read which")]
-        assert len(warned) == (ended == "failed"), warned
-        # An engine that answers without the gauge is not read before requests again.
-        async with fleet.acquire(r, "a2", str(adapter_dir / "a2")):
-            pass
-        assert len(standin.app.calls_to("metrics")) == readings + 1 + (fault != "no gauge")
+    """r0 (limit 2, no headroom) holds ax, another router's, and a0; the listing's reading named ax
+    (a request of the other router ran on it then), so a cold request that would evict first reads
+    the engine ([read]). That read fails: the request goes on (no error reaches it) and evicts as the
+    last reading allows, a0 rather than ax. An answer without the gauge is an engine that cannot tell:
+    an empty reading, so ax, in least demand, goes."""
+    r = Replica("r0", standin.url, "tiny", 2)
+    standin.app.register("ax", str(adapter_dir / "a5"))
+    standin.app.hang("completions")
+    async with anyio.create_task_group() as tasks:
+        tasks.start_soon(_complete, standin, "ax")
+        await calls_reach(standin, "completions", 1)
+        async with fleet_type(listing_interval=3600, listing_timeout=1.0, headroom=0) as fleet:
+            await fleet.sync_unknown([r])
+            await eventually(lambda: fleet.gauge_reads()["read"] == 1)
+            standin.app.release()  # ax's request ends; the listing's reading stands
+            async with fleet.acquire(r, "a0", str(adapter_dir / "a0")):
+                pass
+            readings = len(standin.app.calls_to("metrics"))
+            assert readings == 1  # a0's load had a free slot: no read
+            if fault == "error":
+                standin.app.answer("metrics", 500, "Internal Server Error")
+            elif fault == "timeout":
+                standin.app.hang("metrics")
+            elif fault == "cut short":
+                standin.app.drop("metrics")
+            else:
+                standin.app.answer("metrics", 200, "# HELP process_cpu_seconds_total CPU time\n")
+            async with fleet.acquire(r, "a1", str(adapter_dir / "a1")) as lease:
+                assert lease.how is How.LOADED
+            standin.app.release()
+            victim = "ax" if fault == "no gauge" else "a0"
+            assert _lora_calls(standin)[-2:] == [("unload", victim), ("load", "a1")]
+            assert len(standin.app.calls_to("metrics")) == readings + 1  # it was read, and failed
+            ended = "absent" if fault == "no gauge" else "failed"
+            assert fleet.gauge_reads() == {"read": 1, "absent": 0, "failed": 0} | {ended: 1}
+            warned = [m for r in caplog.records if (m := r.getMessage()).startswith("could not read which")]
+            assert len(warned) == (ended == "failed"), warned
+            # A failed read leaves the replica foreign, so the next eviction reads again; an engine
+            # that answers without the gauge is not read before requests again.
+            async with fleet.acquire(r, "a2", str(adapter_dir / "a2")):
+                pass
+            assert len(standin.app.calls_to("metrics")) == readings + 1 + (fault != "no gauge")
 
 
 @pytest.mark.parametrize("fault", ["error", "timeout", "cut short"])
@@ -265,9 +348,10 @@ async def test_a_failed_read_keeps_the_last_reading_until_the_next_listing(
     fleet_type: type[Fleet], standin: StandInServer, adapter_dir: Path, fault: str
 ) -> None:
     """[read-failed] r0 (limit 1) holds a0, which another router's request runs on, and the listing's
-    reading says so. The read before a cold request for a1 gets no usable answer: the engine's silence
-    is no news, so a0 is still no victim and r0 goes over its limit. Then a listing is answered and the
-    read after it fails too: the reading goes, and a0 is a victim again."""
+    reading says so. a1 and then a2 load into the headroom; once a2 has landed the excess goes after a
+    fresh reading ([settle]), and that read gets no usable answer: the engine's silence is no news,
+    so a0 is still no victim, a1 goes and r0 stays over its limit. Then a listing is answered and the
+    read after it fails too: the reading goes, and a0 is a victim again when a3 lands."""
     r = Replica("r0", standin.url, "tiny", 1)
     standin.app.register("a0", str(adapter_dir / "a0"))
     standin.app.hang("completions")
@@ -287,13 +371,125 @@ async def test_a_failed_read_keeps_the_last_reading_until_the_next_listing(
             await fleet.sync_unknown([r])
             await eventually(lambda: fleet.gauge_reads()["read"] == 1)
             async with fleet.acquire(r, "a1", str(adapter_dir / "a1")) as lease:
+                assert lease.how is How.LOADED  # nothing idle to unload as it landed: no read
+            async with fleet.acquire(r, "a2", str(adapter_dir / "a2")) as lease:
                 assert lease.how is How.LOADED
+                # The excess is judged when the read ends, while a2 is in use.
+                await eventually(lambda: fleet.gauge_reads()["failed"] == 1 and settled(fleet))
             assert fleet.gauge_reads() == {"read": 1, "absent": 0, "failed": 1}
-            assert _unloaded(standin) == []
-            assert set(standin.app.adapters) == {"a0", "a1"}
+            assert _unloaded(standin) == ["a1"]
+            assert set(standin.app.adapters) == {"a0", "a2"}
             standin.app.clear_faults("models")
             await eventually(lambda: fleet.gauge_reads()["failed"] >= 2)
-            async with fleet.acquire(r, "a2", str(adapter_dir / "a2")):
+            async with fleet.acquire(r, "a3", str(adapter_dir / "a3")):
                 pass
-            assert "a0" in _unloaded(standin)
+            await eventually(lambda: "a0" in _unloaded(standin) and settled(fleet))
+            assert set(_unloaded(standin)) == {"a0", "a1", "a2"}
+            standin.app.release()
+
+
+# -- two fleets on one stand-in, and a router alone ---------------------------------------------
+
+
+def _from(server: StandInServer, router: str, route: str) -> list[Call]:
+    """Calls to ``route`` carrying ``router``'s key (each fleet's replicas carry one of their own)."""
+    return [c for c in server.app.calls_to(route) if c.authorization == f"Bearer {router}"]
+
+
+@pytest.mark.parametrize("read_running", [True, False])
+async def test_a_cold_request_on_a_full_replica_waits_for_a_reading_of_anothers_requests(
+    fleet_type: type[Fleet], standin: StandInServer, adapter_dir: Path, read_running: bool
+) -> None:
+    """Fleets A and B on one stand-in. A loaded a0 and ax and runs a request on ax when B lists the
+    replica: B's reading names another router's adapter. Then A starts a request on a0. B (limit 3,
+    no headroom: a load at its bound evicts first) holds a0, ax and its own idle b0, and is asked for
+    b1: it reads the gauge before it evicts, sees A's request on a0, and evicts its own b0. Without
+    reads, B evicts an adapter A's request runs on."""
+    key_a, key_b = "router-A", "router-B"
+    ra = Replica("r0", standin.url, "tiny", 3, api_key=key_a)
+    rb = Replica("r0", standin.url, "tiny", 3, api_key=key_b)
+    standin.app.hang("completions", times=2)
+    async with (
+        anyio.create_task_group() as tasks,
+        fleet_type(listing_interval=3600) as a,
+        fleet_type(listing_interval=3600, headroom=0, read_running=read_running) as b,
+    ):
+        await a.sync_unknown([ra])
+        for name in ("a0", "ax"):
+            async with a.acquire(ra, name, str(adapter_dir / name.replace("x", "5"))):
+                pass
+        async with a.acquire(ra, "ax", str(adapter_dir / "a5")) as on_ax:
+            assert on_ax.how is How.HIT
+            tasks.start_soon(_complete, standin, "ax")
+            await calls_reach(standin, "completions", 1)
+            await b.sync_unknown([rb])
+            if read_running:
+                await eventually(lambda: b.gauge_reads()["read"] == 1)
+                reading = b.reading("r0")
+                assert reading is not None
+                assert (reading.foreign, reading.adapters) == (True, frozenset({"ax"}))
+            async with b.acquire(rb, "b0", str(adapter_dir / "a1")):
+                pass  # into a free slot: no read
+            async with a.acquire(ra, "a0", str(adapter_dir / "a0")) as on_a0:
+                assert on_a0.how is How.HIT
+                tasks.start_soon(_complete, standin, "a0")
+                await calls_reach(standin, "completions", 2)
+                before = len(standin.app.calls)
+                async with b.acquire(rb, "b1", str(adapter_dir / "a2")) as lease:
+                    assert lease.how is How.LOADED
+                await eventually(lambda: settled(b))
+                after = [c for c in standin.app.calls[before:] if c.authorization == f"Bearer {key_b}"]
+                seen = [(c.path.rsplit("/", 1)[-1], c.body and c.body["lora_name"], c.running) for c in after]
+                if read_running:
+                    # The read first, naming A's requests; then B's own idle b0 goes, then b1 loads.
+                    assert [(p, n) for p, n, _ in seen] == [
+                        ("metrics", None),
+                        ("unload_lora_adapter", "b0"),
+                        ("load_lora_adapter", "b1"),
+                    ], seen
+                    assert set(seen[0][2]) == {"a0", "ax"}
+                else:
+                    assert [p for p, _, _ in seen] == ["unload_lora_adapter", "load_lora_adapter"], seen
+                    assert seen[0][1] in {"a0", "ax"}
+                    assert seen[0][1] in seen[0][2]  # under A's request
+                standin.app.release()
+        # Whatever B unloaded, nothing of it ran when B's unload came, with reads.
+        if read_running:
+            assert all(c.body["lora_name"] not in c.running for c in _from(standin, key_b, "unload"))
+            assert {"a0", "ax"} <= set(standin.app.adapters)
+        assert _from(standin, key_a, "unload") == []
+
+
+async def test_a_router_alone_never_waits_for_a_reading(
+    fleet_type: type[Fleet], standin: StandInServer, adapter_dir: Path
+) -> None:
+    """[read], [elsewhere]: a router whose readings name only adapters its own requests run on is
+    alone there. With r0 full (limit 2, no headroom, a1 idle), its cold request evicts at once while
+    the gauge does not answer: it never waits for a reading."""
+    r = Replica("r0", standin.url, "tiny", 2)
+    standin.app.hang("completions")
+    async with anyio.create_task_group() as tasks, fleet_type(listing_interval=0.2, headroom=0) as fleet:
+        await fleet.sync_unknown([r])
+        async with fleet.acquire(r, "a1", str(adapter_dir / "a1")):
+            pass
+        async with fleet.acquire(r, "a0", str(adapter_dir / "a0")) as own:
+            assert own.how is How.LOADED
+            tasks.start_soon(_complete, standin, "a0")
+            await calls_reach(standin, "completions", 1)
+
+            def named_a0() -> bool:
+                """A read that came while a0's request ran has been answered (reads go one at a time)."""
+                reads = standin.app.calls_to("metrics")
+                first = next((i for i, c in enumerate(reads) if "a0" in c.running), None)
+                return first is not None and sum(fleet.gauge_reads().values()) > first
+
+            await eventually(named_a0)  # a reading naming a0, this router's own
+            reading = fleet.reading("r0")
+            assert reading is not None
+            assert (reading.foreign, reading.adapters) == (False, frozenset())
+            standin.app.hang("metrics", times=None)  # from now on no read is answered
+            async with fleet.acquire(r, "a2", str(adapter_dir / "a2")) as lease:
+                assert lease.how is How.LOADED
+            assert _lora_calls(standin)[-2:] == [("unload", "a1"), ("load", "a2")]
+            standin.app.clear_faults("metrics")
             standin.app.release()

@@ -287,7 +287,7 @@ async def test_a_5xx_before_the_answer_begins_is_retried_on_another_replica(
     serve: Serve, adapter_dir: Path
 ) -> None:
     servers = [serve(), serve()]
-    async with routing(servers, adapter_dir) as (_, client):
+    async with routing(servers, adapter_dir) as (server, client):
         first = await client.post("/v1/completions", json={"model": "a3", **HELLO})
         sick, _ = served_by(first)
         servers[int(sick[1])].app.answer("completions", 500, '{"error": {"message": "engine dead"}}')
@@ -295,7 +295,10 @@ async def test_a_5xx_before_the_answer_begins_is_retried_on_another_replica(
         assert answer.status_code == 200
         assert served_by(answer) == (({"r0", "r1"} - {sick}).pop(), "loaded")
         metrics = (await client.get("/metrics")).text
-        assert 'lorafleet_serve_retries_total{reason="replica_failed"} 1.0' in metrics
+        assert 'lorafleet_serve_retries_total{reason="server_error"} 1.0' in metrics
+        # Another replica served what it failed: it is avoided now ([blame]).
+        await eventually(lambda: leases(server) == 0)
+        assert server.fleet.replica_statistics(sick).failing_until is not None  # type: ignore[union-attr]
 
 
 @pytest.mark.anyio
@@ -303,19 +306,23 @@ async def test_a_5xx_before_the_answer_begins_is_retried_on_another_replica(
 async def test_retries_are_bounded_and_never_revisit_a_replica(serve: Serve, adapter_dir: Path) -> None:
     servers = [serve(), serve(), serve()]
     for standin in servers:
-        standin.app.answer("completions", 503, '{"error": {"message": "overloaded"}}', times=None)
-    async with routing(servers, adapter_dir, attempts=2) as (server, client):
-        answer = await client.post("/v1/completions", json={"model": "tiny", **HELLO})
-        assert answer.status_code == 502
-        assert error_of(answer)["code"] == "replica_failed"
-        assert sorted(len(s.app.calls_to("completions")) for s in servers) == [0, 1, 1]
-        # Both replicas that failed it are avoided now (base-model failures count for placement too):
-        # an adapter's request tries the third, and with none left says how many it tried.
-        answer = await client.post("/v1/completions", json={"model": "a0", **HELLO})
-        assert answer.status_code == 502
-        assert error_of(answer)["message"].startswith("The request failed on 1 replica;")
-        assert sorted(len(s.app.calls_to("completions")) for s in servers) == [1, 1, 1]
-        await eventually(lambda: leases(server) == 0)  # the handler ends just after the last byte
+        standin.app.hang("completions", times=None)  # no answer within the read timeout
+    try:
+        async with routing(servers, adapter_dir, attempts=2, read_timeout=0.5) as (server, client):
+            answer = await client.post("/v1/completions", json={"model": "tiny", **HELLO})
+            assert answer.status_code == 502
+            assert error_of(answer)["code"] == "replica_failed"
+            assert sorted(len(s.app.calls_to("completions")) for s in servers) == [0, 1, 1]
+            # Both replicas that failed it are avoided now (base-model failures count for placement
+            # too): an adapter's request tries the third, and with none left says how many it tried.
+            answer = await client.post("/v1/completions", json={"model": "a0", **HELLO})
+            assert answer.status_code == 502
+            assert error_of(answer)["message"].startswith("The request failed on 1 replica;")
+            assert sorted(len(s.app.calls_to("completions")) for s in servers) == [1, 1, 1]
+            await eventually(lambda: leases(server) == 0)  # the handler ends just after the last byte
+    finally:
+        for standin in servers:
+            standin.app.release()
 
 
 @pytest.mark.anyio

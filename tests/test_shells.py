@@ -11,6 +11,7 @@ import pytest
 
 from lorafleet import How
 from lorafleet_fleet import (
+    HEADROOM,
     AdapterError,
     Fleet,
     FleetClosedError,
@@ -21,13 +22,35 @@ from lorafleet_fleet import (
 )
 from lorafleet_standin import StandInServer
 
-from conftest import calls_reach, eventually, quiet
+from conftest import calls_reach, eventually, quiet, settled
 
 pytestmark = [pytest.mark.anyio, pytest.mark.usefixtures("no_task_left_running")]
+
+LOAD, UNLOAD = "load", "unload"
 
 
 def replica(server: StandInServer, limit: int = 2, rid: str = "r0", key: str | None = None) -> Replica:
     return Replica(rid, server.url, "tiny", limit, api_key=key)
+
+
+def lora_calls(server: StandInServer) -> list[tuple[str, str]]:
+    """The loads and unloads the stand-in received, in the order they came: ("load", name)..."""
+    routes = {"/v1/load_lora_adapter": LOAD, "/v1/unload_lora_adapter": UNLOAD}
+    return [(routes[c.path], c.body["lora_name"]) for c in server.app.calls if c.path in routes]
+
+
+def most_held(server: StandInServer) -> int:
+    """The most adapters the stand-in held at once, replaying its loads and unloads in the order they
+    came (a load counts from when it came, whatever its answer)."""
+    held: set[str] = set()
+    most = 0
+    for route, name in lora_calls(server):
+        if route == LOAD:
+            held.add(name)
+        else:
+            held.discard(name)
+        most = max(most, len(held))
+    return most
 
 
 async def test_cold_load_then_hit(fleet_type: type[Fleet], standin: StandInServer, adapter_dir: Path) -> None:
@@ -69,20 +92,27 @@ async def test_many_requests_for_one_cold_adapter_make_one_load(
 async def test_least_recently_used_is_evicted_at_the_limit(
     fleet_type: type[Fleet], standin: StandInServer, adapter_dir: Path
 ) -> None:
+    """[evict], [settle]: a cold load at the limit goes out at once; once it has landed, the least
+    recently used idle adapter is unloaded, and the replica is back at its limit."""
     r = replica(standin, limit=2)
     async with fleet_type() as fleet:
         await fleet.sync_unknown([r])
-        for name in ("a0", "a1", "a0", "a2"):  # a1 is least recently used when a2 comes
+        # a0 and a1 are asked for twice each (equal demand); a1 is least recently used when a2 comes.
+        for name in ("a0", "a1", "a1", "a0", "a2"):
             async with fleet.acquire(r, name, str(adapter_dir / name)):
                 pass
         quiet(fleet)
-    assert [c.body["lora_name"] for c in standin.app.calls_to("unload")] == ["a1"]
+        await eventually(lambda: settled(fleet))
+        assert fleet.statistics().replicas["r0"].held == {"a0": 0, "a2": 0}
+    assert lora_calls(standin) == [(LOAD, "a0"), (LOAD, "a1"), (LOAD, "a2"), (UNLOAD, "a1")]
     assert sorted(standin.app.adapters) == ["a0", "a2"]
 
 
 async def test_an_adapter_in_use_is_never_evicted(
     fleet_type: type[Fleet], standin: StandInServer, adapter_dir: Path
 ) -> None:
+    """[evict], [settle]: a load that lands with every adapter in use unloads nothing (the replica
+    stays over its limit); a later load, once they are idle, brings it back to its limit."""
     r = replica(standin, limit=1)
     async with fleet_type() as fleet:
         await fleet.sync_unknown([r])
@@ -91,11 +121,105 @@ async def test_an_adapter_in_use_is_never_evicted(
             fleet.acquire(r, "a1", str(adapter_dir / "a1")) as lease,
         ):
             assert lease.how is How.LOADED
-            assert standin.app.calls_to("unload") == []  # over the limit instead
+            # The unloads a landing load makes go out with its grant: none did.
+            assert fleet.statistics().replicas["r0"].unloading == ()
+            assert fleet.statistics().replicas["r0"].held == {"a0": 1, "a1": 1}  # over the limit instead
         async with fleet.acquire(r, "a2", str(adapter_dir / "a2")):
-            pass  # a later load brings the replica back under its limit
+            pass  # a later load brings the replica back to its limit
         quiet(fleet)
-    assert sorted(c.body["lora_name"] for c in standin.app.calls_to("unload")) == ["a0", "a1"]
+        await eventually(lambda: settled(fleet))
+        assert fleet.statistics().replicas["r0"].held == {"a2": 0}
+    calls = lora_calls(standin)
+    assert calls[:3] == [(LOAD, "a0"), (LOAD, "a1"), (LOAD, "a2")]
+    assert sorted(calls[3:]) == [(UNLOAD, "a0"), (UNLOAD, "a1")]  # out together, in either order
+
+
+@pytest.mark.parametrize("headroom", [HEADROOM, 0])
+async def test_a_cold_load_at_the_limit_lands_before_the_excess_goes(
+    fleet_type: type[Fleet], standin: StandInServer, adapter_dir: Path, headroom: int
+) -> None:
+    """[settle]: with headroom, a cold load at the limit goes out at once, the replica is one over its
+    limit while the load runs, and the least recently used idle adapter goes once the load has landed.
+    With headroom 0 the bound is the limit itself: the victim is unloaded first and the load waits for
+    it, so the replica is never over its limit ([evict] as it was before [settle])."""
+    r = replica(standin, limit=2)
+    granted: list[How] = []
+
+    async def cold() -> None:
+        async with fleet.acquire(r, "a2", str(adapter_dir / "a2")) as lease:
+            granted.append(lease.how)
+
+    async with fleet_type(headroom=headroom) as fleet:
+        await fleet.sync_unknown([r])
+        for name in ("a0", "a1"):
+            async with fleet.acquire(r, name, str(adapter_dir / name)):
+                pass
+        standin.app.hang(LOAD if headroom else UNLOAD)
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(cold)
+            if headroom:
+                await calls_reach(standin, LOAD, 3)
+                stats = fleet.statistics().replicas
+                # The load runs; nothing is unloaded while it does: the engine holds a0, a1 and gets a2.
+                assert (stats["r0"].held, stats["r0"].loading, stats["r0"].unloading) == (
+                    {"a0": 0, "a1": 0},
+                    ("a2",),
+                    (),
+                )
+                assert standin.app.calls_to(UNLOAD) == []
+            else:
+                await calls_reach(standin, UNLOAD, 1)
+                stats = fleet.statistics().replicas
+                # a0 is being unloaded; a2's load waits for it.
+                assert (stats["r0"].held, stats["r0"].loading, stats["r0"].unloading) == (
+                    {"a1": 0},
+                    ("a2",),
+                    ("a0",),
+                )
+                assert len(standin.app.calls_to(LOAD)) == 2
+            standin.app.release()
+        assert granted == [How.LOADED]
+        quiet(fleet)
+        await eventually(lambda: settled(fleet))
+        assert fleet.statistics().replicas["r0"].held == {"a1": 0, "a2": 0}
+    last = [(LOAD, "a2"), (UNLOAD, "a0")] if headroom else [(UNLOAD, "a0"), (LOAD, "a2")]
+    assert lora_calls(standin) == [(LOAD, "a0"), (LOAD, "a1"), *last]
+    assert most_held(standin) == (3 if headroom else 2)
+    assert sorted(standin.app.adapters) == ["a1", "a2"]
+
+
+@pytest.mark.parametrize("fault", ["adapter", "replica"])
+async def test_a_load_that_fails_evicts_nothing(
+    fleet_type: type[Fleet], standin: StandInServer, adapter_dir: Path, fault: str
+) -> None:
+    """[settle]: the excess goes once a load has landed, so a load the engine refuses, as the adapter's
+    fault or the replica's, leaves the replica as it was, at its limit; the next load that lands
+    unloads as usual."""
+    r = replica(standin, limit=2)
+    async with fleet_type() as fleet:
+        await fleet.sync_unknown([r])
+        for name in ("a0", "a1"):
+            async with fleet.acquire(r, name, str(adapter_dir / name)):
+                pass
+        if fault == "replica":
+            standin.app.answer(
+                LOAD, 500, '{"error":{"message":"EngineCore encountered an issue.","code":500}}'
+            )
+        refused, path = ("big", adapter_dir / "rank64") if fault == "adapter" else ("a2", adapter_dir / "a2")
+        with pytest.raises(AdapterError if fault == "adapter" else ReplicaError):
+            async with fleet.acquire(r, refused, str(path)):
+                pass
+        await eventually(lambda: settled(fleet))
+        assert fleet.statistics().replicas["r0"].held == {"a0": 0, "a1": 0}
+        assert fleet.statistics().evictions == {}
+        async with fleet.acquire(r, "a3", str(adapter_dir / "a3")):
+            pass
+        quiet(fleet)
+        await eventually(lambda: settled(fleet))
+        assert fleet.statistics().replicas["r0"].held == {"a1": 0, "a3": 0}
+    assert lora_calls(standin) == [(LOAD, "a0"), (LOAD, "a1"), (LOAD, refused), (LOAD, "a3"), (UNLOAD, "a0")]
+    # What the engine held when a3's load came: the refused load took nothing away.
+    assert standin.app.calls_to(LOAD)[3].registered == ("a0", "a1")
 
 
 async def test_a_requester_cancelled_mid_load_does_not_stop_the_load(
@@ -238,7 +362,8 @@ async def test_two_routers_converge_through_listings(
             pass
         async with one.acquire(reps[1], "a3", str(adapter_dir / "a3")):
             pass
-        assert [c.body["lora_name"] for c in servers[1].app.calls_to("unload")] == ["a1"]
+        await eventually(lambda: settled(one))  # a3's load landed, then the excess went
+        assert lora_calls(servers[1]) == [(LOAD, "a1"), (LOAD, "a2"), (LOAD, "a3"), (UNLOAD, "a1")]
         quiet(one)
         quiet(two)
 
@@ -348,6 +473,7 @@ async def test_prometheus_metrics(fleet_type: type[Fleet], standin: StandInServe
         for name in ("a0", "a0", "a1"):
             async with fleet.acquire(r, name, str(adapter_dir / name)):
                 pass
+        await eventually(lambda: settled(fleet))  # a1's load landed, then a0 was unloaded
 
     def value(name: str, **labels: str) -> float | None:
         return registry.get_sample_value(name, labels)
@@ -373,12 +499,16 @@ async def test_every_version_family(
         server.app.register("a1", str(adapter_dir / "a1"))  # the load will hear "already loaded"
         async with fleet.acquire(r, "a1", str(adapter_dir / "a1")) as lease:
             assert lease.how is How.LOADED
+        await eventually(lambda: settled(fleet))  # a1 landed, then a0 was unloaded ([settle])
         assert fleet.statistics().evictions == {("tiny", "not_found"): 1}
         assert fleet.statistics().loads[("tiny", "already_loaded")] == 1
         if version != "0.6":  # 0.6 reads adapter files only at the first request
             with pytest.raises(AdapterError):
                 async with fleet.acquire(r, "big", str(adapter_dir / "rank64")):
                     pass
+            await eventually(lambda: settled(fleet))
+            assert fleet.statistics().evictions == {("tiny", "not_found"): 1}  # a failed load evicts nothing
+            assert fleet.statistics().replicas["r0"].held == {"a1": 0}
         quiet(fleet)
 
 

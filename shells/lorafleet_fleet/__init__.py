@@ -9,9 +9,11 @@ the same names under the runtime's name.
 """
 
 from lorafleet import REPLICA_REMOVED as REPLICA_REMOVED
+from lorafleet import Fault as Fault
 from lorafleet import How as How
 from lorafleet import InvalidValueError as InvalidValueError
 from lorafleet import Placed as Placed
+from lorafleet import Reading as Reading
 from lorafleet import ReplicaConflictError as ReplicaConflictError
 from lorafleet import ReplicaStatistics as ReplicaStatistics
 from lorafleet import UsageError as UsageError

@@ -5,7 +5,8 @@ reaches the machine through ``Fleet._send``, which also carries out what the mac
 shortcuts are ``AdapterStateMachine.hit`` and ``place_hit``, a warm request's path, which has no
 command to carry out. ``Fleet.route`` sends ``Routed`` and the machine places the request (reading
 an engine first when it wants to, [read]); when a replica fails before the lease is granted, the
-request is routed again without it.
+request is routed again without it. A retry of a request the router forwarded (``route(after=...)``)
+carries the replicas it tried and those that answered it with a server error, for [blame].
 
 It is written on anyio, which runs natively on trio and on asyncio: one ``Fleet`` serves both, and
 keeps trio's rule for a hit (a checkpoint) when it finds itself under trio.
@@ -29,6 +30,7 @@ from lorafleet import (
     DEFAULT_BACKOFF,
     DEFAULT_MAX_BACKOFF,
     DEFAULT_REFUSAL,
+    FLEET_DEFAULTS,
     AdapterMissing,
     AdapterPinned,
     AdapterStateMachine,
@@ -49,6 +51,7 @@ from lorafleet import (
     MarkMet,
     Placed,
     ReadEngine,
+    Reading,
     ReadingFailed,
     ReadingReceived,
     ReadListing,
@@ -59,6 +62,7 @@ from lorafleet import (
     ReplicaStatistics,
     Requested,
     Routed,
+    ServedElsewhere,
     Statistics,
     TimeAdvanced,
     UnloadFinished,
@@ -94,12 +98,9 @@ KEEPALIVE_EXPIRY = 4.0
 """Seconds an idle connection to a replica is kept for reuse: less than vLLM's 5 (its
 ``VLLM_HTTP_TIMEOUT_KEEP_ALIVE``), as a request sent on a connection the server is closing fails
 without an answer. httpx's own default is 5 s, racing the server's close."""
-HEADROOM = 2
-"""How far over its limit a replica may go when all its adapters are in use ([cap]).
-
-The smallest that cost nothing measurable in the simulator where a replica's limit covers what it runs
-at once, while it halves the issue's runaway burst; README.md, "In a router", gives the figures
-(``bench/headroom.py``)."""
+HEADROOM: int = FLEET_DEFAULTS["headroom"]
+"""How far over its limit a replica may go when all its adapters are in use ([cap]): the core's
+``FLEET_DEFAULTS``, measured in sim/results.md (``lorafleet simulate --grid``)."""
 ATTEMPTS = 3
 """Replicas ``Fleet.route`` tries for one request (ModelMesh: at most 3 failures per request)."""
 
@@ -158,21 +159,24 @@ class Fleet:
         headroom: how many adapters past its limit a replica may go when every adapter it holds is
             in use; at that cap a cold request waits for room, or goes elsewhere. None: no cap.
         concurrency: the requests one replica runs at once (vLLM's ``--max-num-seqs``): ``route``
-            sends a request for a held adapter elsewhere once its holder has more than this in flight,
-            so a hot adapter gets a second copy instead of a queue. None: never (set it).
-        attempts: how many replicas ``route`` tries for one request.
+            sends a request for a held adapter elsewhere once its holder's engine has more than this
+            (this fleet's requests and, as read, the others'), so a hot adapter gets a second copy
+            instead of a queue. None: learned from the engines' ``/metrics`` (a reading that shows
+            requests waiting), when ``read_running`` is on.
+        attempts: how many replicas ``route`` tries for one request, its retries (``after``) included.
         backoff, max_backoff: seconds placement avoids a replica after a failure, doubling with each
             failure in a row up to ``max_backoff``.
         refusal: seconds an adapter the engine refused as the adapter's fault is refused at once,
             without a call.
-        read_running: read which adapters the engine says have requests (vLLM's
-            ``vllm:lora_requests_info``, from any router), so that none of them is evicted, when the
-            machine asks ([read]): after each listing, before a cold request on a replica with no
-            free slot (its load would evict, go over the limit or wait at the cap), and when a
-            request ends on an adapter the last reading named while requests wait at that replica's
-            cap. One read at a time per replica, bounded by ``listing_timeout``; a replica that never
-            answered with the gauge is not read before requests. False: listings only (one router
-            alone loses nothing by it).
+        read_running: read the engines' ``/metrics`` when the machine asks ([read]): which adapters
+            have requests there from any router (``vllm:lora_requests_info``), so that none of them
+            is evicted, and how many requests run and wait (``vllm:num_requests_running`` and
+            ``_waiting``), so that placement sees every router's load ([load]). After each listing,
+            when a load landed over the line where another router's requests ran, before a cold
+            request that would evict first there, when a request ends on an adapter the last reading
+            named while requests wait at the cap, and now and then as requests are placed (``reading``
+            says what the last reads said). One read at a time per replica, bounded by
+            ``listing_timeout``. False: listings only, and no load but this fleet's own.
         routers: how many routers (fleets, in any process) share these replicas: each fills at most
             its share of the free slots a replica's last listing left (the core's [share]; README.md,
             "Several routers"). 1: a router alone.
@@ -199,7 +203,7 @@ class Fleet:
         backoff: float = DEFAULT_BACKOFF,
         max_backoff: float = DEFAULT_MAX_BACKOFF,
         refusal: float = DEFAULT_REFUSAL,
-        read_running: bool = True,
+        read_running: bool = FLEET_DEFAULTS["read_engine"],
         routers: int = 1,
     ) -> None:
         for name, value in (
@@ -359,25 +363,29 @@ class Fleet:
 
     # -- what a router calls -------------------------------------------------------------------
 
-    def acquire(self, replica: Replica, adapter: str, path: str) -> Lease:
+    def acquire(self, replica: Replica, adapter: str, path: str, *, after: Lease | None = None) -> Lease:
         """Hold ``adapter`` (stored at ``path``) on ``replica`` for an ``async with`` block.
 
         The block gets the ``Lease`` once the adapter is there, loading it first if need be; the
         adapter is never unloaded while the block runs. Cancelling the request while it waits gets it
-        no lease, and the load goes on for the others.
+        no lease, and the load goes on for the others. ``after``: the lease of this request's previous
+        attempt, as for ``route`` (the replica is yours to choose: none is excluded).
 
         Raises (when the block is entered):
             AdapterError: the adapter is wrong; do not retry it on another replica.
             ReplicaError: this replica failed; another may serve the request.
             FleetClosedError: the fleet is closed, or closed while the request waited.
             ReplicaConflictError: ``replica``'s id is known here with another model and the same URL.
-            InvalidValueError: ``adapter`` or ``path`` is not a non-empty str.
+            InvalidValueError: ``adapter`` or ``path`` is not a non-empty str, or ``after`` is not
+                a lease of this fleet.
             OutsideBlockError: the fleet was never entered.
             EnteredTwiceError: the lease was entered before.
         """
-        return Lease(self, replica, adapter, path)
+        lease = Lease(self, replica, adapter, path)
+        lease._after = after
+        return lease
 
-    def route(self, adapter: str, *, model: str | None = None) -> Route:
+    def route(self, adapter: str, *, model: str | None = None, after: Lease | None = None) -> Route:
         """A lease on ``adapter`` wherever placement puts it: the replica, loaded if need be.
 
         Await it (``lease = await fleet.route("sql")``) and call ``lease.release()`` when the request
@@ -386,17 +394,25 @@ class Fleet:
         before the lease is granted, the next placement is tried, at most ``attempts`` replicas and
         never one twice. An adapter's fault ends the request at once.
 
+        ``after`` makes it a retry of the request whose previous attempt was that lease (released or
+        held): placement passes over every replica the request tried (but one that answered that it
+        had lost the adapter, where the adapter is loaded again), ``attempts`` counting them all, and
+        the lease remembers those that answered the request with a server error
+        (``Lease.server_error``): released after a good answer, it makes each of them a failure
+        ([blame]).
+
         Raises (when awaited or entered):
             AdapterError: the adapter is wrong (or not among the fleet's adapters: then no replica
                 was asked, and ``replica`` is None); no replica would take it.
             ReplicaError: no healthy replica was left to try; ``tried`` holds each one's error.
             FleetClosedError: the fleet is closed, or closed while the request waited.
-            InvalidValueError: ``adapter`` or ``model`` is not a non-empty str.
+            InvalidValueError: ``adapter`` or ``model`` is not a non-empty str, or ``after`` is not
+                a lease of this fleet.
             UsageError: the fleet has no ``adapters`` to find the path in.
             OutsideBlockError: the fleet was never entered.
             EnteredTwiceError: the route was awaited or entered before.
         """
-        return Route(self, adapter, model)
+        return Route(self, adapter, model, after)
 
     async def prewarm(self, adapters: Iterable[str], *, model: str | None = None) -> dict[str, LoadError]:
         """Load each of ``adapters`` where placement puts it, all at once, before taking traffic.
@@ -499,6 +515,42 @@ class Fleet:
         log.warning("replica %s gave a request no answer: %s", rid, message)
         self._send(ReplicaFailed(replica=rid, message=message))
 
+    def blame(self, replica: Replica | str, failed: Iterable[Replica | str] = ()) -> Fault:
+        """Whose fault it is that ``replica`` answered a request with a server error (a 5xx), when the
+        replicas ``failed`` answered that request so before ([blame]).
+
+        ``Fault.REQUEST`` when one of ``failed`` is another replica: the request makes engines fail;
+        answer it with the engine's error and try no more replicas. ``Fault.REPLICA`` otherwise: try
+        another replica, and once one serves the request, call ``served_elsewhere``. Nothing is
+        reported. For traffic that holds no lease, such as a base model's; a lease has
+        ``Lease.server_error``.
+        """
+        return self._machine.blame(_id_of(replica), [_id_of(r) for r in failed])
+
+    def served_elsewhere(self, replica: Replica | str, failed: Iterable[Replica | str]) -> None:
+        """``replica`` served a request that the replicas ``failed`` had answered with a server error:
+        each of them failed ([blame]), and placement avoids it for a while, as after a failed load.
+
+        For traffic that holds no lease; a retry's lease (``route(after=...)``) says it when released.
+        Replicas the fleet does not use are ignored.
+
+        Raises:
+            InvalidValueError: a replica id is not a non-empty str, or ``failed`` is a str.
+        """
+        if isinstance(failed, str):
+            raise _invalid("failed", failed, "failed must be a list of replica ids, not one str")
+        self._served_elsewhere(_id_of(replica), tuple(_id_of(r) for r in failed))
+
+    def _served_elsewhere(self, rid: str, failed: tuple[str, ...]) -> None:
+        blamed = sorted(set(failed) - {rid})
+        if blamed:
+            log.warning(
+                "%s answered a request with a server error that %s then served: avoided for a while",
+                ", ".join(f"replica {name}" for name in blamed),
+                rid,
+            )
+        self._send(ServedElsewhere(replica=rid, failed=failed))
+
     def remove(self, replicas: Iterable[Replica | str]) -> None:
         """Stop using these replicas: requests waiting on them fail with ``ReplicaError``.
 
@@ -575,6 +627,11 @@ class Fleet:
         """One replica's part of ``statistics()`` (held, in use, in flight, failing), None if not in use."""
         return self._machine.replica_statistics(replica)
 
+    def reading(self, replica: str) -> Reading | None:
+        """What the reads of one replica's engine said: who runs there, how busy it is, what it runs
+        at once (``lorafleet.Reading``); None when the replica is not in use."""
+        return self._machine.reading(replica)
+
     def placements(self) -> dict[str, int]:
         """How many placements ``route`` acted on, by what the request found (held, free, evict...)."""
         return {placed.value: count for placed, count in self._placed.items()}
@@ -601,6 +658,9 @@ class Fleet:
             raise self._not_open()
         if lease.ticket:
             raise EnteredTwiceError("a lease is entered once: call fleet.acquire() for each request")
+        if lease._after is not None:
+            lease._tried, lease._failed = self._chain(lease._after)
+            lease._after = None
         replica = lease.replica
         known = self._replicas.get(replica.id)
         if known is not replica and known != replica:
@@ -684,9 +744,13 @@ class Fleet:
         model = lease._model
         if model is not None and (type(model) is not str or not model):
             raise _invalid("model", model, "model must be a non-empty str or None")
+        if lease._after is not None:
+            lease._tried, lease._failed = self._chain(lease._after)
+            lease._after = None
         machine = self._machine
         ticket = machine.next_ticket
-        rid = machine.place_hit(ticket, adapter=adapter, model=model)
+        # place_hit excludes nothing: a retry that tried a replica goes through Routed.
+        rid = machine.place_hit(ticket, adapter=adapter, model=model) if not lease._tried else None
         if rid is not None:
             lease.replica = self._replicas[rid]
             lease.ticket = ticket
@@ -706,8 +770,8 @@ class Fleet:
         machine = self._machine
         adapter, model = lease.adapter, lease._model
         tried: list[ReplicaError] = []
-        exclude: list[str] = []
-        while len(tried) < self._attempts:
+        exclude = list(lease._tried)  # a retry's: the replicas its request tried before
+        while len(exclude) < self._attempts:
             # Placement reads the machine's clock: a failed replica's backoff may be over by now.
             self._send(TimeAdvanced(now=anyio.current_time()))
             ticket = lease.ticket = machine.next_ticket
@@ -732,26 +796,59 @@ class Fleet:
             lease.replica = replica
             lease.placed = assigned.placed
             lease._how = waiter.how
+            lease._tried = tuple(exclude)
             self._leased.add(ticket)
             return lease
-        raise self._no_replica(adapter, model, tried)
+        raise self._no_replica(adapter, model, tried, lease._tried)
 
-    def _no_replica(self, adapter: str, model: str | None, tried: list[ReplicaError]) -> ReplicaError:
+    def _no_replica(
+        self, adapter: str, model: str | None, tried: list[ReplicaError], before: tuple[str, ...]
+    ) -> ReplicaError:
         of = f" of model {model!r}" if model is not None else ""
-        if not tried:
+        if not tried and before:
+            names = ", ".join(repr(rid) for rid in before)
+            message = f"no healthy replica{of} left to try: the request tried {names} before"
+        elif not tried:
             message = f"no healthy replica{of} to serve it: each is failing, or none is in use"
         else:
             names = ", ".join(repr(error.replica.id) for error in tried if error.replica is not None)
-            left = "tried" if len(tried) >= self._attempts else "tried, and none left to try"
+            left = "tried" if len(before) + len(tried) >= self._attempts else "tried, and none left to try"
             message = f"no healthy replica{of} served it ({names} {left}); the last said: {tried[-1].message}"
         return ReplicaError(None, adapter, message, tried=tuple(tried))
 
-    def _release_routed(self, ticket: int, rid: str, adapter: str) -> None:
+    def _chain(self, after: Lease) -> tuple[tuple[str, ...], tuple[str, ...]]:
+        """What a retry of ``after``'s request carries ([blame]): the replicas the request tried (to
+        pass over; not one that lost the adapter, where it is loaded again) and those that answered it
+        with a server error.
+
+        Raises:
+            InvalidValueError: ``after`` is not a lease of this fleet.
+        """
+        if not isinstance(after, Lease) or after._fleet is not self:
+            raise _invalid("after", after, "after must be a lease this fleet gave, or None")
+        tried, failed = after._tried, after._failed
+        if after._how is not None:
+            rid = after.replica.id
+            if after._said != _MISSING and rid not in tried:
+                tried += (rid,)
+            if after._said == _SERVER_ERROR and rid not in failed:
+                failed += (rid,)
+        return tried, failed
+
+    def _served(self, lease: Lease) -> None:
+        """A lease ended with a good answer: if replicas answered its request with a server error
+        before, it was served elsewhere ([blame])."""
+        if lease._failed and lease._said is None and self._open:
+            self._served_elsewhere(lease.replica.id, lease._failed)
+
+    def _release_routed(self, ticket: int, rid: str, adapter: str) -> bool:
+        """End a routed lease: False when the fleet had closed and released it then."""
         try:
             self._leased.remove(ticket)
         except KeyError:
-            return  # the fleet closed, and released it then
+            return False
         self._release(ticket, rid, adapter)
+        return True
 
     def _release(self, ticket: int, rid: str, adapter: str) -> None:
         """End a lease."""
@@ -955,6 +1052,16 @@ class Fleet:
             self._wake = anyio.Event()
 
 
+def _id_of(replica: Replica | str) -> str:
+    """A replica's id; anything else is left for the machine to refuse."""
+    return replica.id if isinstance(replica, Replica) else replica
+
+
+_SERVER_ERROR = "server_error"
+_NO_ANSWER = "no_answer"
+_MISSING = "adapter_missing"
+
+
 def _poker(wake: Callable[[], None]) -> Callable[[], None]:
     """A function that has ``wake`` called soon in the running loop, safe to call from ``__del__``.
 
@@ -1003,9 +1110,25 @@ class Lease:
     Enter it with ``async with``; the fleet does the acquiring. ``how`` and ``ticket`` are set once
     the block is entered; the adapter is held until it is left. It is one object per request, the
     only one a warm request makes.
+
+    Say what the replica did with the forwarded request when it went wrong: ``check_answer`` (or
+    ``adapter_missing``) for an adapter it lost, ``server_error`` for a 5xx, ``replica_failed`` for no
+    answer at all. A lease none of them was called on ends with a good answer.
     """
 
-    __slots__ = ("_fleet", "_how", "_left", "_path", "adapter", "replica", "ticket")
+    __slots__ = (
+        "_after",
+        "_failed",
+        "_fleet",
+        "_how",
+        "_left",
+        "_path",
+        "_said",
+        "_tried",
+        "adapter",
+        "replica",
+        "ticket",
+    )
 
     def __init__(self, fleet: Fleet, replica: Replica, adapter: str, path: str) -> None:
         self._fleet = fleet
@@ -1016,6 +1139,15 @@ class Lease:
         self._left = False
         self.ticket = 0
         """The machine's name for the request (0 until entered)."""
+        self._after: Lease | None = None
+        """The lease of the request's previous attempt, until this one is entered."""
+        self._tried: tuple[str, ...] = ()
+        """Replicas the request tried before this lease (its retries pass them over)."""
+        self._failed: tuple[str, ...] = ()
+        """Replicas that answered the request with a server error before this lease ([blame])."""
+        self._said: str | None = None
+        """What went wrong with the forwarded request, as reported: a server error, no answer, the
+        adapter missing; None while nothing did."""
 
     @property
     def how(self) -> How:
@@ -1043,6 +1175,7 @@ class Lease:
             raise OutsideBlockError(
                 "adapter_missing() reports while the lease is held: call it inside its 'async with' block"
             )
+        self._said = _MISSING
         self._fleet._send(AdapterMissing(replica=self.replica.id, adapter=self.adapter, ticket=self.ticket))
 
     def check_answer(self, status: int, body_head: bytes | str) -> bool:
@@ -1073,22 +1206,60 @@ class Lease:
         """The replica gave the forwarded request no answer (refused, reset, timed out).
 
         Placement avoids the replica for a while, as after a failed load, until a listing or a load
-        there succeeds.
+        there succeeds. A server error is an answer: ``server_error`` says that.
 
         Raises:
             OutsideBlockError: the lease was never granted.
         """
         if self._how is None:
             raise OutsideBlockError("replica_failed() reports on a granted lease")
+        self._said = _NO_ANSWER
         log.warning("replica %s gave a forwarded request no answer: %s", self.replica.id, message)
         self._fleet._send(ReplicaFailed(replica=self.replica.id, message=message))
 
-    def release(self) -> None:
-        """End the request: the adapter is no longer held for it. Releasing again does nothing."""
+    def server_error(self, message: str = "") -> bool:
+        """The replica answered the forwarded request with a server error (a 5xx): True when the
+        request is to blame ([blame]).
+
+        True: a replica this request tried before (``route(after=...)``) answered it with a server
+        error too, so the request itself makes engines fail: answer the client with the engine's
+        error and try no other replica; no replica is blamed. False: the replica may be in trouble:
+        route the request again with ``fleet.route(adapter, after=lease)``. Only when another
+        replica then serves it (that lease is released after a good answer) is this one a failure,
+        avoided for a while; a request no replica serves blames none.
+
+        Raises:
+            OutsideBlockError: the lease was never granted.
+        """
+        if self._how is None:
+            raise OutsideBlockError("server_error() reports on a granted lease")
+        self._said = _SERVER_ERROR
+        rid = self.replica.id
+        if self._fleet._machine.blame(rid, self._failed) is Fault.REQUEST:
+            log.warning(
+                "replica %s answered a request with a server error, as %s did: the request's fault, "
+                "not tried again: %s",
+                rid,
+                ", ".join(sorted(set(self._failed) - {rid})),
+                message,
+            )
+            return True
+        log.warning("replica %s answered a forwarded request with a server error: %s", rid, message)
+        return False
+
+    def release(self, *, served: bool = True) -> None:
+        """End the request: the adapter is no longer held for it. Releasing again does nothing.
+
+        Args:
+            served: False when the replica did not answer the request (the client went away first,
+                the router gave up): then a retry's release blames no replica ([blame]).
+        """
         if self._how is None or self._left:
             return
         self._left = True
         self._fleet._release(self.ticket, self.replica.id, self.adapter)
+        if served:
+            self._fleet._served(self)
 
     def __repr__(self) -> str:
         how = self._how.value if self._how is not None else None
@@ -1112,6 +1283,8 @@ class Lease:
         if not self._left:
             self._left = True
             self._fleet._release(self.ticket, self.replica.id, self.adapter)
+            if exc_type is None:  # an exception out of the block is no answer served
+                self._fleet._served(self)
 
 
 class Route(Lease):
@@ -1124,7 +1297,7 @@ class Route(Lease):
 
     __slots__ = ("_entered", "_model", "placed")
 
-    def __init__(self, fleet: Fleet, adapter: str, model: str | None) -> None:
+    def __init__(self, fleet: Fleet, adapter: str, model: str | None, after: Lease | None = None) -> None:
         self._fleet = fleet
         self.adapter = adapter
         self._model = model
@@ -1135,16 +1308,26 @@ class Route(Lease):
         self.ticket = 0
         self.placed: Placed | None = None
         """What placement found on the replica: held, loading, free, evict, over or wait."""
+        self._after = after
+        self._tried = ()
+        self._failed = ()
+        self._said = None
 
     def __await__(self) -> Generator[Any, None, Route]:
         return self._fleet._route(self).__await__()
 
-    def release(self) -> None:
-        """End the request: the adapter is no longer held for it. Releasing again does nothing."""
+    def release(self, *, served: bool = True) -> None:
+        """End the request: the adapter is no longer held for it. Releasing again does nothing.
+
+        Args:
+            served: False when the replica did not answer the request (the client went away first,
+                the router gave up): then a retry's release blames no replica ([blame]).
+        """
         if self._how is None or self._left:
             return
         self._left = True
-        self._fleet._release_routed(self.ticket, self.replica.id, self.adapter)
+        if self._fleet._release_routed(self.ticket, self.replica.id, self.adapter) and served:
+            self._fleet._served(self)
 
     def __del__(self) -> None:
         if self._how is not None and not self._left:
@@ -1158,4 +1341,6 @@ class Route(Lease):
     ) -> None:
         if not self._left:
             self._left = True
-            self._fleet._release_routed(self.ticket, self.replica.id, self.adapter)
+            released = self._fleet._release_routed(self.ticket, self.replica.id, self.adapter)
+            if released and exc_type is None:  # an exception out of the block is no answer served
+                self._fleet._served(self)

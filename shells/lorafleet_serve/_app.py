@@ -3,10 +3,13 @@
 A completion names an adapter (or a base model) in its ``model``; the fleet places it on a replica
 and loads it there if need be (``Fleet.route``), and the router forwards the request and relays the
 answer, streamed or not, holding the lease until the last byte is relayed or the client has gone. A
-replica that fails before its answer begins (no connection, a timeout, a 5xx) is reported to the
-fleet, which avoids it for a while, and the request goes to another one; an answer "the model ...
-does not exist" (the replica lost the adapter, e.g. in a restart) is reported on the lease, and the
-request is placed once more, which loads the adapter again.
+replica that gives no answer (no connection, a timeout) is reported to the fleet, which avoids it
+for a while, and the request goes to another one. A server error (a 5xx) is judged by the fleet
+([blame]): on the first replica to answer so, the request goes to another one, and the first is
+avoided only once another serves it; a second replica answering so makes it the request's fault,
+answered with a 502 at once. An answer "the model ... does not exist" (the replica lost the adapter,
+e.g. in a restart) is reported on the lease, and the request is placed once more, which loads the
+adapter again.
 
 Everything about adapters is the fleet's; this module only parses, forwards, relays and counts.
 """
@@ -23,7 +26,7 @@ import logging
 import re
 import time
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -32,6 +35,7 @@ import httpx
 
 from lorafleet_fleet import (
     AdapterError,
+    Fault,
     Fleet,
     FleetClosedError,
     Replica,
@@ -94,7 +98,9 @@ class _Outcome(enum.Enum):
     MISSING = enum.auto()
     """The replica does not have the adapter: reported, place the request again."""
     FAULT = enum.auto()
-    """The replica failed before its answer began: reported, try another replica."""
+    """The replica gave no answer, or cut it before it began: reported, try another replica."""
+    SERVER_ERROR = enum.auto()
+    """The replica answered with a server error, the replica's fault ([blame]): try another one."""
 
 
 @attrs.define
@@ -114,6 +120,8 @@ class _Record:
     end: str = "done"
     adapter_ms: float | None = None
     """Milliseconds spent getting the adapter ready (routing, loads), for requests that name one."""
+    engine: tuple[int, bytes] | None = None
+    """The last server error a replica answered the request with: its status and the head of its body."""
     answered: bool = False
     """The answer's last message is being sent: a disconnect from now on is the client being done."""
 
@@ -433,11 +441,13 @@ class Router:
         model = self.catalog.model(name)
         faults = 0
         missing_again = True
+        lease: Route | None = None
         while True:
             record.attempts += 1
             asked = time.perf_counter()
             try:
-                lease = await self.fleet.route(name, model=model)
+                # A retry carries its previous attempt: the replicas tried, and those that failed it.
+                lease = await self.fleet.route(name, model=model, after=lease)
             except AdapterError:
                 # The engine's words may name a folder on the server: they go to the log (the fleet
                 # logged them), the client learns whose fault it is.
@@ -450,7 +460,7 @@ class Router:
             except ReplicaError:
                 if faults:
                     # Replicas already failed this request, and placement now avoids the rest.
-                    raise _all_failed(faults) from None
+                    raise _all_failed(faults, record.engine) from None
                 if self._none_ready(model):
                     # Waiting will not help: say where the router says why.
                     message = f"No replica can load `{name}`: each is not ready; see the router's /health"
@@ -462,6 +472,7 @@ class Router:
                     503, "The router is shutting down", "shutting_down", kind="server_error"
                 ) from None
             record.adapter_ms = (record.adapter_ms or 0.0) + (time.perf_counter() - asked) * 1000
+            outcome = None
             try:
                 replica = lease.replica
                 upstream = self._upstream_for(replica)
@@ -474,7 +485,8 @@ class Router:
                 ]
                 outcome = await self._forward(upstream, path, raw, send, record, extra, lease, missing_again)
             finally:
-                lease.release()
+                # Anything but an outcome (the client gone, the request's own 502) is no answer served.
+                lease.release(served=outcome is not None)
             if outcome is _Outcome.DONE:
                 return
             if outcome is _Outcome.MISSING:
@@ -483,17 +495,18 @@ class Router:
                 continue
             faults += 1
             if faults >= self._attempts:
-                raise _all_failed(faults)
-            self._count_retry("replica_failed")
+                raise _all_failed(faults, record.engine)
+            self._count_retry("server_error" if outcome is _Outcome.SERVER_ERROR else "replica_failed")
 
     async def _base_request(self, model: str, path: str, raw: bytes, send: Send, record: _Record) -> None:
         tried: set[str] = set()
+        failed: list[str] = []  # those of them that answered with a server error ([blame])
         while True:
             record.attempts += 1
             upstream = self._least_busy(model, tried)
             if upstream is None:
                 if tried:
-                    raise _all_failed(len(tried))
+                    raise _all_failed(len(tried), record.engine)
                 raise RefusedError(
                     503,
                     f"No replica of `{model}` is healthy now; try again later",
@@ -506,14 +519,18 @@ class Router:
             extra = [(b"x-lorafleet-replica", rid.encode()), (b"x-lorafleet-how", b"base")]
             upstream.base += 1
             try:
-                outcome = await self._forward(upstream, path, raw, send, record, extra, None, False)
+                outcome = await self._forward(upstream, path, raw, send, record, extra, None, False, failed)
             finally:
                 upstream.base -= 1
             if outcome is _Outcome.DONE:
+                if failed and record.end != "cut":
+                    self.fleet.served_elsewhere(rid, failed)
                 return
+            if outcome is _Outcome.SERVER_ERROR:
+                failed.append(rid)
             if len(tried) >= self._attempts:
-                raise _all_failed(len(tried))
-            self._count_retry("replica_failed")
+                raise _all_failed(len(tried), record.engine)
+            self._count_retry("server_error" if outcome is _Outcome.SERVER_ERROR else "replica_failed")
 
     def _none_ready(self, model: str | None) -> bool:
         """Whether every replica of ``model`` (or every replica) is held not ready for adapters."""
@@ -521,7 +538,7 @@ class Router:
         held = self.readiness.not_ready()
         return bool(upstreams) and all(u.replica.id in held for u in upstreams)
 
-    def _least_busy(self, model: str, tried: set[str]) -> _Upstream | None:
+    def _least_busy(self, model: str, tried: Collection[str]) -> _Upstream | None:
         """The healthy replica of ``model`` with the fewest requests in flight, not tried yet.
 
         Busy counts this router's adapter requests (the fleet's) and base-model requests (its own);
@@ -557,11 +574,22 @@ class Router:
         extra: list[tuple[bytes, bytes]],
         lease: Route | None,
         may_retry_missing: bool,
+        failed: Sequence[str] = (),
     ) -> _Outcome:
-        """Forward the request to ``upstream`` and relay its answer; the outcome says what to do next."""
+        """Forward the request to ``upstream`` and relay its answer; the outcome says what to do next.
+
+        Args:
+            failed: for a request that holds no lease, the replicas that answered it with a server
+                error before (a lease knows its own).
+
+        Raises:
+            RefusedError: a 502 when the request is to blame for a server error ([blame]).
+        """
         upstream.running += 1
         try:
-            return await self._relay(upstream, path, raw, send, record, extra, lease, may_retry_missing)
+            return await self._relay(
+                upstream, path, raw, send, record, extra, lease, may_retry_missing, failed
+            )
         finally:
             upstream.running -= 1
             if upstream.retired and not upstream.running:
@@ -577,6 +605,7 @@ class Router:
         extra: list[tuple[bytes, bytes]],
         lease: Route | None,
         may_retry_missing: bool,
+        failed: Sequence[str],
     ) -> _Outcome:
         replica = upstream.replica
         client = upstream.client
@@ -609,10 +638,11 @@ class Router:
                     )
                     return _Outcome.FAULT
                 if status >= 500:
-                    self._replica_failed(
-                        replica, lease, f"HTTP {status}: {head[:200].decode('utf-8', 'replace')}"
-                    )
-                    return _Outcome.FAULT
+                    message = f"HTTP {status}: {head[:200].decode('utf-8', 'replace')}"
+                    if self._request_to_blame(replica, lease, failed, message):
+                        raise _engine_failed(status, head)
+                    record.engine = status, head
+                    return _Outcome.SERVER_ERROR
                 if lease is not None and lease.check_answer(status, head) and may_retry_missing:
                     return _Outcome.MISSING
             headers = [(k, v) for k, v in response.headers.raw if k.lower() not in HOP_BY_HOP]
@@ -643,6 +673,25 @@ class Router:
             lease.replica_failed(message)  # the fleet logs it
         else:
             self.fleet.replica_failed(replica, message)  # a base-model request holds no lease
+
+    def _request_to_blame(
+        self, replica: Replica, lease: Route | None, failed: Sequence[str], message: str
+    ) -> bool:
+        """``replica`` answered with a server error: whether the request is to blame ([blame]), which
+        then goes to no other replica."""
+        if lease is not None:
+            return lease.server_error(message)  # the fleet logs it
+        if self.fleet.blame(replica, failed) is Fault.REQUEST:
+            log.warning(
+                "replica %s answered a base-model request with a server error, as %s did: the request's "
+                "fault, not tried again: %s",
+                replica.id,
+                ", ".join(failed),
+                message,
+            )
+            return True
+        log.warning("replica %s answered a base-model request with a server error: %s", replica.id, message)
+        return False
 
     def _count_retry(self, reason: str) -> None:
         if self._metrics is not None:
@@ -827,15 +876,15 @@ class _Metrics:
     - ``lorafleet_serve_requests_total{route,status}``: completion requests answered (status 0: the
       client went away before an answer began);
     - ``lorafleet_serve_request_seconds{route}``: a histogram, from arrival to the last byte relayed;
-    - ``lorafleet_serve_retries_total{reason}``: requests placed again (``replica_failed``,
-      ``adapter_missing``);
+    - ``lorafleet_serve_retries_total{reason}``: requests placed again (``replica_failed``: no
+      answer; ``server_error``: a 5xx, the replica's fault; ``adapter_missing``);
     - ``lorafleet_serve_requests_in_flight``: completion requests being served.
     """
 
     def __init__(self, registry: CollectorRegistry) -> None:
         self.in_flight = 0
         self.requests: Counter[tuple[str, int]] = Counter()
-        self.retries: Counter[str] = Counter({"replica_failed": 0, "adapter_missing": 0})
+        self.retries: Counter[str] = Counter({"replica_failed": 0, "server_error": 0, "adapter_missing": 0})
         self.buckets: dict[str, list[int]] = {}
         self.sums: dict[str, float] = {}
         registry.register(self)
@@ -872,7 +921,7 @@ class _Metrics:
             seconds.add_metric([route], list(zip(bounds, cumulative, strict=True)), self.sums[route])
         retries = CounterMetricFamily(
             "lorafleet_serve_retries",
-            "Requests placed again: a replica failed before answering, or had lost the adapter",
+            "Requests placed again: a replica gave no answer, answered a 5xx, or had lost the adapter",
             labels=["reason"],
         )
         for reason, count in sorted(self.retries.items()):
@@ -919,13 +968,52 @@ def _closing(refusal: RefusedError) -> RefusedError:
     )
 
 
-def _all_failed(tried: int) -> RefusedError:
+def _all_failed(tried: int, engine: tuple[int, bytes] | None) -> RefusedError:
+    """The 502 for a request no replica served: with what the engine said when one answered a 5xx."""
+    failed = f"The request failed on {tried} replica{'s' if tried != 1 else ''}"
+    if engine is None:
+        return RefusedError(502, f"{failed}; try again later", "replica_failed", kind="server_error")
+    status, head = engine
+    said = _engine_message(head)
     return RefusedError(
         502,
-        f"The request failed on {tried} replica{'s' if tried != 1 else ''}; try again later",
+        f"{failed}; one answered it with a server error (HTTP {status}){f': {said}' if said else ''}",
         "replica_failed",
         kind="server_error",
+        headers=((b"x-lorafleet-engine-status", str(status).encode()),),
     )
+
+
+def _engine_failed(status: int, head: bytes) -> RefusedError:
+    """The 502 for a request that makes engines fail ([blame]): the engine's status and what it said."""
+    said = _engine_message(head)
+    return RefusedError(
+        502,
+        f"The engines answered this request with a server error on two replicas (the last: HTTP {status}); "
+        f"it is not tried again{f'. The engine said: {said}' if said else ''}",
+        "engine_error",
+        kind="server_error",
+        headers=((b"x-lorafleet-engine-status", str(status).encode()),),
+    )
+
+
+def _engine_message(head: bytes, most: int = 300) -> str:
+    """The message of an engine's error answer (vLLM's ``{"error": {"message"}}``, older
+    ``{"message"}``, FastAPI's ``{"detail"}``, or plain text), on one line, at most ``most`` characters."""
+    text = head.decode("utf-8", "replace")
+    try:
+        body = json.loads(text)
+    except ValueError:
+        body = None
+    if isinstance(body, dict):
+        error = body.get("error")
+        found = error.get("message") if isinstance(error, dict) else error
+        if not isinstance(found, str):
+            found = body.get("message", body.get("detail"))
+        if isinstance(found, str):
+            text = found
+    text = " ".join(text.split())
+    return text if len(text) <= most else text[: most - 3] + "..."
 
 
 async def _watch_for_disconnect(receive: Receive, scope: anyio.CancelScope, record: _Record) -> None:

@@ -118,7 +118,7 @@ class Config:
     """Routers (this one included) sharing the replicas: each fills its share of their free slots."""
     concurrency: int | None = None
     """Requests one replica runs at once (vLLM's ``--max-num-seqs``): past it a hot adapter gets a
-    second copy rather than a queue (None: the fleet's default, never)."""
+    second copy rather than a queue (None: the fleet's default, learned from the engines' /metrics)."""
     max_connections: int = 1000
     """Connections to one replica open at once (requests past it wait for one, up to the connect timeout)."""
     metrics_adapters: int = TOP_ADAPTERS

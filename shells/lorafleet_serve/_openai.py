@@ -19,7 +19,8 @@ class RefusedError(Exception):
 
     Args:
         status: the HTTP status.
-        message: what the client reads: never a key, a path on the server, or an engine's words.
+        message: what the client reads: never a key or a path on the server, nor an engine's words
+            but those answering the client's own request (a server error the request caused).
         code: OpenAI's ``code`` (``model_not_found``, ``invalid_api_key``...), also the log's ``error``.
         kind: OpenAI's ``type``.
         param: the request field at fault, if one is.

@@ -22,6 +22,7 @@ from lorafleet_fleet import AdapterError as AdapterError
 from lorafleet_fleet import AdapterSource as AdapterSource
 from lorafleet_fleet import AdapterStatistics as AdapterStatistics
 from lorafleet_fleet import EnteredTwiceError as EnteredTwiceError
+from lorafleet_fleet import Fault as Fault
 from lorafleet_fleet import Fleet as Fleet
 from lorafleet_fleet import FleetClosedError as FleetClosedError
 from lorafleet_fleet import FleetError as FleetError
@@ -33,6 +34,7 @@ from lorafleet_fleet import LoadError as LoadError
 from lorafleet_fleet import OutsideBlockError as OutsideBlockError
 from lorafleet_fleet import Placed as Placed
 from lorafleet_fleet import PrometheusMetrics as PrometheusMetrics
+from lorafleet_fleet import Reading as Reading
 from lorafleet_fleet import Replica as Replica
 from lorafleet_fleet import ReplicaChanges as ReplicaChanges
 from lorafleet_fleet import ReplicaConflictError as ReplicaConflictError
