@@ -5,13 +5,21 @@ from __future__ import annotations
 import io
 import sys
 import types
-from collections.abc import Iterator
+from collections import Counter
+from collections.abc import Callable, Iterator
+from pathlib import Path
 
+import httpx
 import pytest
 
 from lorafleet import How
 from lorafleet._cli import SUBCOMMANDS, Subcommand, main
-from lorafleet_standin._demo import FIRST, ROWS, Progress, Report, parse
+from lorafleet_fleet import Fleet
+from lorafleet_serve import ReplicaConfig
+from lorafleet_standin import StandInServer
+from lorafleet_standin._demo import FIRST, ROWS, Progress, Report, least_loaded_router, parse, send_stream
+
+from conftest import eventually
 
 
 @pytest.fixture
@@ -330,3 +338,58 @@ def test_the_demo_runs_end_to_end(runtime: str, capsys: pytest.CaptureFixture[st
     assert f"through lorafleet's router ({runtime})" in captured.out
     table = [line.split("  ") for line in captured.out.splitlines() if line.startswith("failed requests")]
     assert [cell.strip() for cell in table[0] if cell.strip()] == ["failed requests", "0", "0"]
+
+
+# -- the demo's baseline: lorafleet's fleet behind least-loaded placement ---------------------------
+
+
+def settled(fleet: Fleet) -> bool:
+    """No load or unload is out (a landed load may still be unloading the excess it made: [settle])."""
+    return not any(r.loading or r.unloading for r in fleet.statistics().replicas.values())
+
+
+@pytest.mark.anyio
+async def test_the_baseline_loads_and_evicts_through_a_fleet(
+    serve: Callable[..., StandInServer], adapter_dir: Path
+) -> None:
+    servers = [serve(model="tiny") for _ in range(2)]
+    replicas = [
+        ReplicaConfig(id=f"replica-{i}", url=s.url, model="tiny", limit=2) for i, s in enumerate(servers)
+    ]
+    stream = [f"a{k}" for k in (0, 1, 0, 2, 3, 0, 4, 1, 5, 0, 2, 0) * 5]
+    async with least_loaded_router(replicas, adapter_dir) as proxy:
+        run = await send_stream(proxy.url, stream, 6, Progress(len(stream), io.StringIO()))
+        await eventually(lambda: settled(proxy.fleet))
+        stats = proxy.fleet.statistics()
+    assert [o.status for o in run.outcomes] == [200] * len(stream)
+    assert {o.replica for o in run.outcomes} == {"replica-0", "replica-1"}
+    # Every load and unload the stand-ins were asked for is one the fleet's machine made, and the
+    # grants it counted are the ones the proxy's answers report.
+    assert sum(len(s.app.calls_to("load")) for s in servers) == sum(stats.loads.values()) > 0
+    assert sum(len(s.app.calls_to("unload")) for s in servers) == sum(stats.evictions.values()) > 0
+    assert Counter(o.how for o in run.outcomes) == {how: n for how, n in stats.grants.items() if n}
+
+
+@pytest.mark.anyio
+async def test_the_baseline_evicts_the_adapter_in_least_demand_as_the_machine_does(
+    serve: Callable[..., StandInServer], adapter_dir: Path
+) -> None:
+    server = serve(model="tiny")
+    replicas = [ReplicaConfig(id="replica-0", url=server.url, model="tiny", limit=2)]
+    hows = []
+    async with (
+        least_loaded_router(replicas, adapter_dir) as proxy,
+        httpx.AsyncClient(base_url=proxy.url) as client,
+    ):
+        # One at a time: the proxy ends each lease before it answers, so each adapter is idle by then.
+        for name in ("a0", "a0", "a0", "a1", "a2"):
+            body = {"model": name, "prompt": "hi", "max_tokens": 1}
+            answer = await client.post("/v1/completions", json=body)
+            assert answer.status_code == 200
+            hows.append(answer.headers["x-lorafleet-how"])
+        await eventually(lambda: settled(proxy.fleet))
+        held = proxy.fleet.statistics().replicas["replica-0"].held
+    assert hows == ["loaded", "hit", "hit", "loaded", "loaded"]
+    # Plain LRU would unload a0, idle longest; the machine's [evict] unloads a1, in less demand.
+    assert [call.body["lora_name"] for call in server.app.calls_to("unload")] == ["a1"]
+    assert sorted(held) == ["a0", "a2"]

@@ -3,13 +3,17 @@
 Requests for many adapters, skewed as real traffic is (Zipf), go over HTTP through lorafleet's
 reference router (``lorafleet serve``), which sends each to a replica that holds its adapter or
 loads it where that costs least. Then the same stream, on the same replicas restarted empty, goes
-through a router that sends each request to the replica with the fewest requests in flight and
-loads the adapter there (the usual choice of a router that knows nothing of adapters). The summary
-says what lorafleet saved: loads, the latency loads added, requests per second.
+through a router that sends each request to the replica with the fewest requests in flight (the
+usual choice of a router that knows nothing of adapters) and holds the adapter there through
+lorafleet's own ``Fleet``, built as lorafleet's router builds it: the loads, evictions and cap are
+the same code on both sides, and only placement differs. The summary says what lorafleet saved:
+the loads and the latency they add, which carry over to real replicas, then request latency and
+requests per second, which time this machine only.
 """
 
 # The demo lives beside the stand-in, on the testing side, so that a router's install of the core
-# and a shell carries no test server. It uses the public APIs of the router and the stand-in only.
+# and a shell carries no test server. It uses the public APIs of the router, the fleet and the
+# stand-in only.
 
 from __future__ import annotations
 
@@ -25,8 +29,8 @@ import socket
 import sys
 import tempfile
 import time
-from collections import Counter, OrderedDict
-from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
+from collections import Counter
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from importlib import import_module
 from pathlib import Path
@@ -38,11 +42,11 @@ import httpx
 import sniffio
 
 from lorafleet import How
-from lorafleet_fleet import HEADROOM
+from lorafleet_fleet import HEADROOM, Fleet, FleetError, Replica
 from lorafleet_serve import Config, ReplicaConfig, RouterServer
 from lorafleet_standin import StandInServer, VllmStandIn
 
-from ._asgi import lifespan
+from ._asgi import Receive, Scope, Send, lifespan, read_body
 
 PROG = "lorafleet demo"
 ROWS = 16
@@ -166,7 +170,7 @@ def main(argv: list[str]) -> int:
             ]
             routers: list[tuple[str, _Serving]] = [
                 (LORAFLEET, _lorafleet_router),
-                (BASELINE, _least_loaded_router),
+                (BASELINE, least_loaded_router),
             ]
             # A short stream through each first, thrown away: whichever ran first would otherwise pay
             # for the process's first imports, connections and code paths alone.
@@ -194,7 +198,7 @@ def main(argv: list[str]) -> int:
     report = Report([r.id for r in replicas])
     report.add(runs[LORAFLEET])
     report.print(args, sys.stdout)
-    sys.stdout.write("\n" + "\n".join(comparison(runs[LORAFLEET], runs[BASELINE])) + "\n")
+    sys.stdout.write("\n" + "\n".join(comparison(runs[LORAFLEET], runs[BASELINE], args.concurrency)) + "\n")
     return 0
 
 
@@ -213,8 +217,8 @@ def _run(
     calls = [_lora_calls(s) for s in servers]
 
     async def drive() -> Run:
-        async with serving(replicas, root) as url:
-            return await send_stream(url, stream, args.concurrency, progress)
+        async with serving(replicas, root) as router:
+            return await send_stream(router.url, stream, args.concurrency, progress)
 
     run: Run = anyio.run(drive, backend=args.runtime)
     for replica, server, before in zip(replicas, servers, calls, strict=True):
@@ -232,171 +236,104 @@ def _lora_calls(server: StandInServer) -> tuple[int, int]:
 # -- the two routers ------------------------------------------------------------------------------
 
 _Serving = Callable[[list[ReplicaConfig], Path], Any]
+"""A router on a free port, as an async context manager that gives it: anything with its ``url``."""
 
 
 @asynccontextmanager
-async def _lorafleet_router(replicas: list[ReplicaConfig], root: Path) -> AsyncIterator[str]:
+async def _lorafleet_router(replicas: list[ReplicaConfig], root: Path) -> AsyncIterator[RouterServer]:
     """lorafleet's reference router, as ``lorafleet serve`` runs it, on a free port."""
     config = Config(replicas=tuple(replicas), adapter_root=root, port=0, shutdown_timeout=1.0)
     async with RouterServer(config) as server:
-        yield server.url
+        yield server
 
 
 @asynccontextmanager
-async def _least_loaded_router(replicas: list[ReplicaConfig], root: Path) -> AsyncIterator[str]:
-    """The demo's least-loaded proxy, served as lorafleet's router is (one client per replica too)."""
+async def least_loaded_router(replicas: list[ReplicaConfig], root: Path) -> AsyncIterator[LeastLoadedProxy]:
+    """The demo's least-loaded proxy on a free port, with the ``Fleet`` it holds its adapters through.
+
+    The fleet is built as ``lorafleet serve`` builds its own, with the defaults (``FLEET_DEFAULTS``),
+    and the proxy forwards with a client per replica, as lorafleet's router does.
+    """
     async with contextlib.AsyncExitStack() as stack:
+        served = [Replica(r.id, r.url, model=r.model, limit=r.limit) for r in replicas]
+        fleet = await stack.enter_async_context(Fleet(replicas=served))
         clients = {
             r.id: await stack.enter_async_context(
                 httpx.AsyncClient(timeout=60, limits=httpx.Limits(max_connections=1000))
             )
             for r in replicas
         }
-        async with _served(LeastLoadedProxy(replicas, root, clients)) as url:
-            yield url
-
-
-_Scope = MutableMapping[str, Any]
-_Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
-_Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
-
-
-@attrs.define
-class _Replica:
-    """What the least-loaded proxy knows of one replica."""
-
-    config: ReplicaConfig
-    in_flight: int = 0
-    loaded: OrderedDict[str, int] = attrs.field(factory=OrderedDict)
-    """Adapter to the requests running on it, least recently used first."""
-    loading: dict[str, anyio.Event] = attrs.field(factory=dict)
-    unloading: dict[str, anyio.Event] = attrs.field(factory=dict)
-    room: anyio.Event = attrs.field(factory=anyio.Event)
-    """Set when an adapter may have become evictable (its last request ended, or a load ended)."""
-
-    def freed(self) -> None:
-        self.room.set()
-        self.room = anyio.Event()
+        proxy = LeastLoadedProxy(fleet, served, root, clients)
+        proxy.url = await stack.enter_async_context(_served(proxy))
+        yield proxy
 
 
 class LeastLoadedProxy:
-    """The demo's comparison, not part of lorafleet: a proxy that routes by least-loaded.
+    """The demo's comparison, not part of lorafleet: lorafleet's fleet behind least-loaded placement.
 
-    Each completion goes to the replica with the fewest requests in flight (ties in turn), as a
-    router that knows nothing of adapters sends it; the adapter is then loaded there if that replica
-    does not hold it. It is otherwise careful: one load per adapter and replica, shared by the
-    requests that want it; at the limit the least recently used idle adapter is unloaded first; an
-    adapter in use is never unloaded; past the limit it goes no further than lorafleet's cap (the
-    fleet's default headroom), and waits for room there. So the difference it shows is placement's. It serves
-    ``POST /v1/completions`` and ``/v1/chat/completions`` and says, as lorafleet's router does, which
-    replica served (``x-lorafleet-replica``), how the adapter was there (``x-lorafleet-how``) and how
-    long the request waited for it (``server-timing: adapter;dur=<ms>``).
+    Each completion goes to the replica with the fewest requests in flight through this proxy (ties
+    in turn), as a router that knows nothing of adapters sends it; the proxy then holds the adapter
+    there with ``Fleet.acquire``. Loading, shared loads, eviction and the cap are the fleet's, the
+    same code and settings as lorafleet's router's, so the difference it shows is placement's. It
+    serves ``POST /v1/completions`` and ``/v1/chat/completions`` and says, as lorafleet's router does,
+    which replica served (``x-lorafleet-replica``), how the adapter was there (``x-lorafleet-how``)
+    and how long the request waited for it (``server-timing: adapter;dur=<ms>``).
+
+    Args:
+        fleet: the entered fleet, which knows ``replicas``.
+        replicas: where requests go.
+        root: the folder with one folder per adapter.
+        clients: the client that forwards to each replica, by replica id.
     """
 
     def __init__(
-        self, replicas: list[ReplicaConfig], root: Path, clients: dict[str, httpx.AsyncClient]
+        self, fleet: Fleet, replicas: list[Replica], root: Path, clients: dict[str, httpx.AsyncClient]
     ) -> None:
-        self._replicas = [_Replica(r) for r in replicas]
+        self.fleet = fleet
+        self.url = ""
+        """Where it is served, once it is."""
         self._root = root
         self._clients = clients
+        self._replicas = replicas
+        self._in_flight = [0] * len(replicas)
+        """This proxy's requests on each replica that have not ended."""
         self._turn = 0
 
-    async def __call__(self, scope: _Scope, receive: _Receive, send: _Send) -> None:
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
             await lifespan(receive, send)
             return
-        chunks = []
-        while True:
-            message = await receive()
-            chunks.append(message.get("body", b""))
-            if not message.get("more_body"):
-                break
-        raw = b"".join(chunks)
+        raw = await read_body(receive)
         name = json.loads(raw)["model"]
         self._turn += 1
         count = len(self._replicas)
-        replica = min(
-            self._replicas, key=lambda r: (r.in_flight, (self._replicas.index(r) - self._turn) % count)
-        )
-        replica.in_flight += 1
+        i = min(range(count), key=lambda i: (self._in_flight[i], (i - self._turn) % count))
+        replica = self._replicas[i]
+        self._in_flight[i] += 1
         try:
             asked = time.perf_counter()
             try:
-                how = await self._ensure(replica, name)
-            except httpx.HTTPError as exc:
-                await _answer(send, 502, f"load failed: {exc}".encode(), [])
+                async with self.fleet.acquire(replica, name, str(self._root / name)) as lease:
+                    waited = (time.perf_counter() - asked) * 1000
+                    answer = await self._clients[replica.id].post(
+                        replica.url + scope["path"], content=raw, headers={"content-type": "application/json"}
+                    )
+                    lease.check_answer(answer.status_code, answer.content[:4096])  # as lorafleet's router
+            except FleetError as exc:  # the adapter or the replica failed: no lease
+                await _answer(send, 502, f"no lease: {exc}".encode(), [])
                 return
-            waited = (time.perf_counter() - asked) * 1000
-            try:
-                answer = await self._clients[replica.config.id].post(
-                    replica.config.url + scope["path"],
-                    content=raw,
-                    headers={"content-type": "application/json"},
-                )
-            finally:
-                replica.loaded[name] -= 1
-                if replica.loaded[name] == 0:
-                    replica.freed()
             headers = [
                 (b"content-type", answer.headers.get("content-type", "application/json").encode()),
-                (b"x-lorafleet-replica", replica.config.id.encode()),
-                (b"x-lorafleet-how", how.encode()),
+                (b"x-lorafleet-replica", replica.id.encode()),
+                (b"x-lorafleet-how", lease.how.value.encode()),
                 (b"server-timing", f"adapter;dur={waited:.1f}".encode()),
             ]
             await _answer(send, answer.status_code, answer.content, headers)
         finally:
-            replica.in_flight -= 1
-
-    async def _ensure(self, replica: _Replica, name: str) -> str:
-        """Make ``name`` loaded on ``replica`` and count this request on it; returns how it was there."""
-        joined = False
-        while True:
-            if name in replica.loaded:
-                replica.loaded.move_to_end(name)
-                replica.loaded[name] += 1
-                return How.JOINED.value if joined else How.HIT.value
-            wait = replica.loading.get(name) or replica.unloading.get(name)
-            if wait is not None:
-                joined = joined or name in replica.loading
-                await wait.wait()
-                continue
-            count = len(replica.loaded) + len(replica.loading)
-            if count >= replica.config.limit + HEADROOM and all(replica.loaded.values()):
-                # At the cap lorafleet keeps (its default headroom over the limit) and every adapter
-                # in use: wait for room, as lorafleet does, rather than push vLLM past --max-cpu-loras.
-                await replica.room.wait()
-                continue
-            done = replica.loading[name] = anyio.Event()
-            try:
-                victims = []
-                while len(replica.loaded) + len(replica.loading) > replica.config.limit:
-                    idle = next((n for n, users in replica.loaded.items() if users == 0), None)
-                    if idle is None:
-                        break  # everything held is in use: over the limit, up to the cap
-                    del replica.loaded[idle]
-                    replica.unloading[idle] = anyio.Event()
-                    victims.append(idle)
-                for victim in victims:
-                    try:
-                        await self._clients[replica.config.id].post(
-                            replica.config.url + "/v1/unload_lora_adapter", json={"lora_name": victim}
-                        )
-                    finally:
-                        replica.unloading.pop(victim).set()
-                answer = await self._clients[replica.config.id].post(
-                    replica.config.url + "/v1/load_lora_adapter",
-                    json={"lora_name": name, "lora_path": str(self._root / name)},
-                )
-                answer.raise_for_status()
-            finally:
-                del replica.loading[name]
-                done.set()
-                replica.freed()
-            replica.loaded[name] = 1
-            return How.LOADED.value
+            self._in_flight[i] -= 1
 
 
-async def _answer(send: _Send, status: int, body: bytes, headers: list[tuple[bytes, bytes]]) -> None:
+async def _answer(send: Send, status: int, body: bytes, headers: list[tuple[bytes, bytes]]) -> None:
     headers.append((b"content-length", str(len(body)).encode()))
     await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": body})
@@ -544,48 +481,71 @@ def percentile(values: list[float], share: float) -> float:
     return values[min(len(values) - 1, int(len(values) * share))]
 
 
-def comparison(ours: Run, theirs: Run) -> list[str]:
-    """The table of what lorafleet saved against the least-loaded router, one row per figure."""
-    rows: list[tuple[str, str, str, str]] = []
+def comparison(ours: Run, theirs: Run, concurrency: int) -> list[str]:
+    """What lorafleet saved against the least-loaded router: first the figures that carry over to real
+    replicas, then those that time this machine only, each part with what it measures."""
+    carried: list[tuple[str, str, str, str]] = []
+    local: list[tuple[str, str, str, str]] = []
 
     def change(a: float, b: float, fewer: str = "fewer", more: str = "more") -> str:
         if b <= 0 or math.isnan(a) or math.isnan(b) or a == b:
             return ""
         return f"{(1 - a / b) * 100:.0f}% {fewer}" if a < b else f"{(a / b - 1) * 100:.0f}% {more}"
 
-    def count(label: str, a: int, b: int) -> None:
+    def count(rows: list[tuple[str, str, str, str]], label: str, a: int, b: int) -> None:
         rows.append((label, str(a), str(b), change(a, b)))
 
-    def millis(label: str, a: float, b: float) -> None:
+    def millis(rows: list[tuple[str, str, str, str]], label: str, a: float, b: float) -> None:
         rows.append((label, f"{a:.1f}", f"{b:.1f}", change(a, b, "less")))
 
-    count("loads", sum(ours.loads.values()), sum(theirs.loads.values()))
-    count("evictions", sum(ours.evictions.values()), sum(theirs.evictions.values()))
-    count("requests that waited for a load", len(ours.waits()), len(theirs.waits()))
+    count(carried, "loads", sum(ours.loads.values()), sum(theirs.loads.values()))
+    count(carried, "evictions", sum(ours.evictions.values()), sum(theirs.evictions.values()))
+    count(carried, "requests that waited for a load", len(ours.waits()), len(theirs.waits()))
     for share, label in ((0.5, "p50"), (0.99, "p99")):
         # Over the whole stream: each request's wait for its adapter, 0 for a hit.
         a = percentile(sorted(o.waited or 0.0 for o in ours.outcomes), share)
         b = percentile(sorted(o.waited or 0.0 for o in theirs.outcomes), share)
-        millis(f"latency loads added, {label} (ms)", a, b)
-    for share, label in ((0.5, "p50"), (0.99, "p99")):
-        millis(
-            f"request latency, {label} (ms)",
-            percentile(ours.latencies(), share),
-            percentile(theirs.latencies(), share),
-        )
+        millis(carried, f"latency loads added, {label} (ms)", a, b)
     count(
+        carried,
         "failed requests",
         sum(o.status != 200 for o in ours.outcomes),
         sum(o.status != 200 for o in theirs.outcomes),
     )
+    for share, label in ((0.5, "p50"), (0.99, "p99")):
+        millis(
+            local,
+            f"request latency, {label} (ms)",
+            percentile(ours.latencies(), share),
+            percentile(theirs.latencies(), share),
+        )
     rate = (ours.rate, theirs.rate)
     gain = f"{rate[0] / rate[1]:.2f}x" if rate[1] > 0 and math.isfinite(rate[0]) else ""
-    rows.append(("requests/s", f"{rate[0]:.0f}", f"{rate[1]:.0f}", gain))
-    width = max(len(r[0]) for r in rows)
-    lines = [f"{'':<{width}}  {LORAFLEET:>12}  {BASELINE:>12}  with lorafleet"]
-    lines += [f"{a:<{width}}  {b:>12}  {c:>12}  {d}".rstrip() for a, b, c, d in rows]
-    lines.append("(latency loads added: how long each request waited for its adapter, 0 for a hit)")
-    return lines
+    local.append(("requests/s", f"{rate[0]:.0f}", f"{rate[1]:.0f}", gain))
+    width = max(len(r[0]) for r in carried + local)
+
+    def lines(rows: list[tuple[str, str, str, str]]) -> list[str]:
+        return [f"{a:<{width}}  {b:>12}  {c:>12}  {d}".rstrip() for a, b, c, d in rows]
+
+    return [
+        f"{'':<{width}}  {LORAFLEET:>12}  {BASELINE:>12}  with lorafleet",
+        *lines(carried),
+        "this machine only:",
+        *lines(local),
+        "",
+        "Loads and the latency they add carry over to real replicas; request latency and requests/s do",
+        "not: a stand-in answers a completion at once and a load is only a wait, so they time this",
+        "machine's Python processes (two routers and the stand-ins sharing its CPUs), not vLLM.",
+        "",
+        "loads, evictions: the load and unload calls the stand-ins answered. latency loads added: how long",
+        "each request waited for its adapter (0 for a hit), as each router timed it. request latency: from",
+        f"sending a request to its whole answer, {concurrency} in flight. requests/s: the stream's requests",
+        "over its wall time. lorafleet's router runs as `lorafleet serve` does with no settings (its",
+        f"defaults: headroom {HEADROOM}, the engines' /metrics read). The least-loaded router sends each",
+        "request to the replica with the fewest requests in flight, then holds its adapter there through a",
+        "Fleet with the same defaults: the same machine loads, evicts and caps on both sides, and only",
+        "placement differs. Both routers see the same stream.",
+    ]
 
 
 class Report:
