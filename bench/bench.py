@@ -275,27 +275,27 @@ def hit_path(replicas: int, held: int) -> Callable[[int], None]:
 
 
 def cold_path(replicas: int, held: int) -> Callable[[int], None]:
-    """A full cold cycle with one eviction: request, unload answered, load answered, release."""
+    """A full cold cycle with one eviction: request, load answered (the excess unloaded, [settle]),
+    unload answered, release."""
     m = fleet_machine(replicas, held)
     rid = f"r{replicas // 2}"
 
     def cycle(n: int) -> None:
         ticket = m.next_ticket
         for t in range(ticket, ticket + n):
-            (unload,) = m.request(
-                t, replica=rid, adapter=f"b{t}", path="/p"
-            )  # a new name each time: always cold
-            assert isinstance(unload, IssueUnload)
-            (load,) = m.unload_finished(unload.unload, UNLOADED)
+            (load,) = m.request(t, replica=rid, adapter=f"b{t}", path="/p")  # a new name: always cold
             assert isinstance(load, IssueLoad)
-            m.load_finished(load.load, LOADED)
+            _grant, unload = m.load_finished(load.load, LOADED)
+            assert isinstance(unload, IssueUnload)
+            m.unload_finished(unload.unload, UNLOADED)
             m.release(t)
 
     return cycle
 
 
 def victim_choice(held: int, clock: Clock) -> Batch:
-    """Seconds the requests that choose a victim took; the rest of each cold cycle is not timed."""
+    """Seconds the landings that choose a victim took ([settle]); the rest of each cold cycle is not
+    timed."""
     m = fleet_machine(1, held)
     gap = empty_interval(clock)
 
@@ -303,14 +303,13 @@ def victim_choice(held: int, clock: Clock) -> Batch:
         spent = 0.0
         ticket = m.next_ticket
         for t in range(ticket, ticket + n):
-            name = f"b{t}"
+            (load,) = m.request(t, replica="r0", adapter=f"b{t}", path="/p")
+            assert isinstance(load, IssueLoad)
             started = clock()
-            (unload,) = m.request(t, replica="r0", adapter=name, path="/p")
+            _grant, unload = m.load_finished(load.load, LOADED)
             spent += clock() - started - gap
             assert isinstance(unload, IssueUnload)
-            (load,) = m.unload_finished(unload.unload, UNLOADED)
-            assert isinstance(load, IssueLoad)
-            m.load_finished(load.load, LOADED)
+            m.unload_finished(unload.unload, UNLOADED)
             m.release(t)
         return spent
 

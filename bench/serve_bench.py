@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
+import math
 import os
 import platform
 import shlex
@@ -372,7 +373,12 @@ class Run:
 
     def ratios(self, figure: str) -> list[float]:
         values = {"p50": self.p50, "rate": self.rates, "cpu": self.cpu}[figure]
-        return [r / b for r, b in zip(values["router"], values["bare"], strict=True)]
+        # A round too short for the bare proxy to finish a request has no ratio to speak of: inf
+        # (or 1 when neither finished one), so that a quick run still prints.
+        return [
+            r / b if b else (math.inf if r else 1.0)
+            for r, b in zip(values["router"], values["bare"], strict=True)
+        ]
 
     def ratio(self, figure: str) -> float:
         return statistics.median(self.ratios(figure))
