@@ -33,6 +33,7 @@ from lorafleet import (
     Routed,
 )
 from lorafleet_sim import POLICIES, VARIANTS, Fleet, Simulation, Synthetic, Workload
+from lorafleet_sim._sim import UNSET, _Unset
 
 SIM = Path(__file__).resolve().parent.parent / "sim"
 SMALL = Synthetic(adapters=30, skew=1.0, rate=30.0, service=0.5, requests=1500, replicas=4)
@@ -177,8 +178,9 @@ UNDER_B_FLEET = Fleet(replicas=1, limit=1, concurrency=4, load_time=0.1, routers
 
 
 def test_without_the_running_report_a_router_unloads_under_anothers_request() -> None:
-    s, figures = run_figures(UNDER_B, UNDER_B_FLEET, "lorafleet")
-    # A evicts x, the only adapter its listing showed, while B's request runs on it.
+    s, figures = run_figures(UNDER_B, attrs.evolve(UNDER_B_FLEET, read_engine=False), "lorafleet")
+    # A evicts x, the only adapter its listing showed, while B's request runs on it (once y's load,
+    # out at once into the headroom, has landed: [settle]).
     assert s.evictions == 1
     assert figures.unloads_under_others == 1
     assert figures.unloads_under_own == 0
@@ -213,10 +215,14 @@ def test_an_unload_under_a_routers_own_forgotten_request_is_counted_as_its_own(r
     assert figures.loads == 4 + expected  # x again, without the report
 
 
-# B (1) loads x at t=0 and ends at t=0.2; A (0) lists at t=1 (x held, idle, nothing running); B
-# runs x again from t=1.5 for 100 s; at t=1.6 A is asked for y with the replica at its limit.
+# B (1) runs w from t=0 to t=1.2 and x from t=0.05 to t=0.25. A (0) lists at t=1: w runs, so A's
+# reading names another router's adapter (the replica is foreign, [elsewhere]), and x sits idle. B runs
+# x again from t=1.5 for 100 s; at t=1.6 A is asked for y with the replica (limit 1) over its limit.
 AFTER_READING = Workload(
-    times=(0.0, 1.5, 1.6), adapters=("x", "x", "y"), durations=(0.1, 100.0, 1.0), routers=(1, 1, 0)
+    times=(0.0, 0.05, 1.5, 1.6),
+    adapters=("w", "x", "x", "y"),
+    durations=(1.2, 0.1, 100.0, 1.0),
+    routers=(1, 1, 1, 0),
 )
 AFTER_READING_FLEET = Fleet(
     replicas=1, limit=1, concurrency=4, load_time=0.1, routers=2, listing_interval=1.0, read_engine=True
@@ -224,15 +230,34 @@ AFTER_READING_FLEET = Fleet(
 
 
 @pytest.mark.parametrize("policy", ["lorafleet", "holders-first"])
-@pytest.mark.parametrize("read_engine", [False, True])
+@pytest.mark.parametrize(("read_engine", "headroom"), [(False, UNSET), (True, UNSET), (True, 0)])
 def test_reading_before_evicting_protects_a_request_started_after_the_listing(
-    policy: str, read_engine: bool
+    policy: str, read_engine: bool, headroom: int | _Unset
 ) -> None:
-    fleet = attrs.evolve(AFTER_READING_FLEET, read_engine=read_engine)
+    fleet = attrs.evolve(AFTER_READING_FLEET, read_engine=read_engine, headroom=headroom)
     figures = run_figures(AFTER_READING, fleet, policy)[1]
-    # The listing's reading at t=1 named nothing; only a reading at t=1.6 sees B's request.
+    # The listing's reading at t=1 named w, not x; only a reading after t=1.5 sees B's request on x.
+    # As shipped (headroom 2 for lorafleet, none for the baseline) y loads at once and A reads before
+    # the excess goes ([settle]): w goes, x stays. With headroom 0 A reads before it evicts, first.
+    # Without reads, A unloads x under B's request, and w as well.
     assert figures.unloads_under_others == (0 if read_engine else 1)
-    assert figures.held_max == (2 if read_engine else 1)
+    assert figures.evictions == (1 if read_engine else 2)
+    assert figures.held_max == (2 if headroom == 0 else 3)
+
+
+@pytest.mark.parametrize("policy", ["lorafleet", "holders-first"])
+def test_a_reading_that_named_no_other_router_is_not_read_again_before_evicting(policy: str) -> None:
+    # B (1) loads x at t=0 and ends at t=0.2; A (0) lists at t=1 (x held, idle, nothing runs: A's
+    # reading names no other router's adapter, so A is alone there as far as it knows). B runs x again
+    # from t=1.5; at t=1.6 A, with headroom 0, evicts x for y at once, without reading first, under
+    # B's request: a router that saw no other is never held up by reads ([read]).
+    w = Workload(
+        times=(0.0, 1.5, 1.6), adapters=("x", "x", "y"), durations=(0.1, 100.0, 1.0), routers=(1, 1, 0)
+    )
+    fleet = attrs.evolve(AFTER_READING_FLEET, headroom=0)
+    s, figures = run_figures(w, fleet, policy)
+    assert figures.unloads_under_others == 1
+    assert s.started[2] == pytest.approx(1.6 + 0.1)  # no read before the load
 
 
 class _FailingFrom(Simulation):
@@ -281,46 +306,57 @@ def test_read_failures_are_drawn_from_the_seed() -> None:
 
 
 def test_a_read_with_latency_delays_the_request_and_samples_when_sent() -> None:
-    fleet = attrs.evolve(AFTER_READING_FLEET, read_latency=0.05)
+    # Headroom 0: y's load at the limit evicts first, so it waits for the read ([read]).
+    fleet = attrs.evolve(AFTER_READING_FLEET, read_latency=0.05, headroom=0)
     s, figures = run_figures(AFTER_READING, fleet, "lorafleet")
     assert figures.unloads_under_others == 0
-    assert s.started[2] == pytest.approx(1.6 + 0.05 + 0.1)  # the read, then y's load
+    assert s.started[3] == pytest.approx(1.6 + 0.05 + 0.1)  # the read, then y's load
+    # As shipped, y's load goes out at once; the read comes before the excess goes ([settle]).
+    s, figures = run_figures(AFTER_READING, attrs.evolve(fleet, headroom=UNSET), "lorafleet")
+    assert figures.unloads_under_others == 0
+    assert s.started[3] == pytest.approx(1.6 + 0.1)
 
 
 def test_cold_requests_waiting_for_one_read_share_it() -> None:
     w = attrs.evolve(
         AFTER_READING,
         times=(*AFTER_READING.times, 1.61, 1.62),
-        adapters=(*AFTER_READING.adapters, "z", "w"),
+        adapters=(*AFTER_READING.adapters, "z", "v"),
         durations=(*AFTER_READING.durations, 1.0, 1.0),
         routers=(*AFTER_READING.routers, 0, 0),
     )
-    fleet = attrs.evolve(AFTER_READING_FLEET, read_latency=0.05)
+    # Headroom 0: each cold load at the limit would evict first, so each waits for a reading.
+    fleet = attrs.evolve(AFTER_READING_FLEET, read_latency=0.05, headroom=0)
     alone = run_figures(AFTER_READING, fleet, "lorafleet")[1]
-    figures = run_figures(w, fleet, "lorafleet")[1]
-    assert figures.reads == alone.reads  # z and w join y's read at t=1.6
+    s, figures = run_figures(w, fleet, "lorafleet")
+    assert figures.reads == alone.reads  # z and v join y's read at t=1.6
+    assert s.started[3:] == [pytest.approx(1.6 + 0.05 + 0.1)] * 3  # all three once it is answered
     assert figures.unloads_under_others == 0
 
 
-def test_one_routers_own_released_adapter_does_not_hold_its_cap_queue() -> None:
+@pytest.mark.parametrize("read_engine", [True, False])
+def test_one_routers_own_released_adapter_does_not_hold_its_cap_queue(read_engine: bool) -> None:
     # One router, limit 1, no headroom, listings every 10 s. x runs from t=0.1 to t=12.1, so the
-    # listing's reading at t=10 names it; y, asked at t=11, waits at the cap. When x's request ends,
-    # the release reads again (nothing runs): y loads then, not after the listing at t=20.
+    # listing's reading at t=10 names it, but only this router's request runs on it: the reading
+    # stands as an empty one ([elsewhere]). y, asked at t=11, waits at the cap; when x's request ends,
+    # x is idle at once, as without reads: y loads then, not after the listing at t=20. (Concurrency
+    # 1: the simulated engine's max_loras is its concurrency, so the cap stays limit + headroom, 1.)
     w = Workload(times=(0.0, 11.0), adapters=("x", "y"), durations=(12.0, 1.0), routers=(0, 0))
     fleet = Fleet(
         replicas=1,
         limit=1,
-        concurrency=4,
+        concurrency=1,
         load_time=0.1,
         listing_interval=10.0,
         headroom=0,
-        read_engine=True,
+        read_engine=read_engine,
     )
-    s = run(w, fleet, "lorafleet")
+    s, figures = run_figures(w, fleet, "lorafleet")
     assert s.started[1] == pytest.approx(12.2)
+    assert figures.held_max == 1  # y waited at the cap
 
 
-@pytest.mark.parametrize("reads", [{}, {"read_engine": True, "read_latency": 0.05}])
+@pytest.mark.parametrize("reads", [{"read_engine": False}, {"read_engine": True, "read_latency": 0.05}])
 def test_several_routers_count_unloads_under_requests(reads: dict[str, Any]) -> None:
     w, fleet = _three_routers(2000, 2, **reads)
     figures = Simulation(w, fleet, POLICIES["lorafleet"], check=True).run()
@@ -363,18 +399,66 @@ def test_every_request_is_served_through_restarts_shifts_and_flash_crowds(policy
 # -- the machine's settings -----------------------------------------------------------------
 
 
-def test_every_policy_runs_the_real_machine_with_the_fleets_settings_and_its_own() -> None:
-    fleet = Fleet(replicas=2, limit=3, concurrency=4, load_time=0.2, headroom=1, overflow=0, half_life=9)
+@pytest.mark.parametrize("tell_concurrency", [False, True])
+def test_every_policy_runs_the_real_machine_with_the_fleets_settings_and_its_own(
+    tell_concurrency: bool,
+) -> None:
+    fleet = Fleet(
+        replicas=2,
+        limit=3,
+        concurrency=4,
+        load_time=0.2,
+        headroom=1,
+        overflow=0,
+        half_life=9,
+        read_engine=False,
+        tell_concurrency=tell_concurrency,
+    )
     for policy in [*POLICIES.values(), *VARIANTS.values()]:
         m = fleet.machine(policy)
         assert type(m) is AdapterStateMachine
-        settings = {"concurrency": 4, "headroom": 1, "overflow": 0, "half_life": 9, **policy.settings}
-        assert (m._busy, m._headroom, m._overflow, m._half_life) == (
-            None if settings["concurrency"] is None else settings["concurrency"] + 1,
+        settings = {
+            "concurrency": 4 if tell_concurrency else None,
+            "headroom": 1,
+            "overflow": 0,
+            "half_life": 9,
+            "read_engine": False,
+            **policy.settings,
+        }
+        assert (m._concurrency, m._headroom, m._overflow, m._half_life, m._read_engine) == (
+            settings["concurrency"],
             settings["headroom"],
             settings["overflow"],
             settings["half_life"],
+            settings["read_engine"],
         )
+
+
+def test_settings_left_unset_are_as_each_policys_routers_ship() -> None:
+    """lorafleet's routers get ``Fleet()``'s settings (``FLEET_DEFAULTS``); the baselines the core's."""
+    fleet = Fleet(replicas=2, limit=3, concurrency=4, load_time=0.2)
+    core = AdapterStateMachine()
+    for policy in [*POLICIES.values(), *VARIANTS.values()]:
+        m = fleet.machine(policy)
+        shipped = {
+            "headroom": core._headroom,
+            "read_engine": core._read_engine,
+            "overflow": core._overflow,
+            "half_life": core._half_life,
+        }
+        if policy.routes:
+            shipped.update(lorafleet.FLEET_DEFAULTS)
+        shipped.update({k: v for k, v in policy.settings.items() if k in shipped})
+        assert (m._headroom, m._read_engine, m._overflow, m._half_life) == (
+            shipped["headroom"],
+            shipped["read_engine"],
+            shipped["overflow"],
+            shipped["half_life"],
+        ), policy.name
+        assert m._concurrency is None  # a Fleet is told nothing of it; it learns from the engines
+    assert lorafleet.FLEET_DEFAULTS == {"headroom": 2, "read_engine": True}
+    assert fleet.machine(POLICIES["lorafleet"])._headroom == 2
+    assert fleet.machine(POLICIES["least-loaded"])._headroom is None
 
 
 def test_any_other_machine_setting_reaches_every_routers_machine() -> None:
@@ -403,9 +487,10 @@ def test_lorafleet_sends_each_request_where_the_machine_places_it() -> None:
         assert engine.sequence == [a for a, replica in assigned if replica == engine.id]
 
 
-def lru_and_demand(half_life: int) -> list[str]:
-    """The victim of c's load after a is asked for 5 times and b once, a released first."""
-    m = AdapterStateMachine(half_life=half_life)
+def lru_and_demand(half_life: int, headroom: int | None = None) -> list[str]:
+    """The victim of c's load after a is asked for 5 times and b once, a released first: unloaded
+    before the load with headroom 0, once it has landed otherwise ([settle])."""
+    m = AdapterStateMachine(half_life=half_life, headroom=headroom)
     (listing,) = m.handle(ReplicaAdded(replica="r", model="m", limit=2))
     assert isinstance(listing, ReadListing)
     m.handle(ListingReceived(listing=listing.listing, adapters=()))
@@ -418,25 +503,40 @@ def lru_and_demand(half_life: int) -> list[str]:
                     m.handle(LoadFinished(load=command.load, outcome=LoadOutcome.LOADED))
             m.handle(Released(ticket=ticket))
     commands = m.handle(Requested(ticket=ticket + 1, replica="r", adapter="c", path="c"))
-    return [c.adapter for c in commands if isinstance(c, IssueUnload)]
+    victims = [c.adapter for c in commands if isinstance(c, IssueUnload)]
+    loads = [c for c in commands if isinstance(c, IssueLoad)]
+    if headroom == 0:
+        assert loads == []  # at its bound: the victim goes first, and the load waits for it
+        return victims
+    (load,) = loads
+    assert victims == []  # into the headroom at once
+    landed = m.handle(LoadFinished(load=load.load, outcome=LoadOutcome.LOADED))
+    return [c.adapter for c in landed if isinstance(c, IssueUnload)]
 
 
-def test_half_life_1_is_least_recently_used_eviction() -> None:
+@pytest.mark.parametrize("headroom", [None, 0])
+def test_half_life_1_is_least_recently_used_eviction(headroom: int | None) -> None:
     # The default weighs demand: b, asked for less, goes though a is least recently used.
-    assert lru_and_demand(lorafleet.DEFAULT_HALF_LIFE) == ["b"]
+    assert lru_and_demand(lorafleet.DEFAULT_HALF_LIFE, headroom) == ["b"]
     # half_life=1 halves every count to nothing after each request: recency alone decides.
-    assert lru_and_demand(1) == ["a"]
+    assert lru_and_demand(1, headroom) == ["a"]
 
 
+@pytest.mark.parametrize("read_engine", [False, True])
 @pytest.mark.parametrize("headroom", [0, 1])
-def test_the_cap_bounds_what_an_engine_holds(headroom: int) -> None:
+def test_the_cap_bounds_what_an_engine_holds(headroom: int, read_engine: bool) -> None:
+    # [cap]: limit + headroom, or the engine's max_loras when a reading said it is more (the simulated
+    # engine's is its concurrency, 4).
     busy = Synthetic(adapters=40, skew=0.6, rate=20.0, service=0.5, requests=400, replicas=4)
-    fleet = Fleet(replicas=4, limit=2, concurrency=8, load_time=0.2, headroom=headroom)
+    fleet = Fleet(
+        replicas=4, limit=2, concurrency=4, load_time=0.2, headroom=headroom, read_engine=read_engine
+    )
+    cap = max(2 + headroom, 4) if read_engine else 2 + headroom
     uncapped = attrs.evolve(fleet, headroom=None)
     for policy in ("least-loaded", "lorafleet"):
-        assert Simulation(busy.generate(1), uncapped, POLICIES[policy]).run().held_max > 2 + headroom
+        assert Simulation(busy.generate(1), uncapped, POLICIES[policy]).run().held_max > cap
         capped = Simulation(busy.generate(1), fleet, POLICIES[policy], check=True).run()
-        assert capped.held_max <= 2 + headroom
+        assert capped.held_max <= cap
         assert capped.requests == 400
 
 

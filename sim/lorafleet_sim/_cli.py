@@ -21,7 +21,7 @@ from typing import Any
 import lorafleet
 
 from ._policies import POLICIES, VARIANTS
-from ._sim import Figures, Fleet, simulate
+from ._sim import UNSET, Figures, Fleet, simulate
 from ._workload import Synthetic, Workload, WorkloadError, read_trace
 
 PROG = "lorafleet simulate"
@@ -123,13 +123,11 @@ def parser() -> argparse.ArgumentParser:
         "--read-before-evicting",
         dest="read_engine",
         action=argparse.BooleanOptionalAction,
-        default=False,
+        default=UNSET,
         help=(
-            "each router's machine reads which adapters run on an engine, from any router, when it "
-            "wants to ([read]: after each listing, before a cold request with no free slot, and when a "
-            "release leaves a queue at the cap waiting on an adapter the last reading named), as "
-            "Fleet(read_running=True) does (default: off, listings only; --read-running and "
-            "--read-before-evicting are older names for it)"
+            "each router's machine reads what runs on an engine, from any router, when it wants to "
+            "([read]), as Fleet(read_running=True) does (default: as shipped, which is on for lorafleet "
+            "and off for the baselines; --read-running and --read-before-evicting are older names)"
         ),
     )
     p.add_argument(
@@ -156,21 +154,32 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--headroom",
         type=_headroom,
-        default=None,
-        help="the machine's cap: adapters a replica may hold past its limit, or 'none' (default none)",
+        default=UNSET,
+        help=(
+            "the machine's cap: adapters a replica may hold past its limit, or 'none' (default: as "
+            f"shipped, {lorafleet.FLEET_DEFAULTS['headroom']} for lorafleet, none for the baselines)"
+        ),
     )
     p.add_argument(
         "--overflow",
         type=_number(int, "an integer", 0),
-        default=lorafleet.DEFAULT_OVERFLOW,
+        default=UNSET,
         help=f"the machine's overflow for [place] (default {lorafleet.DEFAULT_OVERFLOW})",
     )
     p.add_argument(
         "--half-life",
         type=positive_int,
-        default=lorafleet.DEFAULT_HALF_LIFE,
+        default=UNSET,
         help=(
             f"requests between halvings of the demand counts [evict] (default {lorafleet.DEFAULT_HALF_LIFE})"
+        ),
+    )
+    p.add_argument(
+        "--tell-concurrency",
+        action="store_true",
+        help=(
+            "give every router's machine the replicas' --concurrency (Fleet(concurrency=...)); a Fleet "
+            "is told nothing by default and learns it from the engines"
         ),
     )
     p.add_argument(
@@ -189,6 +198,15 @@ def parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--out", type=Path, help="write the results, as markdown, to this file")
     p.add_argument(
+        "--grid",
+        action="store_true",
+        help=(
+            "run lorafleet as shipped against the baselines over issue 17's grid of workloads, each "
+            "with --seeds seeds of --requests requests, and say which targets it met (other workload "
+            "and fleet options do not apply)"
+        ),
+    )
+    p.add_argument(
         "--plot",
         type=Path,
         help="also sweep the limit and plot loads and load latency per policy (matplotlib)",
@@ -201,6 +219,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     args_list = list(sys.argv[1:] if argv is None else argv)
     p = parser()
     args = p.parse_args(args_list)
+    if args.grid:
+        from . import _grid
+
+        command = " ".join([PROG, *(shlex.quote(a) for a in args_list)])
+        text = _grid.main(args.requests, list(range(args.seed, args.seed + args.seeds)), command, _machine())
+        sys.stdout.write(text)
+        if args.out is not None:
+            args.out.write_text(text, encoding="utf-8")
+        return 0
     if args.trace is not None and (args.shift or args.flash is not None):
         p.error("--shift and --flash shape the synthetic stream; they do not apply to --trace")
     pyplot = None
@@ -268,6 +295,7 @@ def _fleet(args: argparse.Namespace, limit: int) -> Fleet:
         overflow=args.overflow,
         half_life=args.half_life,
         read_engine=args.read_engine,
+        tell_concurrency=args.tell_concurrency,
         read_latency=args.read_latency,
         read_failures=args.read_failures,
         failed_read_drops=args.failed_read_drops,
@@ -411,7 +439,11 @@ def router_counts(least: int) -> Callable[[str], list[int]]:
 
 def _reads(args: argparse.Namespace, who: str) -> str:
     """How the routers read which adapters run, as a clause of the fleet's line (nothing: no reads)."""
-    clause = f", {who} reading which adapters run when the machine asks ([read])" if args.read_engine else ""
+    clause = (
+        f", {who} reading which adapters run when the machine asks ([read])"
+        if args.read_engine is True
+        else ""
+    )
     if args.read_latency:
         clause += f", readings reported {1000 * args.read_latency:g} ms after their sample"
     if args.read_failures:
@@ -421,12 +453,16 @@ def _reads(args: argparse.Namespace, who: str) -> str:
 
 
 def _settings(args: argparse.Namespace) -> str:
-    """The machine's settings, as a clause of the workload line."""
-    headroom = "none" if args.headroom is None else str(args.headroom)
-    return (
-        f"; the machine's concurrency {args.concurrency}, headroom {headroom}, overflow {args.overflow}, "
-        f"half-life {args.half_life}"
-    )
+    """The machine's settings that differ from what ships, as a clause of the workload line."""
+    given = [
+        f"{name.replace('_', '-')} {'none' if value is None else value}"
+        for name in ("headroom", "overflow", "half_life")
+        if (value := getattr(args, name)) is not UNSET
+    ]
+    if args.tell_concurrency:
+        given.append(f"concurrency {args.concurrency} told")
+    shipped = "; every router's machine as shipped (lorafleet's as Fleet() makes it)"
+    return shipped + (", but " + ", ".join(given) if given else "")
 
 
 def _machine() -> str:

@@ -8,6 +8,8 @@ baselines rank replicas by their own rule, from the router's request counts and 
 
 from __future__ import annotations
 
+import hashlib
+import math
 import random
 from collections.abc import Sequence
 
@@ -82,6 +84,38 @@ class _HoldersFirst:
 
 
 @attrs.define
+class _BoundedLoad:
+    """Consistent hashing with bounded loads (Mirrokni, Thorup and Zadimoghaddam, 2018): each adapter's
+    replicas in its hash order, the first whose load stays within ``1 + epsilon`` of the mean."""
+
+    router: RouterView
+    epsilon: float = 0.25
+    orders: dict[str, list[int]] = attrs.field(factory=dict)
+
+    def choose(self, adapter: str, candidates: Sequence[int], tried: frozenset[int]) -> int:
+        outstanding = self.router.outstanding
+        order = self.orders.get(adapter)
+        if order is None:
+            ids = self.router.ids
+            order = self.orders[adapter] = sorted(range(len(ids)), key=lambda i: _hash(adapter, ids[i]))
+        total = sum(outstanding[i] for i in candidates) + 1
+        bound = math.ceil((1 + self.epsilon) * total / len(candidates))
+        allowed = set(candidates)
+        first = -1
+        for i in order:
+            if i in allowed:
+                if outstanding[i] + 1 <= bound:
+                    return i
+                if first < 0:
+                    first = i
+        return first
+
+
+def _hash(adapter: str, replica: str) -> bytes:
+    return hashlib.blake2b(f"{adapter}\0{replica}".encode(), digest_size=8).digest()
+
+
+@attrs.define
 class _Placed:
     """The machine's own [place]: the router sends ``Routed``, and the machine chooses; never asked."""
 
@@ -110,6 +144,34 @@ BASELINES: dict[str, Policy] = {
     )
 }
 
+LRU = {"half_life": 1}
+"""Machine settings under which [evict] is least recently used: every demand count halves to 0 at once."""
+
+GRID_BASELINES: dict[str, Policy] = {
+    p.name: p
+    for p in (
+        BASELINES["least-loaded"],
+        Policy(
+            "holders-first-lru",
+            _HoldersFirst,
+            settings=LRU,
+            description="holders-first over a machine that evicts the least recently used (half_life=1)",
+        ),
+        Policy(
+            "holders-first-lfu",
+            _HoldersFirst,
+            description="holders-first over a machine that evicts by decayed request counts (LFU-like)",
+        ),
+        Policy(
+            "bounded-load",
+            lambda router, rng, c: _BoundedLoad(router),
+            settings=LRU,
+            description="consistent hashing with bounded loads (epsilon 0.25) over an LRU machine",
+        ),
+    )
+}
+"""The baselines ``lorafleet simulate --grid`` compares lorafleet with."""
+
 
 def _lorafleet(router: RouterView, rng: random.Random, concurrency: int) -> _Placed:
     return _Placed()
@@ -125,9 +187,6 @@ POLICIES: dict[str, Policy] = {
     ),
 }
 """Every policy the simulator compares by default, by name, in the order it prints them."""
-
-LRU = {"half_life": 1}
-"""Machine settings under which [evict] is least recently used: every demand count halves to 0 at once."""
 
 VARIANTS: dict[str, Policy] = {
     p.name: p

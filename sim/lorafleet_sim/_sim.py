@@ -30,6 +30,8 @@ request finish on an adapter it no longer lists).
 
 from __future__ import annotations
 
+import bisect
+import enum
 import heapq
 import math
 import random
@@ -75,6 +77,15 @@ RELOAD_WINDOW = 10.0
 _LOAD_DONE, _SERVICE_DONE, _TICK, _RESTART, _RETRY, _READ_DONE = range(6)
 
 
+class _Unset(enum.Enum):
+    UNSET = "as the policy's routers ship"
+
+
+UNSET = _Unset.UNSET
+"""A machine setting the fleet leaves to the policy: ``Fleet()``'s for lorafleet, the core's defaults
+for the baselines."""
+
+
 @attrs.frozen
 class Fleet:
     """The simulated fleet.
@@ -87,7 +98,8 @@ class Fleet:
         routers: how many routers, each with its own machine.
         listing_interval: seconds between two readings of a replica's listing.
         headroom, overflow, half_life, read_engine: the machine's settings of those names ([cap],
-            [place], [evict], [read]); its ``concurrency`` is the replicas'.
+            [place], [evict], [read]), for every policy; unset, lorafleet's routers have ``Fleet()``'s
+            (``lorafleet.FLEET_DEFAULTS``) and the baselines' the core's defaults.
         read_latency: seconds from a read's sample to its answer reaching the router.
         read_failures: the fraction of reads that get no answer, drawn from the seed, answered
             ``ReadingFailed`` ([read-failed]), as ``Fleet`` does.
@@ -102,28 +114,38 @@ class Fleet:
     load_time: float
     routers: int = 1
     listing_interval: float = lorafleet.DEFAULT_LISTING_INTERVAL
-    headroom: int | None = None
-    overflow: int = lorafleet.DEFAULT_OVERFLOW
-    half_life: int = lorafleet.DEFAULT_HALF_LIFE
-    read_engine: bool = False
+    headroom: int | _Unset | None = UNSET
+    overflow: int | _Unset = UNSET
+    half_life: int | _Unset = UNSET
+    read_engine: bool | _Unset = UNSET
     read_latency: float = 0.0
     read_failures: float = 0.0
     failed_read_drops: bool = False
     settings: Mapping[str, Any] = attrs.field(factory=dict)
+    limits: tuple[int, ...] | None = None
+    """Each replica's limit, when they differ (``limit`` is then unused)."""
+    tell_concurrency: bool = False
+    """Give every router's machine the replicas' ``concurrency`` (a Fleet is told nothing of it)."""
 
     def machine(self, policy: Policy) -> AdapterStateMachine:
-        """A router's machine: the fleet's settings, with those ``policy`` sets over them."""
-        settings: dict[str, Any] = {
-            "listing_interval": self.listing_interval,
-            "concurrency": self.concurrency,
-            "headroom": self.headroom,
-            "overflow": self.overflow,
-            "half_life": self.half_life,
-            "read_engine": self.read_engine,
-        }
+        """A router's machine: as its policy's routers ship it (lorafleet's as ``Fleet()`` makes it,
+        the baselines' with the core's defaults), with the fleet's settings that were given over it,
+        and those ``policy`` sets over them."""
+        settings: dict[str, Any] = {"listing_interval": self.listing_interval}
+        if policy.routes:
+            settings.update(lorafleet.FLEET_DEFAULTS)
+        for name in ("headroom", "overflow", "half_life", "read_engine"):
+            value = getattr(self, name)
+            if value is not UNSET:
+                settings[name] = value
+        if self.tell_concurrency:
+            settings["concurrency"] = self.concurrency
         settings.update(self.settings)
         settings.update(policy.settings)
         return AdapterStateMachine(**settings)
+
+    def limit_of(self, index: int) -> int:
+        return self.limit if self.limits is None else self.limits[index]
 
 
 @attrs.frozen
@@ -167,6 +189,12 @@ class Figures:
     """Reads of an engine the machines asked for ([read])."""
     failed_reads: int = 0
     """Of those, the ones that got no answer (``read_failures``)."""
+    load_times: tuple[float, ...] = attrs.field(default=(), repr=False, eq=False)
+    """When each load went out, in order: for the loads of a window (after a popularity shift)."""
+
+    def loads_between(self, start: float, end: float) -> int:
+        """Loads that went out from ``start`` up to ``end``."""
+        return bisect.bisect_left(self.load_times, end) - bisect.bisect_left(self.load_times, start)
 
     def per_1k(self, count: int) -> float:
         return 1000.0 * count / self.requests if self.requests else 0.0
@@ -286,6 +314,7 @@ class Simulation:
         self.unloads_under_own = 0
         self.reads = 0
         self.failed_reads = 0
+        self.load_times: list[float] = []
         # Its own stream, so that every policy meets the same failures and no other draw moves.
         self.read_rng = random.Random(f"{seed}:reads")
 
@@ -301,9 +330,8 @@ class Simulation:
             m = router.view.machine
             self._commands(router, m.handle(TimeAdvanced(now=0.0)))
             for engine in self.engines:
-                self._commands(
-                    router, m.handle(ReplicaAdded(replica=engine.id, model=MODEL, limit=self.fleet.limit))
-                )
+                limit = self.fleet.limit_of(engine.index)
+                self._commands(router, m.handle(ReplicaAdded(replica=engine.id, model=MODEL, limit=limit)))
             self._schedule_tick(router)
         for at, replica in self.workload.restarts:
             self._push(at, _RESTART, replica)
@@ -395,7 +423,8 @@ class Simulation:
 
     def _capacity(self, engine: _Engine, position: int) -> None:
         """What the replica held once the request was admitted: the capacity the policy had there."""
-        engine.capacities[position] = max(self.fleet.limit, len(engine.registered) + len(engine.loading))
+        limit = self.fleet.limit_of(engine.index)
+        engine.capacities[position] = max(limit, len(engine.registered) + len(engine.loading))
 
     def _forward(self, attempt: _Attempt) -> None:
         """The granted request reaches its engine: 404, or its queue."""
@@ -550,10 +579,12 @@ class Simulation:
             self._commands(router, machine.handle(ReadingFailed(read=read, message="no answer")))
             return
         names, running, waiting = sample or ((), None, None)
-        self._commands(
-            router,
-            machine.handle(ReadingReceived(read=read, adapters=names, running=running, waiting=waiting)),
+        # The simulated engine runs any mix of adapters in a batch: up to its concurrency of them.
+        max_loras = None if sample is None else self.fleet.concurrency
+        reading = ReadingReceived(
+            read=read, adapters=names, running=running, waiting=waiting, max_loras=max_loras
         )
+        self._commands(router, machine.handle(reading))
 
     def _issue_load(self, router: _Router, command: IssueLoad) -> None:
         engine = self.engine_by_id[command.replica]
@@ -568,6 +599,7 @@ class Simulation:
             return
         engine.loading[adapter] = [(router.index, command.load)]
         self.loads += 1
+        self.load_times.append(self.now)
         for other in self.engines:
             if other is not engine and (adapter in other.registered or adapter in other.loading):
                 self.copies += 1
@@ -670,6 +702,7 @@ class Simulation:
             unloads_under_own=self.unloads_under_own,
             reads=self.reads,
             failed_reads=self.failed_reads,
+            load_times=tuple(self.load_times),
         )
 
 

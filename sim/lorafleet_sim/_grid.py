@@ -1,0 +1,252 @@
+"""``lorafleet simulate --grid``: lorafleet as it ships against the baselines, over a grid of workloads.
+
+Each row of the grid changes the calibration workload in one way (issue 17's list); each runs every
+seed with lorafleet's routers made as ``Fleet()`` makes them and the baselines as they come, on the
+same requests. The table gives what each cost, and for lorafleet whether it met each target.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import statistics
+import sys
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import attrs
+
+from ._policies import GRID_BASELINES, POLICIES
+from ._sim import Figures, Fleet, simulate
+from ._state import Policy
+from ._workload import Synthetic, Workload
+
+READ_LATENCY = 0.02
+"""Seconds a read of an engine's /metrics takes: a real vLLM on this machine's CPU answers in 8 to 17 ms
+(bench/metrics_results.md)."""
+SHIFT_WINDOW = 0.1
+"""The share of a run's requests, from the popularity shift on, whose loads count as the shift's window."""
+
+
+@attrs.frozen
+class Row:
+    """One workload of the grid: the calibration one, with these changes."""
+
+    name: str
+    workload: Mapping[str, Any] = attrs.field(factory=dict)
+    fleet: Mapping[str, Any] = attrs.field(factory=dict)
+
+
+CALIBRATION_WORKLOAD: Mapping[str, Any] = {
+    "adapters": 200,
+    "skew": 1.0,
+    "rate": 76.8,
+    "service": 0.5,
+    "replicas": 8,
+}
+CALIBRATION_FLEET: Mapping[str, Any] = {
+    "replicas": 8,
+    "limit": 4,
+    "concurrency": 8,
+    "load_time": 0.2,
+    "read_latency": READ_LATENCY,
+}
+ROWS = (
+    Row("calibration"),
+    Row("skew 0.6", {"skew": 0.6}),
+    Row("skew 1.4", {"skew": 1.4}),
+    Row("1,000 adapters", {"adapters": 1000}),
+    Row("limit 2", fleet={"limit": 2}),
+    Row("limit 8", fleet={"limit": 8}),
+    Row("flash crowd 0.3", {"flash": 0.3}),
+    Row("shift, skew 1.2, limit 8", {"skew": 1.2, "shift": True}, {"limit": 8}),
+    Row("90 % busy", {"rate": 115.2}),
+    Row("limits 2,2,4,4,4,4,6,6", fleet={"limits": (2, 2, 4, 4, 4, 4, 6, 6)}),
+    Row("3 routers", {"routers": 3}, {"routers": 3}),
+)
+
+
+@attrs.frozen
+class Outcome:
+    """One row: every policy's figures, by seed."""
+
+    row: Row
+    runs: Mapping[str, list[Figures]]
+    windows: Mapping[str, list[int]]
+    """Loads in the shift's window, per seed (the shift row only)."""
+
+
+def run(
+    requests: int,
+    seeds: Sequence[int],
+    rows: Sequence[Row] = ROWS,
+    progress: Callable[[str], None] | None = None,
+) -> list[Outcome]:
+    policies: dict[str, Policy] = {"lorafleet": POLICIES["lorafleet"], **GRID_BASELINES}
+    outcomes = []
+    for row in rows:
+        runs: dict[str, list[Figures]] = {name: [] for name in policies}
+        windows: dict[str, list[int]] = {name: [] for name in policies}
+        fleet = Fleet(**{**CALIBRATION_FLEET, **row.fleet})
+        for seed in seeds:
+            spec = {**CALIBRATION_WORKLOAD, "requests": requests, **row.workload}
+            workload = Synthetic(**spec).generate(seed)
+            start, end = _window(workload, requests) if spec.get("shift") else (0.0, 0.0)
+            for name, policy in policies.items():
+                figures = simulate(workload, fleet, policy, seed=seed)
+                runs[name].append(figures)
+                windows[name].append(figures.loads_between(start, end))
+        outcomes.append(Outcome(row, runs, windows))
+        if progress is not None:
+            progress(f"grid: {row.name} done")
+    return outcomes
+
+
+def _load_average() -> str:
+    try:
+        return f"{os.getloadavg()[0]:.2f}"
+    except OSError:
+        return "unknown"
+
+
+def _window(workload: Workload, requests: int) -> tuple[float, float]:
+    """From the shift (half-way) to ``SHIFT_WINDOW`` of the run's requests after it."""
+    half = requests // 2
+    return workload.times[half], workload.times[min(half + int(requests * SHIFT_WINDOW), requests - 1)]
+
+
+def _mean(values: Sequence[float]) -> float:
+    return sum(values) / len(values)
+
+
+@attrs.frozen
+class Verdict:
+    target: str
+    met: bool
+    detail: str
+
+
+def verdicts(outcome: Outcome) -> list[Verdict]:
+    """lorafleet's targets on one row (issue 17): wait mean and p99, loads, imbalance, the shift."""
+    runs = outcome.runs
+    ours = runs["lorafleet"]
+    baselines = {name: figures for name, figures in runs.items() if name != "lorafleet"}
+    out: list[Verdict] = []
+    best_wait = min(baselines, key=lambda n: _mean([f.wait_mean for f in baselines[n]]))
+    mean, best = _mean([f.wait_mean for f in ours]), _mean([f.wait_mean for f in baselines[best_wait]])
+    out.append(Verdict("wait mean <= 1.1x best", mean <= 1.1 * best, f"{mean / best:.2f}x {best_wait}"))
+    p99 = _mean([f.wait_p99 for f in ours])
+    least = _mean([f.wait_p99 for f in runs["least-loaded"]])
+    out.append(Verdict("p99 <= 1.1x least-loaded", p99 <= 1.1 * least, f"{p99 / least:.2f}x"))
+    best_loads = min(baselines, key=lambda n: _mean([f.loads for f in baselines[n]]))
+    diffs = [f.loads - b.loads for f, b in zip(ours, baselines[best_loads], strict=True)]
+    noise = 2 * statistics.stdev(diffs) / math.sqrt(len(diffs)) if len(diffs) > 1 else 0.0
+    ratio = _mean([f.loads for f in ours]) / _mean([f.loads for f in baselines[best_loads]])
+    out.append(Verdict("loads <= best", _mean(diffs) <= noise, f"{ratio:.3f}x {best_loads}"))
+    if outcome.row.name == "calibration":
+        cut = 1 - _mean([f.loads for f in ours]) / _mean([f.loads for f in runs["least-loaded"]])
+        out.append(Verdict(">= 47% fewer than least-loaded", cut >= 0.47, f"{100 * cut:.1f}%"))
+    imbalance = _mean([f.imbalance for f in ours])
+    out.append(Verdict("imbalance <= 1.05", imbalance <= 1.05, f"{imbalance:.3f}"))
+    if outcome.row.workload.get("shift"):
+        window = _mean(outcome.windows["lorafleet"]) / _mean(outcome.windows["holders-first-lru"])
+        out.append(Verdict("shift window <= 1.05x holders-first-lru", window <= 1.05, f"{window:.3f}x"))
+    return out
+
+
+COLUMNS = (
+    "row",
+    "policy",
+    "loads/1k",
+    "wait mean ms",
+    "wait p99 ms",
+    "imbalance",
+    "reloads<10s /1k",
+    "window",
+)
+
+
+def table(outcomes: Sequence[Outcome]) -> list[str]:
+    """The grid's table (means over the seeds), lorafleet's row of each workload first, then its verdicts."""
+    lines = ["| " + " | ".join(COLUMNS) + " |", "|" + "|".join("---" for _ in COLUMNS) + "|"]
+    for outcome in outcomes:
+        for name, figures in outcome.runs.items():
+            window = outcome.windows[name]
+            cells = [
+                outcome.row.name if name == "lorafleet" else "",
+                name,
+                f"{_mean([f.per_1k(f.loads) for f in figures]):.1f}",
+                f"{1000 * _mean([f.wait_mean for f in figures]):.1f}",
+                f"{1000 * _mean([f.wait_p99 for f in figures]):.1f}",
+                f"{_mean([f.imbalance for f in figures]):.3f}",
+                f"{_mean([f.per_1k(f.reloads) for f in figures]):.1f}",
+                f"{_mean(window):.1f}" if outcome.row.workload.get("shift") else "",
+            ]
+            lines.append("| " + " | ".join(cells) + " |")
+    return lines
+
+
+def verdict_table(outcomes: Sequence[Outcome]) -> list[str]:
+    targets = [v.target for v in verdicts(outcomes[0])]
+    extra = sorted({v.target for o in outcomes for v in verdicts(o)} - set(targets))
+    targets += extra
+    lines = [
+        "| row | " + " | ".join(targets) + " |",
+        "|" + "|".join("---" for _ in range(len(targets) + 1)) + "|",
+    ]
+    for outcome in outcomes:
+        found = {v.target: v for v in verdicts(outcome)}
+        cells = [
+            ("pass " if found[t].met else "**FAIL** ") + found[t].detail if t in found else ""
+            for t in targets
+        ]
+        lines.append(f"| {outcome.row.name} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def main(requests: int, seeds: Sequence[int], command: str, machine: str) -> str:
+    started = time.perf_counter()
+    load_before = _load_average()
+    outcomes = run(requests, seeds, progress=lambda line: print(line, file=sys.stderr))
+    elapsed = time.perf_counter() - started
+    failed = sum(not v.met for o in outcomes for v in verdicts(o))
+    lines = [
+        "# lorafleet simulate: results",
+        "",
+        "Written whole by the command below (`--out sim/results.md`): one real "
+        "`lorafleet.AdapterStateMachine` per router, simulated vLLM replicas, virtual time "
+        "(`sim/lorafleet_sim/`). Virtual time makes the figures the same on any machine; the run time is "
+        "this machine's.",
+        "",
+        "## lorafleet simulate --grid: lorafleet as shipped against the baselines",
+        "",
+        f"Command: `{command}`",
+        "",
+        f"Machine: {machine}, load average {load_before} at the start, {_load_average()} at the end. Run "
+        f"time: {elapsed:.0f} s for {len(outcomes)} workloads x {1 + len(GRID_BASELINES)} policies x "
+        f"{len(seeds)} seeds.",
+        "",
+        "Every workload is the calibration one (8 replicas of limit 4, each running 8 requests at once, "
+        "Zipf(1) over 200 adapters, Poisson at 76.8/s, 60 % busy, service exponential mean 0.5 s, loads "
+        f"of 0.2 s, one router) with the one change its row names; {requests} requests a run, seeds "
+        f"{seeds[0]}..{seeds[-1]}, figures are means over the seeds. lorafleet's routers are made as "
+        "`Fleet()` makes them (`lorafleet.FLEET_DEFAULTS`: told nothing of the replicas' concurrency, "
+        f"reading engines when the machine asks, each read answered {1000 * READ_LATENCY:g} ms later); "
+        "the baselines route by their own rule over the same machine with the core's defaults (no cap, "
+        "no reads): least-loaded, holders-first (spilling past C outstanding, which it is told) over "
+        "least recently used eviction (`-lru`) and over decayed request counts (`-lfu`), and bounded-load "
+        "consistent hashing (epsilon 0.25, LRU). Imbalance: the busiest replica's service time over the "
+        "mean's. The shift's window: loads in the tenth of the run's requests after the shift.",
+        "",
+        *table(outcomes),
+        "",
+        f"lorafleet's targets (issue 17), {failed} missed:",
+        "",
+        *verdict_table(outcomes),
+        "",
+        "Loads <= best: the mean per-seed difference from the baseline with the fewest loads is within "
+        "two standard errors of zero, or below it.",
+        "",
+    ]
+    return "\n".join(lines)
