@@ -80,6 +80,7 @@ class VllmServer:
         runtime_lora: VLLM_ALLOW_RUNTIME_LORA_UPDATING.
         dev_mode: VLLM_SERVER_DEV_MODE, for ``pause`` and ``resume``.
         max_model_len: passed as --max-model-len (at most the model's 4,096 positions).
+        max_num_seqs: passed as --max-num-seqs (vLLM's default on a CPU is 128).
     """
 
     def __init__(
@@ -91,8 +92,10 @@ class VllmServer:
         runtime_lora: bool = True,
         dev_mode: bool = False,
         max_model_len: int = 2048,
+        max_num_seqs: int = 128,
     ) -> None:
         self.engine = engine
+        self.max_num_seqs = max_num_seqs
         self.api_key = api_key
         self.runtime_lora = runtime_lora
         self.dev_mode = dev_mode
@@ -145,6 +148,8 @@ class VllmServer:
             "bfloat16",
             "--max-model-len",
             str(self.max_model_len),
+            "--max-num-seqs",
+            str(self.max_num_seqs),
             "--enforce-eager",
         ]
         if self.api_key:

@@ -20,7 +20,7 @@ from lorafleet_fleet import AdapterError, Fleet, Replica, ReplicaError
 from lorafleet_serve import Config, ReplicaConfig, RouterServer
 from lorafleet_standin import StandInServer
 
-from conftest import KEY, Target, eventually, quiet
+from conftest import KEY, Target, eventually, quiet, settled
 from routers_workload import Probe
 
 pytestmark = [pytest.mark.anyio, pytest.mark.usefixtures("no_task_left_running")]
@@ -73,6 +73,8 @@ async def test_many_requests_for_a_cold_adapter_make_one_load(
 
 
 async def test_eviction_at_the_routers_limit(fleet_type: type[Fleet], target: Target) -> None:
+    """[evict], [settle]: e2's load goes out at the limit, and once it has landed e0, least recently
+    used, is unloaded: the engine is back at the router's limit."""
     r = rep(target, limit=2)
     async with fleet_type() as fleet:
         await fleet.sync_unknown([r])
@@ -80,6 +82,8 @@ async def test_eviction_at_the_routers_limit(fleet_type: type[Fleet], target: Ta
             async with fleet.acquire(r, name, target.adapter(folder)):
                 pass
         quiet(fleet)
+        await eventually(lambda: settled(fleet), timeout=60)  # the unload trails e2's grant
+        assert fleet.statistics().evictions == {("tiny", "unloaded"): 1}
     assert target.listed() == {"e1", "e2"}
 
 
@@ -120,8 +124,9 @@ async def test_no_eviction_while_a_stream_runs_on_the_adapter(
         assert chunks[-1] == "data: [DONE]"
         assert len(chunks) > 2
         async with fleet.acquire(r, "s2", target.adapter("lora-2")):
-            pass  # both are idle now: the load brings the replica back to its limit
+            pass  # both are idle now: the load brings the replica back to its limit once it lands
         quiet(fleet)
+        await eventually(lambda: settled(fleet), timeout=60)
     assert target.listed() == {"s2"}
 
 
@@ -130,7 +135,8 @@ async def test_two_fleets_the_others_running_requests_are_never_unloaded(
 ) -> None:
     """Router B runs a request on s0 on a replica of limit 1; router A reads the listing and the engine's
     gauge while it runs, then needs s1 there, then s2: it goes over the limit for s1 rather than
-    unload s0, and for s2 evicts its own idle s1. B's request runs on throughout.
+    unload s0, and once s2 has landed it reads the gauge again and unloads its own idle s1 ([settle]).
+    B's request runs on throughout.
 
     The engine holds B's request unfinished while A decides (``running_on_engine``), so that what A
     reads is the test's doing, not vLLM's timing.
@@ -148,18 +154,26 @@ async def test_two_fleets_the_others_running_requests_are_never_unloaded(
                 await a.sync_unknown([r])
                 async with a.acquire(r, "s1", target.adapter("lora-1")) as lease:
                     assert lease.how is How.LOADED
+                    # The listing's reading, if s1's load did not wait for it, is in before s1 ends.
+                    await eventually(lambda: a._machine.reported("r0") == {"s0"} and settled(a), timeout=120)
                 over = target.listed()
                 async with a.acquire(r, "s2", target.adapter("lora-2")) as lease:
                     assert lease.how is How.LOADED
+                    # The excess is judged on a fresh reading (another router's request runs there),
+                    # while s2 is in use: s1 goes, s0 stays.
+                    await eventually(lambda: bool(probe_a.unloads) and settled(a), timeout=120)
                 after = target.listed()
                 quiet(a)
         quiet(b)
     seen = f"A's readings {probe_a.readings}, loads {probe_a.loads}, unloads {probe_a.unloads}"
-    # Each of A's decisions saw a reading naming s0.
-    assert [load["reading"] for load in probe_a.loads] == [["s0"], ["s0"]], seen
+    # A's loads went out without waiting for a reading (neither would evict first: [read]), whether
+    # or not the listing's had come; its unload waited for one, which named s0 ([settle]).
+    assert [load["adapter"] for load in probe_a.loads] == ["s1", "s2"], seen
+    assert probe_a.readings["r0"][0] == ["s0"], seen
     assert over == {"s0", "s1"}, seen  # over the limit rather than unload s0
     assert after == {"s0", "s2"}, seen
     assert [unload["adapter"] for unload in probe_a.unloads] == ["s1"], seen
+    assert [unload["reading"] for unload in probe_a.unloads] == [["s0"]], seen
     assert probe_b.unloads == [], seen
     assert chunks, "B's request sent nothing"
     assert not any('"error"' in chunk for chunk in chunks), chunks[-3:]
@@ -331,6 +345,23 @@ async def test_a_rank_above_the_maximum_is_the_adapters_fault(
                 pass
         quiet(fleet)
     assert target.listed() == set()
+
+
+async def test_a_refused_load_at_the_limit_evicts_nothing(fleet_type: type[Fleet], target: Target) -> None:
+    """Issue 18: an adapter the engine refuses (rank 64 above ``--max-lora-rank``) once unloaded a good
+    one first. The load goes first ([cold]); only one that lands makes room ([settle])."""
+    r = rep(target, limit=2)
+    async with fleet_type() as fleet:
+        for name, folder in (("s0", "lora-0"), ("s1", "lora-1")):
+            async with fleet.acquire(r, name, target.adapter(folder)):
+                pass
+        with pytest.raises(AdapterError, match="LoRA rank 64 is greater than max_lora_rank 16"):
+            async with fleet.acquire(r, "big", target.adapter("rank64")):
+                pass
+        assert fleet.statistics().evictions == {}
+        quiet(fleet)
+        await eventually(lambda: settled(fleet), timeout=60)
+    assert target.listed() == {"s0", "s1"}
 
 
 @pytest.mark.parametrize("folder", ["does-not-exist", "broken"])

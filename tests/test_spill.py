@@ -1,0 +1,197 @@
+"""[load], [place]: a hot adapter gets a second copy once its replica's engine queues, with the shipped
+defaults (nothing told of the engines' concurrency), against the stand-in and a real vLLM.
+
+Two replicas of one model: ``narrow`` runs two requests at once (``--max-num-seqs 2``), ``wide`` many.
+Requests for one adapter go out one at a time, each once the engines count it, and hold their
+engines until the test ends. The fleet learns ``narrow``'s capacity from a reading that shows a queue
+([load]); the next request goes to ``wide``, which loads the adapter and runs it at once, and the
+ones after it join it there while ``narrow`` stays full.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+import anyio
+import attrs
+import httpx
+import pytest
+
+from lorafleet import vllm
+from lorafleet_fleet import Fleet, How, Lease, Replica
+from lorafleet_standin import StandInServer
+
+from conftest import KEY, quiet, settled
+
+pytestmark = [pytest.mark.anyio, pytest.mark.usefixtures("no_task_left_running")]
+
+MODEL = "tiny"
+ADAPTER = "lora-0"
+TOKENS = 1800
+"""A request's length on a real engine: tens of seconds on this machine's CPU, longer than the test."""
+
+
+@attrs.frozen
+class Engine:
+    """One replica's server, as the test reads it."""
+
+    id: str
+    url: str
+    key: str | None
+
+    def replica(self) -> Replica:
+        return Replica(self.id, self.url, MODEL, 2, api_key=self.key)
+
+    async def counts(self, requests: int, what: str) -> None:
+        """Wait until the engine has ``requests`` requests, running or waiting."""
+        seen: list[tuple[int, int]] = []
+        with anyio.move_on_after(300):
+            while sum(now := await self.requests()) < requests:
+                if not seen or seen[-1] != now:
+                    seen.append(now)
+                await anyio.sleep(0.02)
+            return
+        raise AssertionError(f"{self.id} never had {requests} requests for {what}; it had {seen}")
+
+    async def requests(self) -> tuple[int, int]:
+        """(running, waiting), as the engine's ``/metrics`` says now."""
+        headers = {"Authorization": f"Bearer {self.key}"} if self.key else {}
+        async with httpx.AsyncClient(timeout=60) as client:
+            answer = await client.get(f"{self.url}/metrics", headers=headers)
+        running, waiting = vllm.engine_queue(answer.content)
+        assert running is not None, answer.text[:500]
+        assert waiting is not None, answer.text[:500]
+        return running, waiting
+
+
+@attrs.frozen
+class Pair:
+    narrow: Engine
+    wide: Engine
+    adapters: Path
+    hold: Callable[[], None]
+    """Keep the requests about to go out unfinished on their engines (a no-op for a real one)."""
+    let_go: Callable[[], None]
+
+
+@pytest.fixture(params=["standin", "vllm"])
+def pair(request: pytest.FixtureRequest, serve: Callable[..., StandInServer], built_adapters: Path) -> Pair:
+    if request.param == "standin":
+        narrow = serve(max_num_seqs=2, max_model_len=4096)
+        wide = serve(api_key=KEY, max_model_len=4096)
+        servers = (narrow, wide)
+
+        def hold() -> None:
+            for server in servers:
+                server.app.hold_streams()
+
+        def let_go() -> None:
+            for server in servers:
+                server.app.release()
+
+        return Pair(
+            Engine("narrow", narrow.url, None), Engine("wide", wide.url, KEY), built_adapters, hold, let_go
+        )
+    vllm_servers: dict[str, Any] = request.getfixturevalue("vllm_servers")
+    engine = request.getfixturevalue("real_engine")
+    narrow, wide = vllm_servers["open"], vllm_servers["keyed"]
+    wide.resume()  # a test that failed while the engine was paused leaves it so
+    for server in (narrow, wide):
+        server.unload_everything()
+    assert narrow.max_num_seqs == 2
+    return Pair(
+        Engine("narrow", narrow.url, None),
+        Engine("wide", wide.url, KEY),
+        engine.build / "adapters",
+        lambda: None,
+        lambda: None,
+    )
+
+
+@contextlib.asynccontextmanager
+async def streams(pair: Pair) -> AsyncIterator[Callable[[Lease], None]]:
+    """Start, for a granted lease, a long streamed completion on its replica, ended with the block."""
+    async with anyio.create_task_group() as tasks:
+
+        async def stream(lease: Lease) -> None:
+            body = {"model": ADAPTER, "prompt": "hello world", "max_tokens": TOKENS, "temperature": 0}
+            body |= {"stream": True, "ignore_eos": True}
+            key = pair.wide.key if lease.replica.id == "wide" else pair.narrow.key
+            headers = {"Authorization": f"Bearer {key}"} if key else {}
+            try:
+                async with (
+                    httpx.AsyncClient(timeout=None) as client,  # the block ends it
+                    client.stream(
+                        "POST", f"{lease.replica.url}/v1/completions", json=body, headers=headers
+                    ) as got,
+                ):
+                    assert got.status_code == 200, await got.aread()
+                    async for _ in got.aiter_lines():
+                        pass
+            finally:
+                lease.release()
+
+        def start(lease: Lease) -> None:
+            tasks.start_soon(stream, lease)
+
+        try:
+            yield start
+        finally:
+            pair.let_go()
+            tasks.cancel_scope.cancel()
+
+
+async def test_a_hot_adapter_spills_to_a_second_replica_when_its_engine_queues(
+    fleet_type: type[Fleet], pair: Pair
+) -> None:
+    pair.hold()
+    leases: list[Lease] = []
+    learned_at: int | None = None
+    async with fleet_type(
+        replicas=[pair.narrow.replica(), pair.wide.replica()], adapters=pair.adapters
+    ) as fleet:
+        # The adapter starts on narrow alone: wide is removed while the first request loads it.
+        fleet.set_replicas([pair.narrow.replica()])
+        async with fleet.route(ADAPTER) as lease:
+            assert (lease.replica.id, lease.how) == ("narrow", How.LOADED)
+        fleet.set_replicas([pair.narrow.replica(), pair.wide.replica()])
+        with anyio.fail_after(300):
+            while not (wide := fleet.replica_statistics("wide")) or not wide.met:
+                await anyio.sleep(0.01)
+        async with streams(pair) as start:
+            for sent in range(1, 8):
+                lease = await fleet.route(ADAPTER)
+                leases.append(lease)
+                start(lease)
+                on = pair.narrow if lease.replica.id == "narrow" else pair.wide
+                here = sum(1 for held in leases if held.replica.id == lease.replica.id)
+                await on.counts(here, f"request {sent} ({lease.how.value}), {[h.replica.id for h in leases]}")
+                reading = fleet.reading("narrow")
+                assert reading is not None
+                if learned_at is None and reading.capacity is not None:
+                    learned_at = sent
+                if learned_at is not None and sent >= learned_at + 3:
+                    break
+            placed = [(held.replica.id, held.how) for held in leases]
+            narrow_queue = await pair.narrow.requests()
+            wide_queue = await pair.wide.requests()
+            reading = fleet.reading("narrow")
+        with anyio.fail_after(30):
+            while not settled(fleet) or fleet.statistics().leases:
+                await anyio.sleep(0.01)
+        quiet(fleet)
+    seen = f"placed {placed}, narrow's engine {narrow_queue}, wide's {wide_queue}, reading {reading}"
+    assert learned_at is not None, seen
+    assert reading is not None, seen
+    assert reading.capacity == 2, seen
+    # Until the fleet knew narrow's capacity it sent every request there; the next went to wide and
+    # loaded the adapter there, and those after it ran there too.
+    before, after = placed[:learned_at], placed[learned_at:]
+    assert all(replica == "narrow" for replica, _ in before), seen
+    assert after[0] == ("wide", How.LOADED), seen
+    assert all(replica == "wide" for replica, _ in after), seen
+    assert wide_queue[1] == 0, seen  # nothing waited on wide: no request waited for a load behind a queue
+    assert narrow_queue[0] == 2, seen
