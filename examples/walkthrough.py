@@ -57,17 +57,18 @@ def main() -> None:
     step("loaded", LoadFinished(load=3, outcome=LoadOutcome.LOADED))
     step("done with it", Released(ticket=4))
     step(
-        "a third adapter: sql is least recently used, so it goes",
+        "a third adapter: its load goes out at once, into the headroom",
         Requested(ticket=5, replica="gpu-0", adapter="code", path="/adapters/code"),
     )
     step(
-        "the unload finished; now the load goes out", UnloadFinished(unload=4, outcome=UnloadOutcome.UNLOADED)
+        "loaded: the replica unloads its excess, chat, the idle adapter in least demand",
+        LoadFinished(load=4, outcome=LoadOutcome.LOADED),
     )
-    step("loaded", LoadFinished(load=5, outcome=LoadOutcome.LOADED))
+    step("the unload finished", UnloadFinished(unload=5, outcome=UnloadOutcome.UNLOADED))
     step("30 s later the listing is due again", TimeAdvanced(now=30.0))
     step(
         "another router loaded 'math' meanwhile",
-        ListingReceived(listing=6, adapters=("chat", "code", "math")),
+        ListingReceived(listing=6, adapters=("code", "math", "sql")),
     )
     stats = machine.statistics()
     print("\n# what the machine now believes")
