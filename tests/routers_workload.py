@@ -5,7 +5,7 @@ the run is real: fleets over HTTP, completions held in flight on the stand-in, r
 Each fleet's machine is probed: every unload it decides is recorded with the engine's gauge as the
 fleet last read it (the reading **[elsewhere]** applies), so that an unload the stand-in saw land on
 a running request can be told apart: named by that reading (a bug) or started after it (the sampling
-window the README admits).
+window docs/routers.md admits).
 
 Run as a script, it is one router of a workload run in several processes (``main``).
 """

@@ -124,7 +124,7 @@ def test_the_engine_pods_run_as_the_real_engine_tests_do() -> None:
     assert int(args["--port"] or 0) == discover["port"] == port_number(vllm_box, "http")
     assert vllm_box["readinessProbe"]["httpGet"]["path"] == "/health"
     assert port_number(vllm_box, vllm_box["readinessProbe"]["httpGet"]["port"]) == discover["port"]
-    # README, "Several routers": what a replica may hold at worst stays within --max-cpu-loras.
+    # docs/routers.md, "Sizing": what a replica may hold at worst stays within --max-cpu-loras.
     limit, routers = discover["limit"], fleet.get("routers", 1)
     headroom = fleet.get("headroom", HEADROOM)
     worst = limit + (routers - 1) * math.ceil(limit / routers) + routers * headroom

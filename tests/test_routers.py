@@ -51,7 +51,7 @@ async def test_another_routers_running_adapter_is_not_evicted(
                     assert unloaded == ([] if read_running else ["a0"])
                 standin.app.release()
     if read_running:
-        assert set(standin.app.adapters) == {"a0", "a1"}  # over the limit, as the README says
+        assert set(standin.app.adapters) == {"a0", "a1"}  # over the limit, as docs/routers.md says
 
 
 async def _complete(server: StandInServer, model: str) -> None:

@@ -7,10 +7,10 @@ run, the stand-ins' call logs and the routers' results must say (see ``routers_w
 - every request ended, no lease is left, each machine's invariants hold;
 - no router unloaded an adapter that its last reading of the engine's gauge named as running; the
   unloads that landed on a running request anyway are those of requests that started after that
-  reading (the README's sampling window), counted and printed;
+  reading (docs/routers.md's sampling window), counted and printed;
 - every reading a router applied is what the engine's gauge answered it, or empty after a read that
   failed after a listing (a failed read before a request reports nothing);
-- no engine held more adapters than the README's bound for R routers (sampled at every load).
+- no engine held more adapters than docs/routers.md's bound for R routers (sampled at every load).
 """
 
 from __future__ import annotations
@@ -53,7 +53,8 @@ SEEDS = (1, 2, 3)
 REQUESTS = 300
 ENGINES = 2
 README_BOUND = len(ROUTERS) * LIMIT
-"""README, "Several routers": ``limit + (R - 1) * f`` at worst, ``R * limit`` for a replica that was empty.
+"""docs/routers.md, "What holds, and what can go wrong": ``limit + (R - 1) * f`` at worst, ``R * limit``
+for a replica that was empty.
 
 It leaves out what each router takes past the limit when every adapter it holds is in use, its own
 or named by the gauge (``headroom``, **[cap]**): the random runs reach ``R * limit + 2``, and
@@ -224,7 +225,7 @@ async def test_each_router_goes_over_by_its_headroom(
     fleet_type: type[Fleet], standin: StandInServer, adapter_dir: Path
 ) -> None:
     """Three routers that met an empty replica each run requests on ``limit + headroom`` adapters of
-    their own there, at once: the replica holds ``R * (limit + headroom)``, past the README's
+    their own there, at once: the replica holds ``R * (limit + headroom)``, past docs/routers.md's
     ``R * limit``. No router evicts (every adapter it holds is in use) or waits (none is at its cap)."""
     per_router = LIMIT + HEADROOM
     assert len(ADAPTERS) >= len(ROUTERS) * per_router
@@ -243,7 +244,7 @@ async def test_each_router_goes_over_by_its_headroom(
         fleets = []
         for router in ROUTERS:
             replica = Replica("r0", standin.url, "tiny", LIMIT, api_key=key_of(router))
-            # No listing between their loads: each sees only its own (the README's window, made long).
+            # No listing between their loads: each sees only its own (docs/routers.md's window, made long).
             fleet = await stack.enter_async_context(fleet_type(replicas=[replica], listing_interval=600))
             fleets.append((fleet, replica))
         async with anyio.create_task_group() as tasks:

@@ -178,8 +178,8 @@ class Fleet:
             says what the last reads said). One read at a time per replica, bounded by
             ``listing_timeout``. False: listings only, and no load but this fleet's own.
         routers: how many routers (fleets, in any process) share these replicas: each fills at most
-            its share of the free slots a replica's last listing left (the core's [share]; README.md,
-            "Several routers"). 1: a router alone.
+            its share of the free slots a replica's last listing left (the core's [share];
+            docs/routers.md). 1: a router alone.
 
     Raises:
         InvalidValueError: a timeout or the interval is not a positive number of seconds, or another

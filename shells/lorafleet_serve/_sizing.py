@@ -18,7 +18,7 @@ from ._config import Config
 
 
 def most_held(limit: int, headroom: int, routers: int) -> int:
-    """The most adapters the routers can put on one engine (README.md, "Several routers").
+    """The most adapters the routers can put on one engine (docs/routers.md, "Sizing").
 
     One router holds a replica to ``limit`` and goes ``headroom`` over it only while every adapter
     is in use. ``routers`` routers that read their listings at different moments each fill their

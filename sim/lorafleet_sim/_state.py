@@ -18,7 +18,7 @@ MODEL = "base"
 class RouterView:
     """One router as a policy sees it: its machine, the replicas, and its requests on each.
 
-    ``outstanding`` is what a router written from the README keeps itself: its requests routed to
+    ``outstanding`` is what a router written from docs/embedding.md keeps itself: its requests routed to
     each replica and not yet ended. The machine counts the same (``in_flight``) for [place].
     """
 
