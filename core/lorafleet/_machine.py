@@ -167,10 +167,10 @@ DEFAULT_OVERFLOW = 2
 DEFAULT_HALF_LIFE = 500
 """Requests between two halvings of the demand counts: after a popularity shift, 4,000 kept the old
 favourites long enough to cost 12 % more loads than least recently used in the shift's window, 500 none
-(``lorafleet simulate --grid``, sim/results.md)."""
+(``lorafleet simulate --grid``, sim/grid.md)."""
 FLEET_DEFAULTS: Mapping[str, Any] = MappingProxyType({"headroom": 2, "read_engine": True})
 """The settings a ``Fleet`` (and so ``lorafleet serve``) gives its machine unless told otherwise, the
-others as here: what ``lorafleet simulate`` runs lorafleet with, and what sim/results.md measures."""
+others as here: what ``lorafleet simulate`` runs lorafleet with, and what sim/grid.md measures."""
 DEFAULT_REFUSAL = 900.0
 """Seconds an adapter the engine refused as the adapter's fault is refused without a call (ModelMesh
 keeps load failures 15 minutes)."""

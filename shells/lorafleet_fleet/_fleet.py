@@ -100,7 +100,7 @@ KEEPALIVE_EXPIRY = 4.0
 without an answer. httpx's own default is 5 s, racing the server's close."""
 HEADROOM: int = FLEET_DEFAULTS["headroom"]
 """How far over its limit a replica may go when all its adapters are in use ([cap]): the core's
-``FLEET_DEFAULTS``, measured in sim/results.md (``lorafleet simulate --grid``)."""
+``FLEET_DEFAULTS``, measured in sim/grid.md (``lorafleet simulate --grid``)."""
 ATTEMPTS = 3
 """Replicas ``Fleet.route`` tries for one request (ModelMesh: at most 3 failures per request)."""
 

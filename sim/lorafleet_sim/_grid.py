@@ -212,9 +212,9 @@ def main(requests: int, seeds: Sequence[int], command: str, machine: str) -> str
     elapsed = time.perf_counter() - started
     failed = sum(not v.met for o in outcomes for v in verdicts(o))
     lines = [
-        "# lorafleet simulate: results",
+        "# lorafleet simulate --grid: what ships, against the baselines",
         "",
-        "Written whole by the command below (`--out sim/results.md`): one real "
+        "Written whole by the command below (`--out sim/grid.md`): one real "
         "`lorafleet.AdapterStateMachine` per router, simulated vLLM replicas, virtual time "
         "(`sim/lorafleet_sim/`). Virtual time makes the figures the same on any machine; the run time is "
         "this machine's.",
