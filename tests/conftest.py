@@ -127,16 +127,17 @@ def real_engine() -> Any:
 def vllm_servers(real_engine: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     """Three servers started together: with --api-key, without, and without the runtime LoRA routes.
 
-    The keyed one can be paused (``Target.pause``), and takes requests of up to 4,096 tokens, so that a
-    test can hold a request unfinished on the engine for as long as it needs. The open one runs two
-    requests at once (``--max-num-seqs 2``): a third waits in its queue, as a busy engine's do.
+    The keyed and open ones can be paused (``Target.pause``); the keyed one takes requests of up to
+    4,096 tokens, so that a test can hold a request unfinished on the engine for as long as it needs.
+    The open one runs two requests at once (``--max-num-seqs 2``): a third waits in its queue, as a
+    busy engine's do.
     """
     from real_vllm import VllmServer
 
     logs = tmp_path_factory.mktemp("vllm-logs")
     servers = {
         "keyed": VllmServer(real_engine, logs, api_key=KEY, dev_mode=True, max_model_len=4096),
-        "open": VllmServer(real_engine, logs, max_num_seqs=2),
+        "open": VllmServer(real_engine, logs, dev_mode=True, max_num_seqs=2),
         "static": VllmServer(real_engine, logs, runtime_lora=False),
     }
     started = time.monotonic()

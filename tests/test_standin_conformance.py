@@ -7,8 +7,8 @@ When the two differ, the stand-in is what changes.
 
 from __future__ import annotations
 
-import contextlib
 import json
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -291,29 +291,49 @@ def queue_gauges(
     return comments, tuple(sorted(set(labels))), tuple(sums)
 
 
-def queue_past_the_batch(url: str, hold: Callable[[], None], go_on: Callable[[], None]) -> list[Any]:
+def queue_past_the_batch(
+    url: str, before: Callable[[], None], step: Callable[[], None], after: Callable[[], None]
+) -> list[Any]:
     """Three long streams on an engine that runs two at once: the gauges once the third waits, and
     once all three are gone.
 
-    Each stream asks for 4,000 tokens: the first two run for far longer than the test reads, however
-    slow the machine, so the state read is the engine's, not a race.
+    ``before`` freezes the engine and ``step`` lets it take a step: the gauges are read while it is
+    frozen, so what they show is the test's doing, however slowly vLLM's processes get the CPU.
+    ``after`` lets it go on. Each stream has a thread of its own: an engine may hold back the head of
+    the answer to a request it has not started.
     """
     out: list[Any] = []
-    body = {"model": "tiny", "prompt": "hello", "max_tokens": 4000, "temperature": 0, "stream": True}
+    body = {"model": "tiny", "prompt": "hello", "max_tokens": 2000, "temperature": 0, "stream": True}
     body["ignore_eos"] = True
-    with contextlib.ExitStack() as stack, httpx.Client(base_url=url, timeout=60) as side:
-        hold()
-        for _ in range(3):
-            client = stack.enter_context(httpx.Client(base_url=url, timeout=60))
-            stack.enter_context(client.stream("POST", "/v1/completions", json=body))
+    stop = threading.Event()
+
+    def stream() -> None:
+        with (
+            httpx.Client(base_url=url, timeout=600) as client,
+            client.stream("POST", "/v1/completions", json=body) as answer,
+        ):
+            assert answer.status_code == 200, answer.read()
+            for _ in answer.iter_lines():
+                if stop.is_set():
+                    break  # closing the connection aborts the request
+
+    before()
+    streams = [threading.Thread(target=stream, daemon=True) for _ in range(3)]
+    for thread in streams:
+        thread.start()
+    try:
+        with httpx.Client(base_url=url, timeout=120) as side:
+            deadline = time.monotonic() + 600
+            while (found := queue_gauges(side))[2] != (2.0, 1.0) and time.monotonic() < deadline:
+                step()
+            out.append(found)
+    finally:
+        stop.set()
+        after()
+        for thread in streams:
+            thread.join(timeout=300)
+    with httpx.Client(base_url=url, timeout=120) as side:
         deadline = time.monotonic() + 300
-        while (found := queue_gauges(side))[2] != (2.0, 1.0) and time.monotonic() < deadline:
-            time.sleep(0.1)
-        out.append(found)
-        go_on()
-    # The clients are gone: the engine drops their requests.
-    deadline = time.monotonic() + 300
-    with httpx.Client(base_url=url, timeout=60) as side:
         while (found := queue_gauges(side))[2] != (0.0, 0.0) and time.monotonic() < deadline:
             time.sleep(0.1)
         out.append(found)
@@ -327,7 +347,14 @@ def test_the_stand_in_reports_its_queue_as_vllm_does(
     server = request.getfixturevalue("vllm_servers")["open"]
     engine = request.getfixturevalue("real_engine")
     standin = serve(version="0.32", model_root=str(engine.build / "model"), max_num_seqs=2)
-    real = queue_past_the_batch(server.url, lambda: None, lambda: None)
-    ours = queue_past_the_batch(standin.url, standin.app.hold_streams, standin.app.release)
+
+    def step() -> None:
+        server.resume()
+        server.pause()
+
+    real = queue_past_the_batch(server.url, server.pause, step, server.resume)
+    ours = queue_past_the_batch(
+        standin.url, standin.app.hold_streams, lambda: time.sleep(0.05), standin.app.release
+    )
     assert [r[2] for r in real] == [(2.0, 1.0), (0.0, 0.0)], real
     assert ours == real, f"\n  vLLM      {real}\n  stand-in  {ours}"
