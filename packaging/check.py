@@ -137,6 +137,10 @@ def check_wheel(wheel: Path, packages: list[str]) -> int:
             problems.append(f"METADATA lacks {line!r}")
     if "lorafleet = lorafleet._cli:main" not in entry_points:
         problems.append(f"the lorafleet command is not lorafleet._cli:main: {entry_points!r}")
+    commands = entry_points.partition("[lorafleet.commands]")[2].partition("\n[")[0]
+    for name in ("demo", "simulate", "serve"):
+        if f"\n{name} = " not in commands:
+            problems.append(f"no {name} in the lorafleet.commands entry points: {entry_points!r}")
     if problems:
         raise PackagingError(f"{wheel.name}: {'; '.join(problems)}")
     return len(names)

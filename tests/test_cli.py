@@ -166,6 +166,54 @@ def test_the_dispatcher_imports_nothing_but_the_standard_library_and_attrs() -> 
     assert imported - set(sys.stdlib_module_names) <= {"__future__", "attrs", "lorafleet"}
 
 
+def test_every_subcommand_is_an_entry_point_of_the_commands_group() -> None:
+    from importlib.metadata import entry_points
+
+    from lorafleet._cli import ABOUT, GROUP
+
+    registered = {entry.name: entry.value for entry in entry_points(group=GROUP)}
+    assert {s.name: s.module for s in SUBCOMMANDS} == registered
+    assert [s.name for s in SUBCOMMANDS] == list(ABOUT)  # lorafleet's own, in the help's order
+
+
+def test_the_dispatcher_names_no_package_upstairs() -> None:
+    """Where a subcommand's code lives is pyproject.toml's to say (its entry point), not the core's."""
+    import lorafleet._cli
+
+    assert "lorafleet_" not in Path(lorafleet._cli.__file__).read_text()
+
+
+def test_a_subcommand_another_distribution_registers_is_listed_and_run(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from importlib.metadata import EntryPoint, EntryPoints, entry_points
+
+    import lorafleet._cli
+
+    ours = list(entry_points(group=lorafleet._cli.GROUP))
+    theirs = EntryPoint("zzz", "test_cli:_zzz_main", lorafleet._cli.GROUP)
+    monkeypatch.setattr("lorafleet._cli.entry_points", lambda group: EntryPoints([theirs, *ours]))
+    monkeypatch.setattr("lorafleet._cli.SUBCOMMANDS", lorafleet._cli.discover())
+    assert [s.name for s in lorafleet._cli.SUBCOMMANDS] == ["demo", "simulate", "serve", "zzz"]
+    assert main(["--help"]) == 0
+    assert "  zzz       from another package\n" in capsys.readouterr().out
+    assert main(["zzz", "a", "b"]) == 3
+
+
+def _zzz_main(argv: list[str]) -> int:
+    return len(argv) + 1
+
+
+def test_with_no_subcommand_registered_the_error_says_to_reinstall(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr("lorafleet._cli.SUBCOMMANDS", ())
+    assert main(["serve"]) == 2
+    assert (
+        "unknown command 'serve' (no lorafleet.commands entry points: reinstall)" in capsys.readouterr().err
+    )
+
+
 # -- lorafleet demo's command line ---------------------------------------------------------------
 
 

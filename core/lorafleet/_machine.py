@@ -115,7 +115,7 @@ import functools
 import heapq
 import math
 from collections import OrderedDict
-from collections.abc import Container, Iterable, Mapping
+from collections.abc import Callable, Container, Iterable, Mapping
 from types import MappingProxyType
 from typing import Any, assert_never
 
@@ -499,7 +499,7 @@ class AdapterStateMachine:
             case LimitSet():
                 return self._limit_set(event)
             case TimeAdvanced():
-                return self._time_advanced(event.now)
+                return self._time_advanced(event)
             case _:
                 assert_never(event)
 
@@ -635,7 +635,7 @@ class AdapterStateMachine:
         if rep is None or rep.removed or type(ticket) is not int or ticket <= self._last_ticket:
             rep = self._replica_for(ticket, replica)  # raises the error Requested would
         if type(adapter) is not str or not adapter:
-            raise _invalid("adapter", adapter, "adapter name must be a non-empty str")
+            raise _ADAPTER.error("adapter", adapter)
         held = rep.held.get(adapter)
         if held is None:
             return False
@@ -658,7 +658,7 @@ class AdapterStateMachine:
             UsageError: as ``hit`` would for the ticket, and ``place`` for the adapter name.
         """
         if type(adapter) is not str or not adapter:
-            raise _invalid("adapter", adapter, "adapter name must be a non-empty str")
+            raise _ADAPTER.error("adapter", adapter)
         self._check_ticket(ticket)
         rep = self._holder(adapter, model, (), None)
         if rep is None or self._saturated(rep, None) or self._stale(rep, coming=1):
@@ -675,10 +675,8 @@ class AdapterStateMachine:
         """[hit], [join], [wait-unload] or [cold]: ``Grant(HIT)`` at once, or the request waits."""
         ticket, adapter, path = event.ticket, event.adapter, event.path
         rep = self._replica_for(ticket, event.replica)
-        if type(adapter) is not str or not adapter:
-            raise _invalid("adapter", adapter, "adapter name must be a non-empty str")
-        if type(path) is not str or not path:
-            raise _invalid("path", path, "adapter path must be a non-empty str")
+        if type(adapter) is not str or not adapter or type(path) is not str or not path:
+            _check_fields(event)  # the error of the first wrong one (as fast as can be when none is)
         self._last_ticket = ticket
         self._count(rep, adapter)
         refused = self._refused_now(rep, adapter)
@@ -836,10 +834,8 @@ class AdapterStateMachine:
                 operation=event.load,
                 kind="load",
             )
+        _check_fields(event)
         outcome = event.outcome
-        if not isinstance(outcome, LoadOutcome):
-            raise _invalid("outcome", outcome, "outcome must be a LoadOutcome")
-        _check_message(event.message)
         del self._ops[event.load]
         rep = op.replica
         del rep.loading[op.adapter]
@@ -922,9 +918,7 @@ class AdapterStateMachine:
                 operation=event.unload,
                 kind="unload",
             )
-        if not isinstance(event.outcome, UnloadOutcome):
-            raise _invalid("outcome", event.outcome, "outcome must be an UnloadOutcome")
-        _check_message(event.message)
+        _check_fields(event)
         del self._ops[event.unload]
         rep = op.replica
         del rep.unloading[op.adapter]
@@ -1063,10 +1057,10 @@ class AdapterStateMachine:
 
     # -- §3.4 listings: [time], [listing] --------------------------------------------------------------
 
-    def _time_advanced(self, now: float) -> list[Command]:
+    def _time_advanced(self, event: TimeAdvanced) -> list[Command]:
         """[time]: the shell's clock reads ``now``; start the listings that are due."""
-        if not _is_number(now) or not _is_finite(now):
-            raise _invalid("now", now, "now must be a finite number")
+        _check_fields(event)
+        now = event.now
         if now < self._clock:
             raise ClockWentBackwardsError(
                 f"now {now} is before {self._clock}, given earlier", now=now, last=self._clock
@@ -1144,11 +1138,7 @@ class AdapterStateMachine:
         """
         names = event.adapters
         finished = self._listing_op(event.listing)
-        if not isinstance(names, tuple | list):
-            raise _invalid("adapters", names, "adapters must be a list of adapter names")
-        for name in names:
-            if type(name) is not str or not name:
-                raise _invalid("adapters", name, "listed adapter names must be non-empty strs")
+        _check_fields(event)
         if not self._finish_listing(finished):
             return []
         rep = finished.replica
@@ -1179,7 +1169,7 @@ class AdapterStateMachine:
     def _listing_failed(self, event: ListingFailed) -> list[Command]:
         """[listing]: the listing could not be read: nothing changes but that the replica is met."""
         finished = self._listing_op(event.listing)
-        _check_message(event.message)
+        _check_fields(event)
         if not self._finish_listing(finished):
             return []
         finished.replica.dropped_while_listing = set()
@@ -1199,13 +1189,8 @@ class AdapterStateMachine:
         (an older copy, or the lease has ended) is stale and changes nothing. Adapters being loaded
         or unloaded are left to their outcome.
         """
+        _check_fields(event)
         replica, adapter, ticket = event.replica, event.adapter, event.ticket
-        if type(replica) is not str or not replica:
-            raise _invalid("replica", replica, "replica id must be a non-empty str")
-        if type(adapter) is not str or not adapter:
-            raise _invalid("adapter", adapter, "adapter name must be a non-empty str")
-        if ticket is not None and type(ticket) is not int:
-            raise _invalid("ticket", ticket, "ticket must be an int or absent")
         if ticket is not None and not 0 < ticket <= self._last_ticket:
             raise UnknownTicketError(f"no request ever had ticket {ticket}", ticket=ticket)
         rep = self._replicas.get(replica)
@@ -1246,12 +1231,8 @@ class AdapterStateMachine:
         Raises:
             ReplicaConflictError: the replica is known with another model.
         """
+        _check_fields(event)
         replica, model, limit = event.replica, event.model, event.limit
-        if type(replica) is not str or not replica:
-            raise _invalid("replica", replica, "replica id must be a non-empty str")
-        if type(model) is not str or not model:
-            raise _invalid("model", model, "model must be a non-empty str")
-        _check_limit(limit)
         rep = self._replicas.get(replica)
         if rep is not None and not rep.removed:
             if rep.model != model:
@@ -1285,12 +1266,8 @@ class AdapterStateMachine:
         forgotten, adapters requests still run on are kept (unseen) until those end; answers to
         calls already made are ignored. Unknown ids are passed over.
         """
+        _check_fields(event)
         ids = event.replicas
-        if not isinstance(ids, tuple | list):
-            raise _invalid("replicas", ids, "replicas must be a list of replica ids")
-        for replica in ids:
-            if type(replica) is not str or not replica:
-                raise _invalid("replicas", replica, "replica ids must be non-empty strs")
         failed: list[int] = []
         rerouted: list[_Route] = []
         for replica in ids:
@@ -1344,9 +1321,7 @@ class AdapterStateMachine:
 
     def _limit_set(self, event: LimitSet) -> list[Command]:
         """[limit]: every replica of ``model`` may hold ``limit`` adapters, from its next load on."""
-        if type(event.model) is not str or not event.model:
-            raise _invalid("model", event.model, "model must be a non-empty str")
-        _check_limit(event.limit)
+        _check_fields(event)
         commands: list[Command] = []
         for rep in sorted(self._replicas.values(), key=lambda r: r.id):
             if rep.model == event.model and not rep.removed:
@@ -1368,9 +1343,7 @@ class AdapterStateMachine:
 
     def _replica_failed_event(self, event: ReplicaFailed) -> list[Command]:
         """[health]: the router saw the replica fail; placement avoids it for a while."""
-        if type(event.replica) is not str or not event.replica:
-            raise _invalid("replica", event.replica, "replica id must be a non-empty str")
-        _check_message(event.message)
+        _check_fields(event)
         rep = self._replicas.get(event.replica)
         if rep is not None and not rep.removed:
             self._replica_fault(rep)
@@ -1379,10 +1352,8 @@ class AdapterStateMachine:
     def _served_elsewhere(self, event: ServedElsewhere) -> list[Command]:
         """[blame]: each replica that answered the request with a server error, where another then
         served it, failed; placement avoids it for a while."""
-        if type(event.replica) is not str or not event.replica:
-            raise _invalid("replica", event.replica, "replica id must be a non-empty str")
-        failed = _names("failed", event.failed)
-        for replica in sorted(set(failed) - {event.replica}):
+        _check_fields(event)
+        for replica in sorted(set(event.failed) - {event.replica}):
             rep = self._replicas.get(replica)
             if rep is not None and not rep.removed:
                 self._replica_fault(rep)
@@ -1440,15 +1411,8 @@ class AdapterStateMachine:
 
     def _adapter_pinned(self, event: AdapterPinned) -> list[Command]:
         """[pin]: keep the adapter loaded on ``copies`` replicas, chosen by placement, never evicted."""
-        adapter, path, copies, model = event.adapter, event.path, event.copies, event.model
-        if type(adapter) is not str or not adapter:
-            raise _invalid("adapter", adapter, "adapter name must be a non-empty str")
-        if type(path) is not str or not path:
-            raise _invalid("path", path, "adapter path must be a non-empty str")
-        if type(copies) is not int or copies < 1:
-            raise _invalid("copies", copies, "copies must be an int of at least 1")
-        if model is not None and (type(model) is not str or not model):
-            raise _invalid("model", model, "model must be a non-empty str or absent")
+        _check_fields(event)
+        adapter = event.adapter
         self._pins[adapter] = event
         for rep in self._where.get(adapter, {}).values():
             rep.idle.pop(adapter, None)
@@ -1456,9 +1420,8 @@ class AdapterStateMachine:
 
     def _adapter_unpinned(self, event: AdapterUnpinned) -> list[Command]:
         """[pin]: the adapter's copies no request runs on become idle, most recently used."""
+        _check_fields(event)
         adapter = event.adapter
-        if type(adapter) is not str or not adapter:
-            raise _invalid("adapter", adapter, "adapter name must be a non-empty str")
         if self._pins.pop(adapter, None) is None:
             return []
         commands: list[Command] = []
@@ -1641,7 +1604,7 @@ class AdapterStateMachine:
                 added to this router's own requests in flight there.
         """
         if type(adapter) is not str or not adapter:
-            raise _invalid("adapter", adapter, "adapter name must be a non-empty str")
+            raise _ADAPTER.error("adapter", adapter)
         skip = exclude if isinstance(exclude, set | frozenset | dict) else set(exclude)
         return self._placement(adapter, model, skip, load or {})
 
@@ -1772,17 +1735,9 @@ class AdapterStateMachine:
     def _reading_received(self, event: ReadingReceived) -> list[Command]:
         """[read], [elsewhere]: the engine's figures replace the last reading; waiting requests go on."""
         op = self._read_op(event.read)
+        _check_fields(event)
         names = event.adapters
-        if names is not None:
-            if not isinstance(names, tuple | list):
-                raise _invalid("adapters", names, "adapters must be a list of adapter names, or null")
-            for name in names:
-                if type(name) is not str or not name:
-                    raise _invalid("adapters", name, "reported adapter names must be non-empty strs")
         running, waiting, max_loras = event.running, event.waiting, event.max_loras
-        for field, value in (("running", running), ("waiting", waiting), ("max_loras", max_loras)):
-            if value is not None and (type(value) is not int or value < 0):
-                raise _invalid(field, value, f"{field} must be an int of at least 0, or null")
         if not self._finish_read(op):
             return []
         rep = op.replica
@@ -1819,7 +1774,7 @@ class AdapterStateMachine:
         read go on with what the machine knows.
         """
         op = self._read_op(event.read)
-        _check_message(event.message)
+        _check_fields(event)
         if not self._finish_read(op):
             return []
         rep = op.replica
@@ -1967,17 +1922,7 @@ class AdapterStateMachine:
             event.exclude,
         )
         self._check_ticket(ticket)
-        if type(adapter) is not str or not adapter:
-            raise _invalid("adapter", adapter, "adapter name must be a non-empty str")
-        if type(path) is not str or not path:
-            raise _invalid("path", path, "adapter path must be a non-empty str")
-        if model is not None and (type(model) is not str or not model):
-            raise _invalid("model", model, "model must be a non-empty str or absent")
-        if not isinstance(exclude, tuple | list):
-            raise _invalid("exclude", exclude, "exclude must be a list of replica ids")
-        for replica in exclude:
-            if type(replica) is not str or not replica:
-                raise _invalid("exclude", replica, "excluded replica ids must be non-empty strs")
+        _check_fields(event)
         self._last_ticket = ticket
         return self._place_route(_Route(ticket, adapter, path, model, frozenset(exclude)))
 
@@ -2138,21 +2083,109 @@ def _invalid(field: str, value: Any, what: str) -> InvalidValueError:
     return InvalidValueError(f"{what}, not {value!r}", field=field, value=value)
 
 
-def _check_limit(limit: int) -> None:
-    if type(limit) is not int or limit < 1:
-        raise _invalid("limit", limit, "limit must be an int of at least 1")
+# -- the fields of the events: SPEC.md §2.1 -------------------------------------------------------
 
 
-def _check_message(message: str) -> None:
-    if type(message) is not str:
-        raise _invalid("message", message, "message must be a str")
+def _is_name(value: Any) -> bool:
+    return type(value) is str and value != ""
 
 
-def _names(field: str, value: object) -> tuple[str, ...]:
-    """``value`` as a list of replica ids, or the InvalidValueError a wrong one gets."""
-    if not isinstance(value, tuple | list):
-        raise _invalid(field, value, f"{field} must be a list of replica ids")
-    for replica in value:
-        if type(replica) is not str or not replica:
-            raise _invalid(field, replica, f"{field} replica ids must be non-empty strs")
-    return tuple(value)
+def _is_list(value: Any) -> bool:
+    return isinstance(value, tuple | list)
+
+
+@attrs.frozen
+class _Kind:
+    """A kind of field (§2.1): which values are of it, and what a wrong one's InvalidValueError says.
+
+    ``what`` and ``items`` may name the field as ``{field}``. A list of names has ``items``, what a
+    wrong item's error says (the list was right: the error names the item).
+    """
+
+    ok: Callable[[Any], bool]
+    what: str
+    items: str | None = None
+
+    def error(self, field: str, value: Any) -> InvalidValueError:
+        return _invalid(field, value, self.what.format(field=field))
+
+
+_ADAPTER = _Kind(_is_name, "adapter name must be a non-empty str")
+_PATH = _Kind(_is_name, "adapter path must be a non-empty str")
+_REPLICA = _Kind(_is_name, "replica id must be a non-empty str")
+_MODEL = _Kind(_is_name, "model must be a non-empty str")
+_MODEL_OR_NONE = _Kind(lambda v: v is None or _is_name(v), "model must be a non-empty str or absent")
+_TICKET_OR_NONE = _Kind(lambda v: v is None or type(v) is int, "ticket must be an int or absent")
+_AT_LEAST_1 = _Kind(lambda v: type(v) is int and v >= 1, "{field} must be an int of at least 1")
+_AT_LEAST_0_OR_NONE = _Kind(
+    lambda v: v is None or (type(v) is int and v >= 0), "{field} must be an int of at least 0, or null"
+)
+_TEXT = _Kind(lambda v: type(v) is str, "{field} must be a str")
+_NOW = _Kind(lambda v: _is_number(v) and _is_finite(v), "{field} must be a finite number")
+_LOAD_OUTCOME = _Kind(lambda v: isinstance(v, LoadOutcome), "{field} must be a LoadOutcome")
+_UNLOAD_OUTCOME = _Kind(lambda v: isinstance(v, UnloadOutcome), "{field} must be an UnloadOutcome")
+_LISTED = _Kind(
+    _is_list, "adapters must be a list of adapter names", "listed adapter names must be non-empty strs"
+)
+_REPORTED = _Kind(
+    lambda v: v is None or _is_list(v),
+    "adapters must be a list of adapter names, or null",
+    "reported adapter names must be non-empty strs",
+)
+_REMOVED = _Kind(_is_list, "replicas must be a list of replica ids", "replica ids must be non-empty strs")
+_FAILED = _Kind(_is_list, "failed must be a list of replica ids", "failed replica ids must be non-empty strs")
+_EXCLUDED = _Kind(
+    _is_list, "exclude must be a list of replica ids", "excluded replica ids must be non-empty strs"
+)
+
+_FIELDS: dict[type, tuple[tuple[str, _Kind], ...]] = {
+    ReplicaAdded: (("replica", _REPLICA), ("model", _MODEL), ("limit", _AT_LEAST_1)),
+    ReplicasRemoved: (("replicas", _REMOVED),),
+    LimitSet: (("model", _MODEL), ("limit", _AT_LEAST_1)),
+    TimeAdvanced: (("now", _NOW),),
+    Requested: (("adapter", _ADAPTER), ("path", _PATH)),
+    Released: (),
+    Cancelled: (),
+    LoadFinished: (("outcome", _LOAD_OUTCOME), ("message", _TEXT)),
+    UnloadFinished: (("outcome", _UNLOAD_OUTCOME), ("message", _TEXT)),
+    ListingReceived: (("adapters", _LISTED),),
+    ListingFailed: (("message", _TEXT),),
+    AdapterMissing: (("replica", _REPLICA), ("adapter", _ADAPTER), ("ticket", _TICKET_OR_NONE)),
+    ReplicaFailed: (("replica", _REPLICA), ("message", _TEXT)),
+    ServedElsewhere: (("replica", _REPLICA), ("failed", _FAILED)),
+    AdapterPinned: (
+        ("adapter", _ADAPTER),
+        ("path", _PATH),
+        ("copies", _AT_LEAST_1),
+        ("model", _MODEL_OR_NONE),
+    ),
+    AdapterUnpinned: (("adapter", _ADAPTER),),
+    Routed: (("adapter", _ADAPTER), ("path", _PATH), ("model", _MODEL_OR_NONE), ("exclude", _EXCLUDED)),
+    ReadingReceived: (
+        ("adapters", _REPORTED),
+        ("running", _AT_LEAST_0_OR_NONE),
+        ("waiting", _AT_LEAST_0_OR_NONE),
+        ("max_loras", _AT_LEAST_0_OR_NONE),
+    ),
+    ReadingFailed: (("message", _TEXT),),
+}
+"""SPEC.md §2.1, the fields whose wrong values are an InvalidValueError: each event's, in its order.
+
+A field that names a ticket, an operation, or (in ``requested``) a replica in use is the handler's
+to check, first (its wrong values get other errors, §4); these come after it.
+"""
+
+
+def _check_fields(event: Event) -> None:
+    """Raise the InvalidValueError of ``event``'s first field not of its kind (SPEC.md §2.1)."""
+    fields = _FIELDS.get(type(event))
+    if fields is None:  # a subclass of an event
+        fields = next(f for cls, f in _FIELDS.items() if isinstance(event, cls))
+    for field, kind in fields:
+        value = getattr(event, field)
+        if not kind.ok(value):
+            raise kind.error(field, value)
+        if kind.items is not None and value is not None:
+            for item in value:
+                if type(item) is not str or not item:
+                    raise _invalid(field, item, kind.items.format(field=field))

@@ -1,0 +1,111 @@
+"""[cap] (SPEC.md §3.9): a cold request waits for room rather than go past its replica's cap; an engine's
+``--max-loras`` counts as room."""
+
+from __future__ import annotations
+
+from lorafleet import (
+    Cancelled,
+    Fail,
+    Fault,
+    Grant,
+    How,
+    IssueLoad,
+    IssueUnload,
+    ListingReceived,
+    LoadFinished,
+    LoadOutcome,
+    MarkMet,
+    Placed,
+    Placement,
+    ReadEngine,
+    ReadListing,
+    Released,
+    ReplicaAdded,
+    ReplicasRemoved,
+    TimeAdvanced,
+    UnloadFinished,
+    UnloadOutcome,
+)
+from lorafleet._machine import REPLICA_REMOVED
+
+from .helpers import held, read_each
+from scenario import Scenario
+
+
+def test_cap_a_cold_request_waits_for_room_instead_of_going_past_the_cap() -> None:
+    s = Scenario.configured(headroom=1)
+    s.expect(ReplicaAdded(replica="r", model="base", limit=1), ReadListing(listing=1, replica="r"))
+    s.expect(ListingReceived(listing=1, adapters=()), MarkMet(replica="r"))
+    a = s.load("r", "a")
+    b = s.load("r", "b")  # one over the limit: every held adapter is in use, and the headroom is 1
+    assert s.machine.place("c") == Placement(replica="r", placed=Placed.WAIT)
+    c, commands = s.request("r", "c")
+    assert commands == []  # at the cap: it waits for room
+    d, commands = s.request("r", "c")
+    assert commands == []
+    assert s.machine.statistics().replicas["r"].queued == 2
+    # a ends: it is idle, so room; c's load goes out after a's unload, and d joins it.
+    s.expect(Released(ticket=a), IssueUnload(unload=4, replica="r", adapter="a"))
+    s.expect(
+        UnloadFinished(unload=4, outcome=UnloadOutcome.UNLOADED),
+        IssueLoad(load=5, replica="r", adapter="c", path="/adapters/c"),
+    )
+    s.expect(
+        LoadFinished(load=5, outcome=LoadOutcome.LOADED),
+        Grant(ticket=c, how=How.LOADED),
+        Grant(ticket=d, how=How.JOINED),
+    )
+    assert held(s, "r") == {"b": 1, "c": 2}
+    e, commands = s.request("r", "e")
+    assert commands == []
+    s.expect(Cancelled(ticket=e))  # a request waiting for room can go away
+    assert s.machine.statistics().replicas["r"].queued == 0
+    s.expect(Released(ticket=b))  # no one waits for room now: b just goes idle
+
+
+def test_cap_waiters_fail_when_their_replica_is_removed() -> None:
+    s = Scenario.configured(headroom=0)
+    s.expect(ReplicaAdded(replica="r", model="base", limit=1), ReadListing(listing=1, replica="r"))
+    s.expect(ListingReceived(listing=1, adapters=()), MarkMet(replica="r"))
+    s.load("r", "a")
+    t, commands = s.request("r", "b")
+    assert commands == []
+    s.expect(ReplicasRemoved(replicas=("r",)), Fail(ticket=t, fault=Fault.REPLICA, message=REPLICA_REMOVED))
+
+
+def test_cap_is_never_below_the_engines_max_loras() -> None:
+    """[cap] The cap is the line plus the headroom, or the engine's ``--max-loras`` where a reading
+    showed more: one batch there can use that many adapters, so a load within it does not wait."""
+    s = Scenario.reading(("r", 1), headroom=0)
+    s.load("r", "a")
+    assert s.machine.place("b") == Placement(replica="r", placed=Placed.WAIT)
+    waiting, commands = s.request("r", "b")
+    assert commands == []  # at the cap of 1 + 0: it waits for room
+    s.expect(Cancelled(ticket=waiting))
+    read_each(s, 30.0, r={"adapters": ["a"], "max_loras": 3})
+    assert s.machine.place("b") == Placement(replica="r", placed=Placed.OVER)
+    for adapter in ("b", "c"):
+        _t, commands = s.request("r", adapter)
+        assert [type(c) for c in commands] == [IssueLoad]
+    _t, commands = s.request("r", "d")
+    assert commands == []  # a, b and c: at the cap of 3
+    assert s.machine.statistics().replicas["r"].queued == 1
+
+
+def test_cap_raised_by_a_reading_admits_the_queue_first_come_first_served() -> None:
+    """[cap] A reading whose ``max_loras`` raises the cap admits the requests waiting at it then, before
+    any that come later."""
+    s = Scenario.reading(("r", 1), headroom=0)
+    s.load("r", "a")
+    _waiting, commands = s.request("r", "b")
+    assert commands == []  # at the cap of 1 + 0
+    (listing,) = s(TimeAdvanced(now=30.0))
+    assert isinstance(listing, ReadListing)
+    assert s(ListingReceived(listing=listing.listing, adapters=("a",))) == [
+        ReadEngine(read=s.reads["r"], replica="r")
+    ]
+    commands = s.answer_read("r", ["a"], max_loras=3)
+    assert [(type(c), getattr(c, "adapter", None)) for c in commands] == [(IssueLoad, "b")]
+    assert s.machine.statistics().replicas["r"].queued == 0
+    assert s.machine.reading("r") is not None
+    assert s.machine.reading("r").max_loras == 3  # type: ignore[union-attr]

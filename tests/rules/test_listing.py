@@ -1,0 +1,283 @@
+"""[listing] and [time] (SPEC.md §3.4): a replica is listed when first met and then every interval;
+what a listing adds, drops, and leaves to the outcomes still out."""
+
+from __future__ import annotations
+
+from lorafleet import (
+    AdapterMissing,
+    Fail,
+    Fault,
+    Grant,
+    How,
+    IssueLoad,
+    IssueUnload,
+    LimitSet,
+    ListingFailed,
+    ListingReceived,
+    LoadFinished,
+    LoadOutcome,
+    MarkMet,
+    ReadListing,
+    Released,
+    ReplicaAdded,
+    ReplicasRemoved,
+    TimeAdvanced,
+    View,
+)
+from lorafleet._machine import REPLICA_REMOVED
+
+from .helpers import held
+from scenario import Scenario, landed, loads, unloaded, unloads
+
+
+def listing_due(s: Scenario, now: float) -> ReadListing:
+    (listing,) = s(TimeAdvanced(now=now))
+    assert isinstance(listing, ReadListing)
+    return listing
+
+
+def test_listing_is_read_when_a_replica_is_first_met_and_then_every_interval() -> None:
+    s = Scenario()
+    s.expect(TimeAdvanced(now=100.0))
+    s.expect(ReplicaAdded(replica="r", model="base", limit=2), ReadListing(listing=1, replica="r"))
+    assert s.machine.next_due() == 130.0
+    assert not s.machine.is_met("r")
+    s.expect(ListingReceived(listing=1, adapters=()), MarkMet(replica="r"))
+    assert s.machine.is_met("r")
+    s.expect(TimeAdvanced(now=129.9))
+    s.expect(TimeAdvanced(now=130.0), ReadListing(listing=2, replica="r"))
+    assert s.machine.next_due() == 160.0
+    # Still out when due again: no second listing, the next one waits an interval more.
+    s.expect(TimeAdvanced(now=161.0))
+    assert s.machine.next_due() == 191.0
+
+
+def test_listing_adds_unknown_adapters_as_least_recently_used_of_all() -> None:
+    s = Scenario.with_replicas(("r", 3), listed=False)
+    s.expect(ListingReceived(listing=1, adapters=()), MarkMet(replica="r"))
+    t = s.load("r", "mine")
+    s.expect(Released(ticket=t))
+    s.expect(TimeAdvanced(now=30.0), ReadListing(listing=3, replica="r"))
+    s.expect(ListingReceived(listing=3, adapters=("mine", "theirs")))
+    assert held(s, "r") == {"mine": 0, "theirs": 0}
+    s.load("r", "x")
+    y, commands = s.request("r", "y")
+    commands = s(landed(loads(commands)[0]))
+    assert commands[0] == Grant(ticket=y, how=How.LOADED)
+    assert [u.adapter for u in unloads(commands)] == ["theirs"]
+
+
+def test_listing_drops_unlisted_adapters_held_before_it_started_in_use_or_not() -> None:
+    s = Scenario.with_replicas(("r", 4))
+    old, busy = s.load("r", "old"), s.load("r", "busy")
+    s.expect(Released(ticket=old))
+    s.expect(TimeAdvanced(now=30.0), ReadListing(listing=4, replica="r"))
+    # Loaded after the listing started: the listing is older than the load, so it stays.
+    s.load("r", "new")
+    s.expect(ListingReceived(listing=4, adapters=()))
+    # busy has a request running on it, but the engine said it does not have it: no unload (there
+    # is nothing to unload), its lease goes dead, and the next request for it loads it.
+    assert held(s, "r") == {"new": 1}
+    s.expect(Released(ticket=busy))
+    assert held(s, "r") == {"new": 1}
+    _, commands = s.request("r", "busy")
+    assert loads(commands) == [IssueLoad(load=6, replica="r", adapter="busy", path="/adapters/busy")]
+
+
+def test_listing_of_an_adapter_lost_under_overlapping_requests_loads_it_again() -> None:
+    # Issue 8, bug 1: requests for x overlap without pause when the engine loses x. The old rule
+    # kept x held while any request ran on it, so every request was a hit and got a 404, forever.
+    s = Scenario.with_replicas(("r", 2))
+    running = s.load("r", "x")
+    s.expect(TimeAdvanced(now=30.0), ReadListing(listing=3, replica="r"))
+    also = s.hit("r", "x")
+    s.expect(ListingReceived(listing=3, adapters=()))  # the engine restarted meanwhile
+    s.expect(Released(ticket=running))
+    ticket, commands = s.request("r", "x")  # still overlapping with also
+    assert commands == [IssueLoad(load=4, replica="r", adapter="x", path="/adapters/x")]
+    s.expect(LoadFinished(load=4, outcome=LoadOutcome.ALREADY_LOADED), Grant(ticket=ticket, how=How.LOADED))
+    s.expect(Released(ticket=also))  # a lease on the lost copy: releasing it changes nothing
+    assert held(s, "r") == {"x": 1}
+
+
+def test_listing_leaves_loading_and_unloading_adapters_to_their_outcome() -> None:
+    """With headroom 0, b's load waits for a's unload: the listing sees one, then the other, out."""
+    s = Scenario.with_replicas(("r", 1), headroom=0)
+    s.expect(Released(ticket=s.load("r", "a")))
+    t, commands = s.request("r", "b")
+    (unload,) = unloads(commands)
+    s.expect(TimeAdvanced(now=30.0), ReadListing(listing=5, replica="r"))
+    s.expect(ListingReceived(listing=5, adapters=("a",)))  # a's unload is in flight: not held again
+    assert held(s, "r") == {}
+    s.expect(unloaded(unload), IssueLoad(load=4, replica="r", adapter="b", path="/adapters/b"))
+    s.expect(TimeAdvanced(now=60.0), ReadListing(listing=6, replica="r"))
+    s.expect(ListingReceived(listing=6, adapters=("b",)))  # b is loading: not held, not counted twice
+    assert held(s, "r") == {}
+    s.expect(LoadFinished(load=4, outcome=LoadOutcome.LOADED), Grant(ticket=t, how=How.LOADED))
+    assert held(s, "r") == {"b": 1}
+
+
+def test_listing_does_not_bring_back_what_was_dropped_after_it_started() -> None:
+    s = Scenario.with_replicas(("r", 1))
+    s.expect(Released(ticket=s.load("r", "a")))
+    s.expect(TimeAdvanced(now=30.0), ReadListing(listing=3, replica="r"))
+    _t, commands = s.request("r", "b")
+    (unload,) = unloads(s(landed(loads(commands)[0])))  # [settle]: a goes once b has landed
+    s(unloaded(unload))
+    s.expect(ListingReceived(listing=3, adapters=("a",)))  # a was there when the listing started, gone since
+    assert "a" not in held(s, "r")
+
+
+def test_listing_failed_changes_nothing_but_the_replica_counts_as_met() -> None:
+    s = Scenario.with_replicas(("r", 2), listed=False)
+    s.load("r", "a")
+    s.expect(ListingFailed(listing=1, message="timed out"), MarkMet(replica="r"))
+    assert s.machine.is_met("r")
+    assert held(s, "r") == {"a": 1}
+    assert s.machine.next_due() == 30.0
+
+
+def test_listing_when_time_advances_starts_in_due_then_id_order() -> None:
+    """Listings due together start in order of (due, replica id), not of replica id alone; a whole
+    number of seconds is a time like any other."""
+    s = Scenario()
+    assert s.machine.next_due() is None
+    s.expect(ReplicaAdded(replica="b", model="base", limit=1), ReadListing(listing=1, replica="b"))
+    s.expect(TimeAdvanced(now=10))
+    s.expect(ReplicaAdded(replica="c", model="base", limit=1), ReadListing(listing=2, replica="c"))
+    s.expect(ReplicaAdded(replica="a", model="base", limit=1), ReadListing(listing=3, replica="a"))
+    for listing in (1, 2, 3):
+        s(ListingReceived(listing=listing, adapters=()))
+    assert s.machine.next_due() == 30
+    s.expect(
+        TimeAdvanced(now=50),
+        ReadListing(listing=4, replica="b"),  # due at 30
+        ReadListing(listing=5, replica="a"),  # due at 40, and a < c
+        ReadListing(listing=6, replica="c"),
+    )
+    assert s.machine.next_due() == 80
+
+
+def test_listing_is_never_started_for_a_removed_replica_when_time_advances() -> None:
+    """Only replicas in use are due: a removed replica kept for its calls starts no listing and has
+    no due time; it is not met, and neither is a replica never added."""
+    s = Scenario.with_replicas(("r", 2), ("q", 2))
+    t, _ = s.request("r", "a")
+    s.expect(ReplicasRemoved(replicas=("r",)), Fail(ticket=t, fault=Fault.REPLICA, message=REPLICA_REMOVED))
+    assert not s.machine.is_met("r")
+    assert not s.machine.is_met("nowhere")
+    assert s.machine.is_met("q")
+    s.expect(TimeAdvanced(now=30.0), ReadListing(listing=4, replica="q"))
+    s.expect(ReplicasRemoved(replicas=("q",)))
+    assert s.machine.next_due() is None
+    s.expect(TimeAdvanced(now=90.0))
+    assert s.machine.view(["r", "q"], "a") == View(holders=frozenset(), with_room=frozenset({"r", "q"}))
+
+
+def test_listing_adds_names_in_code_point_order_and_once_each() -> None:
+    """Name order is the order of Unicode code points (of UTF-8 bytes), not of UTF-16 code units;
+    a name listed twice is held once."""
+    s = Scenario.with_replicas(("r", 1), listed=False)
+    smiley, halfwidth = "\U0001f600", "\uff61"  # in UTF-16, the smiley's first unit sorts first
+    s.expect(ListingReceived(listing=1, adapters=(smiley, halfwidth, smiley)), MarkMet(replica="r"))
+    assert held(s, "r") == {halfwidth: 0, smiley: 0}
+    t, commands = s.request("r", "new")
+    assert commands == [IssueLoad(load=2, replica="r", adapter="new", path="/adapters/new")]
+    s.expect(
+        LoadFinished(load=2, outcome=LoadOutcome.LOADED),
+        Grant(ticket=t, how=How.LOADED),
+        IssueUnload(unload=3, replica="r", adapter=halfwidth),
+        IssueUnload(unload=4, replica="r", adapter=smiley),
+    )
+
+
+def test_listing_drops_an_adapter_held_before_it_started_that_went_idle_while_it_was_out() -> None:
+    s = Scenario.with_replicas(("r", 2))
+    t = s.load("r", "a")
+    listing = listing_due(s, 30.0)  # served while a request runs on a
+    s.expect(Released(ticket=t))  # a goes idle before the answer comes
+    s.expect(ListingReceived(listing=listing.listing, adapters=()))
+    assert held(s, "r") == {}
+    _t, commands = s.request("r", "a")
+    assert loads(commands) == [IssueLoad(load=4, replica="r", adapter="a", path="/adapters/a")]
+
+
+def test_listing_keeps_an_adapter_that_became_held_after_it_started_even_once_idle() -> None:
+    s = Scenario.with_replicas(("r", 2))
+    listing = listing_due(s, 30.0)  # served before a was loaded
+    s.expect(Released(ticket=s.load("r", "a")))
+    s.expect(ListingReceived(listing=listing.listing, adapters=()))
+    assert held(s, "r") == {"a": 0}
+
+
+def test_listing_does_not_bring_back_an_adapter_whose_unload_ended_while_it_was_out() -> None:
+    s = Scenario.with_replicas(("r", 1))
+    s.expect(Released(ticket=s.load("r", "a")))
+    t, commands = s.request("r", "b")
+    (load,) = loads(commands)
+    commands = s(LoadFinished(load=load.load, outcome=LoadOutcome.LOADED))
+    assert commands[0] == Grant(ticket=t, how=How.LOADED)
+    (unload,) = unloads(commands)  # [settle]: a goes once b has landed
+    listing = listing_due(s, 30.0)  # the engine still lists a: its unload has not gone through
+    s.expect(unloaded(unload))
+    s.expect(ListingReceived(listing=listing.listing, adapters=("a", "b")))
+    assert held(s, "r") == {"b": 1}
+
+
+def test_listing_does_not_bring_back_an_adapter_the_engine_said_it_lacks_while_it_was_out() -> None:
+    s = Scenario.with_replicas(("r", 2))
+    s.expect(Released(ticket=s.load("r", "a")))
+    listing = listing_due(s, 30.0)
+    s.expect(AdapterMissing(replica="r", adapter="a"))
+    s.expect(ListingReceived(listing=listing.listing, adapters=("a",)))
+    assert held(s, "r") == {}
+
+
+def test_listing_additions_go_first_in_name_order_whatever_order_the_engine_lists_them() -> None:
+    s = Scenario.with_replicas(("r", 4))
+    s.expect(Released(ticket=s.load("r", "mine")))
+    listing = listing_due(s, 30.0)
+    s.expect(ListingReceived(listing=listing.listing, adapters=("zeta", "mine", "alpha")))
+    s.expect(LimitSet(model="base", limit=1))
+    t, commands = s.request("r", "new")
+    commands = s(LoadFinished(load=loads(commands)[0].load, outcome=LoadOutcome.LOADED))
+    assert commands[0] == Grant(ticket=t, how=How.LOADED)
+    assert [u.adapter for u in unloads(commands)] == ["alpha", "zeta", "mine"]
+    assert [u.unload for u in unloads(commands)] == [5, 6, 7]
+
+
+def test_fault_1_a_listing_does_not_re_add_an_adapter_whose_unload_is_in_flight() -> None:
+    s = Scenario.with_replicas(("r", 1))
+    s.expect(Released(ticket=s.load("r", "a")))
+    _, commands = s.request("r", "b")
+    (unload,) = unloads(s(landed(loads(commands)[0])))  # b landed: a goes
+    (listing,) = s(TimeAdvanced(now=30.0))
+    assert isinstance(listing, ReadListing)
+    s.expect(ListingReceived(listing=listing.listing, adapters=("a", "b")))
+    # The seed would now grant "hit" on a, which the engine is about to drop.
+    _t, commands = s.request("r", "a")
+    assert commands == []
+    assert s.machine.statistics().replicas["r"].held == {"b": 1}
+    (load,) = s(unloaded(unload))  # the request for a loads it afresh
+    assert isinstance(load, IssueLoad)
+    assert load.adapter == "a"
+    assert s.machine.statistics().waiting == 1
+
+
+def test_fault_3_a_listing_naming_an_adapter_being_loaded_does_not_count_it_twice() -> None:
+    s = Scenario.with_replicas(("r", 2))
+    first, commands = s.request("r", "a")
+    (load,) = loads(commands)
+    (listing,) = s(TimeAdvanced(now=30.0))
+    assert isinstance(listing, ReadListing)
+    s.expect(ListingReceived(listing=listing.listing, adapters=("a",)))
+    assert s.machine.view(["r"], "x").with_room == frozenset({"r"})  # counted once
+    # The seed would grant "hit" before the load is confirmed, then lose this request's use.
+    second, commands = s.request("r", "a")
+    assert commands == []
+    s.expect(
+        LoadFinished(load=load.load, outcome=LoadOutcome.LOADED),
+        Grant(ticket=first, how=How.LOADED),
+        Grant(ticket=second, how=How.JOINED),
+    )
+    assert s.machine.statistics().replicas["r"].held == {"a": 2}

@@ -1,0 +1,71 @@
+"""[pin] (SPEC.md §3.10): pinned adapters are loaded on their copies and never evicted."""
+
+from __future__ import annotations
+
+from lorafleet import (
+    AdapterPinned,
+    AdapterUnpinned,
+    Grant,
+    How,
+    ListingReceived,
+    LoadFinished,
+    LoadOutcome,
+    ReadListing,
+    Released,
+    TimeAdvanced,
+)
+
+from .helpers import held
+from scenario import Scenario, landed, loads, unloads
+
+
+def test_pin_loads_the_adapter_on_its_copies_and_never_evicts_it() -> None:
+    s = Scenario.with_replicas(("r0", 1), ("r1", 1), ("r2", 1))
+    commands = s(AdapterPinned(adapter="p", path="/adapters/p", copies=2))
+    assert sorted(c.replica for c in loads(commands)) == ["r0", "r2"]  # free slots, by rendezvous hash
+    for load in loads(commands):
+        s.expect(LoadFinished(load=load.load, outcome=LoadOutcome.LOADED))  # no request waits: no grant
+    assert s.machine.statistics().pins == {"p": 2}
+    # r0 holds only p, pinned: a cold request there goes over the limit rather than evict it.
+    t, commands = s.request("r0", "a")
+    assert unloads(commands) == []
+    s.expect(
+        LoadFinished(load=loads(commands)[0].load, outcome=LoadOutcome.LOADED),
+        Grant(ticket=t, how=How.LOADED),
+    )
+    s.expect(Released(ticket=t))
+    b, commands = s.request("r0", "b")
+    commands = s(landed(loads(commands)[0]))
+    assert commands[0] == Grant(ticket=b, how=How.LOADED)
+    assert [u.adapter for u in unloads(commands)] == ["a"]  # settling to the limit: a, never p
+    # Requests use a pinned adapter like any other; releasing it leaves it pinned, not idle.
+    s.expect(Released(ticket=s.hit("r2", "p")))
+    assert held(s, "r2") == {"p": 0}
+
+
+def test_pin_is_restored_where_the_engine_lost_it_and_released_by_unpin() -> None:
+    s = Scenario.with_replicas(("r0", 2), ("r1", 2))
+    (load,) = loads(s(AdapterPinned(adapter="p", path="/adapters/p")))
+    s.expect(LoadFinished(load=load.load, outcome=LoadOutcome.LOADED))
+    home = load.replica
+    # A restart loses it: the listing drops it, and the pin loads it again at once.
+    s(TimeAdvanced(now=30.0))
+    listings = {c.replica: c.listing for c in s.steps[-1].commands if isinstance(c, ReadListing)}
+    commands = s(ListingReceived(listing=listings[home], adapters=()))
+    assert [(c.replica, c.adapter) for c in loads(commands)] == [(home, "p")]
+    s(LoadFinished(load=loads(commands)[0].load, outcome=LoadOutcome.LOADED))
+    s.expect(AdapterUnpinned(adapter="p"))
+    assert s.machine.statistics().pins == {}
+    a, commands = s.request(home, "a")
+    s.expect(landed(loads(commands)[0]), Grant(ticket=a, how=How.LOADED))
+    b, commands = s.request(home, "b")
+    commands = s(landed(loads(commands)[0]))
+    assert commands[0] == Grant(ticket=b, how=How.LOADED)
+    assert [u.adapter for u in unloads(commands)] == ["p"]  # idle again, and least recently used
+
+
+def test_pin_waits_while_the_adapter_is_refused() -> None:
+    s = Scenario.with_replicas(("r0", 2))
+    (load,) = loads(s(AdapterPinned(adapter="bad", path="/adapters/bad")))
+    s.expect(LoadFinished(load=load.load, outcome=LoadOutcome.ADAPTER_FAULT, message="No adapter found"))
+    s.expect(TimeAdvanced(now=30.0), ReadListing(listing=3, replica="r0"))  # refused: no new load yet

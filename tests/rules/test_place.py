@@ -1,0 +1,178 @@
+"""[load] and [place] (SPEC.md §3.12): how busy an engine is, and where a request for an adapter should
+go."""
+
+from __future__ import annotations
+
+import pytest
+
+from lorafleet import (
+    InvalidValueError,
+    ListingReceived,
+    MarkMet,
+    Placed,
+    Placement,
+    ReadListing,
+    Released,
+    ReplicaAdded,
+    ReplicaFailed,
+    ReplicasRemoved,
+    TicketOrderError,
+)
+
+from .helpers import held, read_each
+from scenario import Scenario
+
+# -- [load] ----------------------------------------------------------------------------------------
+
+
+def test_load_counts_other_routers_requests_as_the_last_reading_showed_them() -> None:
+    """[load] A replica's load is this router's requests on it plus the others' from its last reading:
+    the engine's running and waiting, less this router's own when the read went out."""
+    s = Scenario.reading(("r0", 2), ("r1", 2))
+    for replica in ("r0", "r1"):
+        s.load(replica, "a")  # one request running on each
+    tied = s.machine.place("a").replica  # equally busy: the rendezvous hash decides
+    assert tied is not None
+    other = "r1" if tied == "r0" else "r0"
+    read_each(s, 30.0, **{tied: {"adapters": ["a"], "running": 3, "waiting": 0}})
+    assert s.machine.place("a") == Placement(replica=other, placed=Placed.HELD)  # 1 + 2 against 1
+    read_each(s, 60.0, **{tied: {"adapters": ["a"], "running": 1, "waiting": 0}})  # its own only
+    assert s.machine.place("a") == Placement(replica=tied, placed=Placed.HELD)
+
+
+def test_load_learns_what_an_engine_runs_at_once_from_a_reading_with_requests_waiting() -> None:
+    """[load] A reading with requests waiting shows the engine full: it runs at once what it ran then.
+    A holder loaded past that is saturated: placement spills past it, and ``place_hit`` passes it by."""
+    s = Scenario.reading(("r0", 2), ("r1", 2))
+    t = s.load("r0", "a")
+    read_each(s, 30.0, r0={"adapters": ["a"], "running": 3, "waiting": 0})  # no queue: capacity unknown
+    also = s.hit("r0", "a")
+    assert s.machine.place("a") == Placement(replica="r0", placed=Placed.HELD)  # 2 + 2 others: not full
+    s.expect(Released(ticket=also))
+    read_each(s, 60.0, r0={"adapters": ["a"], "running": 3, "waiting": 1})  # full at three
+    assert s.machine.place("a") == Placement(replica="r1", placed=Placed.FREE)  # 1 + 3 others: past it
+    assert s.machine.place_hit(s.ticket + 1, adapter="a") is None
+    s.expect(Released(ticket=t))
+    assert s.machine.place("a") == Placement(replica="r0", placed=Placed.HELD)  # 3 others: not past it
+
+
+def test_load_the_concurrency_setting_overrides_what_readings_show() -> None:
+    """[load] With ``concurrency`` set, an engine runs that many at once, whatever a reading showed."""
+    s = Scenario.reading(("r0", 2), ("r1", 2), concurrency=4)
+    s.load("r0", "a")
+    read_each(s, 30.0, r0={"adapters": ["a"], "running": 2, "waiting": 1})  # full at two, it says
+    assert s.machine.place("a") == Placement(replica="r0", placed=Placed.HELD)  # 1 + 2 others: 3 of 4
+    read_each(s, 60.0, r0={"adapters": ["a"], "running": 4, "waiting": 1})
+    assert s.machine.place("a") == Placement(replica="r1", placed=Placed.FREE)  # 1 + 4 others: 5 of 4
+
+
+# -- [place] ---------------------------------------------------------------------------------------
+
+
+def test_place_prefers_the_least_busy_holder_then_a_free_slot() -> None:
+    s = Scenario.with_replicas(("r0", 2), ("r1", 2), ("r2", 2))
+    busy = s.load("r0", "a")
+    s.load("r1", "a")
+    s.hit("r1", "a")
+    assert s.machine.place("a") == Placement(replica="r0", placed=Placed.HELD)
+    s.expect(Released(ticket=busy))
+    s.request("r2", "a")  # loading there, and nothing else runs on it
+    assert s.machine.place("a") == Placement(replica="r0", placed=Placed.HELD)
+    assert s.machine.place("a", exclude={"r0"}) == Placement(replica="r2", placed=Placed.LOADING)
+    # Nobody holds b: a free slot, the least busy replica first.
+    assert s.machine.place("b") == Placement(replica="r0", placed=Placed.FREE)
+
+
+def test_place_a_cold_load_where_the_least_recently_used_idle_adapter_is_oldest() -> None:
+    s = Scenario.with_replicas(("r0", 1), ("r1", 1))
+    s.expect(Released(ticket=s.load("r0", "a")))
+    s.expect(Released(ticket=s.load("r1", "b")))
+    # Both are full; r0's idle adapter became idle first, so it goes.
+    assert s.machine.place("c") == Placement(replica="r0", placed=Placed.EVICT)
+    s.expect(Released(ticket=s.hit("r0", "a")))
+    assert s.machine.place("c") == Placement(replica="r1", placed=Placed.EVICT)
+
+
+def test_place_over_the_limit_only_where_every_adapter_is_in_use() -> None:
+    s = Scenario.with_replicas(("r0", 1), ("r1", 1))
+    s.load("r0", "a")
+    s.load("r1", "b")
+    s.hit("r1", "b")
+    assert s.machine.place("c") == Placement(replica="r0", placed=Placed.OVER)
+    assert s.machine.place("c", load={"r0": 5.0}) == Placement(replica="r1", placed=Placed.OVER)
+    assert s.machine.place("c", exclude={"r0", "r1"}) == Placement(replica=None, placed=None)
+
+
+def test_place_breaks_ties_by_rendezvous_hash_the_same_way_every_time() -> None:
+    s = Scenario.with_replicas(*((f"r{i}", 2) for i in range(8)))
+    chosen = {name: s.machine.place(name).replica for name in ("a", "b", "c", "d", "e", "f")}
+    assert len(set(chosen.values())) > 1  # different adapters spread over different replicas
+    again = Scenario.with_replicas(*((f"r{i}", 2) for i in reversed(range(8))))
+    assert {name: again.machine.place(name).replica for name in chosen} == chosen
+
+
+def test_place_spills_past_a_busy_holder_and_prefers_over_the_limit_to_evicting() -> None:
+    s = Scenario.configured(concurrency=4)  # busy at 5 in flight; no cold load past 3 in flight
+    for replica in ("r0", "r1", "r2"):
+        (listing,) = s(ReplicaAdded(replica=replica, model="base", limit=1))
+        assert isinstance(listing, ReadListing)
+        s.expect(ListingReceived(listing=listing.listing, adapters=()), MarkMet(replica=replica))
+    tickets = [s.load("r0", "hot")] + [s.hit("r0", "hot") for _ in range(4)]
+    assert s.machine.place("hot").placed is Placed.FREE  # five in flight on the holder: spill
+    for ticket in tickets:
+        s.expect(Released(ticket=ticket))
+    assert s.machine.place("hot") == Placement(replica="r0", placed=Placed.HELD)
+    s.load("r1", "b")
+    s.expect(Released(ticket=s.load("r2", "c")))
+    # r1's one adapter is in use: a load there evicts nothing; r0 and r2 would have to evict.
+    assert s.machine.place("d") == Placement(replica="r1", placed=Placed.OVER)
+
+
+def test_place_hit_grants_a_hit_where_place_would_and_changes_nothing_otherwise() -> None:
+    s = Scenario.with_replicas(("r0", 2), ("r1", 2), ("r2", 2))
+    s.expect(ReplicaAdded(replica="q", model="other", limit=2), ReadListing(listing=4, replica="q"))
+    for replica in ("r0", "r1"):
+        s.expect(Released(ticket=s.load(replica, "a")))
+    tied = s.machine.place("a").replica  # both idle: the rendezvous weight decides
+    s.ticket += 1
+    assert s.machine.place_hit(s.ticket, adapter="a") == tied
+    assert held(s, tied) == {"a": 1}  # type: ignore[arg-type]
+    # The least busy holder is now the other one.
+    other = s.machine.place("a").replica
+    assert other != tied
+    s.ticket += 1
+    assert s.machine.place_hit(s.ticket, adapter="a") == other
+    assert s.machine.statistics().grants["hit"] == 2
+    assert s.machine.statistics().replicas[other].in_flight == 1  # type: ignore[index]
+    s.expect(Released(ticket=s.ticket))
+    s.machine.check_invariants()
+    # Loading only, held only by a replica of another model, or nowhere: nothing changes.
+    s.request("r2", "b")
+    before = s.machine.statistics()
+    assert s.machine.place("b") == Placement(replica="r2", placed=Placed.LOADING)
+    assert s.machine.place_hit(s.ticket + 1, adapter="b") is None
+    assert s.machine.place_hit(s.ticket + 1, adapter="a", model="other") is None
+    assert s.machine.place_hit(s.ticket + 1, adapter="z") is None
+    assert s.machine.statistics() == before
+    assert s.machine.next_ticket == s.ticket + 1
+    # A failing holder is avoided, as place avoids it.
+    s.expect(ReplicaFailed(replica=other))  # type: ignore[arg-type]
+    assert s.machine.place_hit(s.ticket + 1, adapter="a") == tied
+    # Misuse, as hit and place would refuse it.
+    with pytest.raises(TicketOrderError):
+        s.machine.place_hit(s.ticket, adapter="a")
+    with pytest.raises(InvalidValueError):
+        s.machine.place_hit(s.ticket + 5, adapter="")
+    s.machine.check_invariants()
+
+
+def test_place_only_among_replicas_of_the_model_and_never_a_removed_one() -> None:
+    s = Scenario.with_replicas(("r0", 2))
+    s.expect(ReplicaAdded(replica="q", model="other", limit=2), ReadListing(listing=2, replica="q"))
+    s.load("r0", "a")
+    # q is no candidate until its first listing says what it holds.
+    assert s.machine.place("a", model="other") == Placement(replica=None, placed=None)
+    s.expect(ListingReceived(listing=2, adapters=()), MarkMet(replica="q"))
+    assert s.machine.place("a", model="other") == Placement(replica="q", placed=Placed.FREE)
+    s(ReplicasRemoved(replicas=("r0",)))
+    assert s.machine.place("a", model="base") == Placement(replica=None, placed=None)
