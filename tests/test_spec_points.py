@@ -438,3 +438,13 @@ def test_refuse_lasts_refusal_seconds() -> None:
     s(TimeAdvanced(now=60.0))
     _, commands = s.request("r", "bad")
     assert [c.adapter for c in loads(commands)] == ["bad"]
+
+
+def test_place_over_the_limit_past_overflow_comes_after_an_eviction() -> None:
+    """[place], ``overflow`` 0: a replica whose adapters are all in use, already at its line, is of
+    kind 3, after one that would evict (kind 2). Misreading: ``overflow`` ignored (2), and r0 is
+    taken over its limit."""
+    s = Scenario.with_replicas(("r0", 1), ("r1", 1), overflow=0)
+    s.load("r0", "a")
+    s.expect(Released(ticket=s.load("r1", "x")))
+    assert s.machine.place("p") == Placement(replica="r1", placed=Placed.EVICT)
