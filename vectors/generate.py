@@ -10,9 +10,10 @@ hypothesis/: Hypothesis generates programs (request, answer this call this way, 
 time passes, other routers' requests run on an engine, a read of it fails, a request placed by the
 machine..., and at last a setting away from its default), derandomised and without a database,
 so the same Hypothesis gives the same programs. Each step of a program's run gets a tag (what
-event, what outcome, which commands it gave). For each tag, and each pair of tags seen together, the first program that shows them is shrunk (actions
-removed, numbers lowered) while it still does, and its run is written out. A change in a rule then
-shows as a diff of exactly the runs it changes.
+event, what outcome, which commands it gave). For each tag, and each pair of tags seen together,
+the first program that shows them is shrunk (actions removed, numbers lowered) while it still
+does, and its run is written out. A change in a rule then shows as a diff of exactly the runs it
+changes.
 """
 
 from __future__ import annotations
