@@ -1,7 +1,7 @@
 """Plant small semantic bugs in a copy of the core, one at a time, and say which the tests catch.
 
     .venv/bin/python properties/mutants.py                      # the ci property run, every mutant
-    .venv/bin/python properties/mutants.py --tests tests/test_rules.py tests/test_rules_edges.py
+    .venv/bin/python properties/mutants.py --tests tests/rules
     .venv/bin/python properties/mutants.py --only evict-most-recent --show
     .venv/bin/python properties/mutants.py --only old-removal-drops-running --seeds 20
 

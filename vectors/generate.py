@@ -2,17 +2,19 @@
 
     .venv/bin/python vectors/generate.py            # rewrite both folders (about a minute)
 
-hand/: every scenario of tests/rules/ (filed by rule, named for it) but the edges of NOT_VECTORS, and
+hand/: every scenario of tests/rules/ (filed by rule, named for it; test_spec_points.py answers the
+points SPEC once left open) but the edges of NOT_VECTORS, and
 every case of the usage-error table, run on a recording machine: each is a story someone wrote to show
 one rule.
 
 hypothesis/: Hypothesis generates programs (request, answer this call this way, another router loads,
 time passes, other routers' requests run on an engine, a read of it fails, a request placed by the
-machine...), derandomised and without a database, so the same Hypothesis gives the same programs.
-Each step of a program's run gets a tag (what event, what outcome, which commands it gave). For each
-tag, and each pair of tags seen together, the first program that shows them is shrunk (actions
-removed, numbers lowered) while it still does, and its run is written out. A change in a rule then
-shows as a diff of exactly the runs it changes.
+machine..., and at last a setting away from its default), derandomised and without a database,
+so the same Hypothesis gives the same programs. Each step of a program's run gets a tag (what
+event, what outcome, which commands it gave). For each tag, and each pair of tags seen together,
+the first program that shows them is shrunk (actions removed, numbers lowered) while it still
+does, and its run is written out. A change in a rule then shows as a diff of exactly the runs it
+changes.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ from lorafleet import (
     AdapterStateMachine,
     Assign,
     Command,
+    Event,
     Fail,
     Grant,
     IssueUnload,
@@ -48,6 +51,7 @@ from lorafleet import (
     ReadingReceived,
     Statistics,
     UnloadFinished,
+    UsageError,
 )
 from lorafleet.vectors import replay
 
@@ -145,6 +149,7 @@ def hand_vectors() -> list[dict[str, Any]]:
             short = name.removeprefix("test_")
             rules = next(r for prefix, r in RULES_BY_NAME if short.startswith(prefix))
             rules = rules + [rule for word, rule in EXTRA_RULES.items() if word in short]
+            rules = rules + getattr(module, "RULES", {}).get(name, [])
             doc = inspect.getdoc(test) or short.replace("_", " ")
             vectors.append(made[0].vector(short.replace("_", "-"), doc, rules))
     for index, (error, words, call) in enumerate(test_usage_errors.CASES):
@@ -199,6 +204,20 @@ WARM: Program = [
 for random programs to tell often (none in 10,000 without it)."""
 MARKERS = ("cap", "read")
 """A program's opening steps that set its machine: a cap of 0 over each limit ([cap]), reads ([read])."""
+SETTINGS: tuple[tuple[str, tuple[Any, ...]], ...] = (
+    ("half_life", (1, 2, 3)),
+    ("backoff", (60.0, 1.0, 20.0)),
+    ("max_backoff", (10.0, 45.0, 1.0)),
+    ("refusal", (30.0, 60.0, 1.0)),
+    ("overflow", (0, 1, 3)),
+    ("concurrency", (1, 2, 3)),
+    ("headroom", (1, 2, 0)),
+    ("routers", (2, 3, 4)),
+    ("listing_interval", (60.0, 45.0, 90.0)),
+)
+"""What an opening ``("set", a, b)`` step sets: setting ``a``, to its value ``b`` (never the default).
+A program that sets one runs beside a shadow machine with that setting at its default; the first step
+where the two differ is tagged, so that a port that ignores the setting fails that vector."""
 
 
 def programs(kinds: tuple[str, ...]) -> st.SearchStrategy[Program]:
@@ -215,7 +234,19 @@ class Run:
         config: dict[str, Any] = {"headroom": 0} if self.capped else {}
         if self.reading:
             config["read_engine"] = True
+        drawn: dict[str, Any] = {}
+        for kind, a, b in program:
+            if kind == "set":
+                name, values = SETTINGS[a % len(SETTINGS)]
+                drawn[name] = values[b % len(values)]
+        config.update(drawn)
         self.machine = Recorder(**config)
+        # A shadow per drawn setting, made with that setting at its default (what a port that ignored
+        # it would be): fed the same events until its commands differ ([place], [health], [share]...).
+        self.shadows = {
+            name: AdapterStateMachine(**{k: v for k, v in config.items() if k != name}) for name in drawn
+        }
+        self.shown: set[str] = set()
         self.world = World(dict.fromkeys(REPLICAS, "m"))
         self.waiting: list[int] = []
         self.granted: list[tuple[int, str, str]] = []
@@ -229,14 +260,18 @@ class Run:
         for op in self.world.pending():
             self.send(partial(self.machine.handle, self.world.answer(op).event), "setup")
         for kind, a, b in program:
-            if kind not in MARKERS:
+            if kind not in MARKERS and kind != "set":
                 self.act(kind, a, b)
 
     def send(self, call: Callable[[], list[Command]], tag: str) -> None:
         before = AdapterStateMachine.statistics(self.machine)
         reported = self.reported()
+        handled = len(self.machine.handled)
         commands = call()
         after = AdapterStateMachine.statistics(self.machine)
+        if self.shadows:
+            step = f"{tag}->{'+'.join(sorted({type(c).__name__ for c in commands})) or 'nothing'}"
+            self.shadow(self.machine.handled[handled:], commands, after, step)
         kinds = sorted({type(c).__name__ for c in commands})
         if tag != "setup":
             self.tags.append(f"{tag}->{'+'.join(kinds) or 'nothing'}")
@@ -267,6 +302,29 @@ class Run:
             elif isinstance(command, Fail):
                 self.waiting.remove(command.ticket)
         self.world.took(commands)
+
+    def shadow(self, events: list[Event], commands: list[Command], after: Statistics, tag: str) -> None:
+        """Feed ``events`` to each shadow; tag the first step where a setting decides the commands
+        ("X decides: step"), and the first where it shows only in ``statistics`` or ``next_due``
+        ("X shows: step"), and record those queries then, so that the vector shows the difference."""
+        due = AdapterStateMachine.next_due(self.machine)
+        differs = False
+        for name, shadow in list(self.shadows.items()):
+            try:
+                theirs: list[Command] | None = [c for event in events for c in shadow.handle(event)]
+            except UsageError:
+                theirs = None  # it went another way before, where no command showed it
+            if theirs != commands:
+                self.tags.append(f"{name} decides: {tag}")
+                del self.shadows[name]
+                differs = True
+            elif name not in self.shown and (shadow.statistics(), shadow.next_due()) != (after, due):
+                self.tags.append(f"{name} shows: {tag}")
+                self.shown.add(name)
+                differs = True
+        if differs:
+            self.machine.statistics()
+            self.machine.next_due()
 
     def reported(self) -> dict[str, frozenset[str]]:
         """What each replica's reading stands at ([elsewhere]), asked past the recorder: a tag, not a step."""
@@ -421,6 +479,25 @@ RULE_OF_TAG = [
 ]
 
 
+RULES_OF_SETTING = {
+    "half_life": ["evict"],
+    "backoff": ["health"],
+    "max_backoff": ["health"],
+    "refusal": ["refuse"],
+    "overflow": ["place"],
+    "concurrency": ["load", "place"],
+    "headroom": ["cap", "evict"],
+    "routers": ["share"],
+    "listing_interval": ["time"],
+}
+
+
+def _setting_tag(tag: str) -> str | None:
+    """The setting a "X decides: ..." or "X shows: ..." tag is about, else None."""
+    name, _, rest = tag.partition(" ")
+    return name if name in RULES_OF_SETTING and rest.startswith(("decides:", "shows:")) else None
+
+
 def rules_of(tags: list[str]) -> list[str]:
     return sorted({rule for tag in tags for prefix, rule in RULE_OF_TAG if tag.startswith(prefix)})
 
@@ -454,11 +531,16 @@ def shrink(program: Program, tags: tuple[str, ...]) -> Program:
 
 def search_vectors() -> list[dict[str, Any]]:
     surveyed = [(p, set(Run(p).tags)) for p in _survey()]
-    every = sorted(set().union(*(tags for _, tags in surveyed)))
+    # A program that sets a setting is kept for where the setting decides; the other tags and their
+    # pairs come from the programs of the default settings, as they did before settings were drawn.
+    plain = [(p, tags) for p, tags in surveyed if not any(kind == "set" for kind, _, _ in p)]
+    every = sorted(set().union(*(tags for _, tags in plain)))
+    settings_tags = sorted({t for _, tags in surveyed for t in tags if _setting_tag(t)})
     wanted: list[tuple[str, ...]] = [(t,) for t in every]
     wanted += [
-        (t, u) for i, t in enumerate(every) for u in every[i + 1 :] if any({t, u} <= s for _, s in surveyed)
+        (t, u) for i, t in enumerate(every) for u in every[i + 1 :] if any({t, u} <= s for _, s in plain)
     ]
+    wanted += [(t,) for t in settings_tags]
     print(f"{len(every)} kinds of step; {len(wanted)} single kinds and pairs to show", file=sys.stderr)
     vectors: dict[str, dict[str, Any]] = {}
     seen_runs: set[str] = set()
@@ -475,6 +557,7 @@ def search_vectors() -> list[dict[str, Any]]:
         name = "hyp-" + "--".join(re.sub(r"[^a-z0-9]+", "-", t.lower()).strip("-") for t in want)
         description = "The smallest run found in which: " + "; ".join(want) + "."
         rules = rules_of(list(want)) + (["cap"] if run.capped else []) + (["read"] if run.reading else [])
+        rules += [rule for t in want if (s := _setting_tag(t)) for rule in RULES_OF_SETTING[s]]
         vectors[name] = run.machine.vector(name, description, rules)
     return list(vectors.values())
 
@@ -514,7 +597,27 @@ def _survey() -> list[Program]:
                 keep,
                 settings=settings(database=None, derandomize=True, max_examples=3000, deadline=None),
             )
+    # Last, each setting drawn ("set", SETTINGS), with routed requests, on machines that read their
+    # engines or not: where it decides. These programs give only the settings' tags (search_vectors).
+    routed = programs((*KINDS, "route"))
+    for index in range(len(SETTINGS)):
+        chosen = st.tuples(st.just("set"), st.just(index), st.integers(0, 2))
+        for drawn in (routed, busy):
+            for warm in ([], WARM):
+                strategy = st.tuples(chosen, drawn).map(partial(_set, warm=warm))
+                with contextlib.suppress(NoSuchExample):
+                    find(
+                        strategy,
+                        keep,
+                        settings=settings(database=None, derandomize=True, max_examples=500, deadline=None),
+                    )
     return found
+
+
+def _set(drawn: tuple[tuple[str, int, int], Program], warm: Program) -> Program:
+    """A program that sets a setting: its markers, the "set" step, ``warm``, then its steps."""
+    step, program = drawn
+    return [*_markers(program), step, *warm, *_steps(program)]
 
 
 def _markers(program: Program) -> Program:

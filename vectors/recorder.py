@@ -32,6 +32,8 @@ class Recorder(AdapterStateMachine):
         super().__init__(**config)
         self.config = {"listing_interval": 30.0, **config}
         self.steps: list[dict[str, Any]] = []
+        self.handled: list[Event] = []
+        """The events handled without a usage error, in order (vectors/generate.py's shadows)."""
 
     def vector(self, name: str, description: str, rules: Iterable[str]) -> dict[str, Any]:
         return {
@@ -50,6 +52,7 @@ class Recorder(AdapterStateMachine):
             self.steps.append({"event": encode(event), "error": type(exc).__name__})
             raise
         self.steps.append({"event": encode(event), "commands": [encode(c) for c in commands]})
+        self.handled.append(event)
         return commands
 
     def hit(self, ticket: int, *, replica: str, adapter: str) -> bool:
