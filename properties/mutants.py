@@ -81,8 +81,8 @@ MUTANTS = [
         "evict",
         "the victim is the most recently used of the idle adapters in least demand",
         MACHINE,
-        "        for name in rep.idle:\n            weight = demand",
-        "        for name in reversed(rep.idle):\n            weight = demand",
+        "            stamp, name = heap[0]\n",
+        "            stamp, name = max(heap)\n",
     ),
     Mutant(
         "evict-one-short",
@@ -377,8 +377,8 @@ MUTANTS = [
         "share",
         "a victim another router unloaded first counts as room made",
         MACHINE,
-        "            rep.unseen += 1\n            if load is not None:",
-        "            if load is not None:",
+        "            rep.unseen += 1\n            self._touch(rep)\n            if load is not None:",
+        "            self._touch(rep)\n            if load is not None:",
     ),
     # -- [read], [elsewhere], [read-failed]
     Mutant(

@@ -111,6 +111,7 @@ a removal and a re-add.
 
 from __future__ import annotations
 
+import bisect
 import functools
 import heapq
 import math
@@ -186,6 +187,13 @@ least this many fewer requests there than on the holder (a load costs a wait of 
 
 _FULL = frozenset({Placed.EVICT, Placed.OVER, Placed.WAIT})
 """Placements where a cold load finds no free slot: it would evict, go over the limit, or wait."""
+
+_PLACED = (Placed.FREE, Placed.OVER, Placed.EVICT, Placed.OVER, Placed.WAIT)
+"""[place]: a cold load's placement by its kind (``_cold_key``)."""
+TIES = 16
+"""[place]: past this many replicas tied on a cold key, read them in the adapter's rendezvous order."""
+ORDERS = 32
+"""[place]: the adapters whose rendezvous order over every replica is kept (``_order``)."""
 
 _HIT = How.HIT  # looked up once: the hit path is every warm request's
 _NOWHERE: dict[str, _Replica] = {}
@@ -297,9 +305,28 @@ class _Replica:
     idle: OrderedDict[str, int] = attrs.field(factory=OrderedDict)
     """Held adapters no request runs on, least recently used first: the eviction order.
 
-    Each maps to the logical time it became idle (0 for adapters a listing brought in: older than
-    anything), which placement compares across replicas.
+    Each maps to the logical time it became idle, which placement compares across replicas; an
+    adapter a listing brought in is older than anything: its stamp is 0 or below, counting down from
+    ``front`` so that the stamps rise along the list (placement reads any of them as 0).
     """
+    front: int = 0
+    """The stamp of the last adapter a listing put at the front of ``idle``."""
+    levels: dict[int, list[tuple[int, str]]] = attrs.field(factory=dict)
+    """[evict]'s index of ``idle`` (``_victim``): heaps of (stamp, name) by demand level (``_level``).
+
+    Entries are checked against ``idle`` when read, so that a hit, which takes an adapter off
+    ``idle``, need not find its entry; a victim then costs a heap's head, not a scan of ``idle``.
+    """
+    indexed: int | None = None
+    """The newest stamp of ``idle`` that ``levels`` holds (later ones are at its end); None: build anew."""
+    entries: int = 0
+    """Entries in ``levels``, live or not: past twice ``idle``'s size it is built anew."""
+    merged: int = 0
+    """The halvings (``_epoch``) as of which no level of ``levels`` but 0 means a weight of 0."""
+    cold: tuple[int, int, int, int, int] | None = None
+    """Its key in [place]'s index of cold loads (``_cold_key``); None while not in it."""
+    dirty: bool = False
+    """Something its cold key reads changed since ``cold`` was computed: it waits in ``_dirty``."""
     loading: dict[str, _Load] = attrs.field(factory=dict)
     unloading: dict[str, _Unload] = attrs.field(factory=dict)
     listing: _Listing | None = None
@@ -427,6 +454,17 @@ class AdapterStateMachine:
         self._demand: dict[str, int] = {}
         """Adapter name to its decayed request count: +1 a request, all halved every half_life."""
         self._requests = 0
+        self._epoch = 0
+        """Halvings of the demand so far: ``_level`` counts from it, so that a halving moves no level."""
+        self._dirty: list[_Replica] = []
+        """Replicas whose cold key may have changed since [place]'s index last read it (``_reindex``)."""
+        self._keys: list[tuple[int, int, int, int, int]] = []
+        """The cold keys of the replicas in use, each once, in order: [place]'s index of cold loads."""
+        self._groups: dict[tuple[int, int, int, int, int], dict[_Replica, None]] = {}
+        """Cold key to the replicas that have it (ties that the rendezvous weight breaks)."""
+        self._orders: OrderedDict[str, list[_Replica]] = OrderedDict()
+        """Adapter to every replica known, highest rendezvous weight first: the last ``ORDERS`` adapters
+        placed among many tied replicas. Emptied when a replica is added or forgotten."""
         self._interval = float(listing_interval)
         self._headroom = headroom
         self._backoff = float(backoff)
@@ -718,25 +756,50 @@ class AdapterStateMachine:
         """A new request on ``rep``: in flight there, one more served, one more for the demand."""
         rep.in_flight += 1
         rep.served += 1
+        if not rep.dirty:  # _touch, inline: every request's
+            rep.dirty = True
+            self._dirty.append(rep)
         demand = self._demand
-        demand[adapter] = demand.get(adapter, 0) + 1
+        count = demand.get(adapter, 0) + 1
+        demand[adapter] = count
+        if not count & (count - 1):
+            # A power of two: its weight rose, and with it the victim of a replica where it is idle.
+            self._touch_holders(adapter)
         self._requests += 1
         if not self._requests % self._half_life:
+            # A halving takes one from every weight but 0: ``_level`` counts the halvings, so that the
+            # levels, and the order of [evict]'s index and of [place]'s, stand. Only a weight of 1 moves
+            # (to 0, where it ties with the others at 0 and the idle stamps decide).
+            self._epoch += 1
             for name, count in list(demand.items()):
                 if count > 1:
                     demand[name] = count >> 1
                 else:
                     del demand[name]
+                    self._touch_holders(name)
 
-    @staticmethod
-    def _ended(rep: _Replica) -> None:
+    def _touch(self, rep: _Replica) -> None:
+        """Something ``rep``'s cold key reads changed: [place]'s index reads it again (``_reindex``)."""
+        if not rep.dirty:
+            rep.dirty = True
+            self._dirty.append(rep)
+
+    def _touch_holders(self, adapter: str) -> None:
+        """``adapter``'s weight changed: touch the replicas that hold it (where it may be the victim)."""
+        for rep in self._where.get(adapter, _NOWHERE).values():
+            self._touch(rep)
+
+    def _ended(self, rep: _Replica) -> None:
         """A request counted on ``rep`` ended (released, cancelled, failed)."""
         rep.in_flight -= 1
+        self._touch(rep)
 
     def _take(self, ticket: int, rep: _Replica, held: _Held) -> None:
         """[hit]: the request uses a held adapter, which is then in use and no eviction candidate."""
         if not held.in_use:
             rep.idle.pop(held.adapter, None)  # not there if pinned
+            if not rep.dirty:
+                self._touch(rep)
         held.in_use += 1
         self._leases[ticket] = held
         self._hits += 1
@@ -791,6 +854,7 @@ class AdapterStateMachine:
             unload.makes_room_for = load
         rep.loading[adapter] = load
         self._where.setdefault(adapter, {})[rep.id] = rep
+        self._touch(rep)
         self._ops[load.op] = load
         if ticket is not None:
             self._waiting[ticket] = load
@@ -840,6 +904,7 @@ class AdapterStateMachine:
         rep = op.replica
         del rep.loading[op.adapter]
         self._unwhere(rep, op.adapter)
+        self._touch(rep)
         key = (rep.model, outcome.value)
         self._loads[key] = self._loads.get(key, 0) + 1
         if self._count_answer(rep):
@@ -934,6 +999,7 @@ class AdapterStateMachine:
             # [share] Another router unloaded it first, most likely to make room for an adapter this
             # one does not see: count that one until the next listing, and make room again.
             rep.unseen += 1
+            self._touch(rep)
             if load is not None:
                 more = self._evict(rep, len(rep.held) + len(rep.loading) - self._bound(rep))
                 for unload in more:
@@ -964,6 +1030,7 @@ class AdapterStateMachine:
         """Forget a removed replica once no call to it is out and no request runs on it."""
         if not rep.outstanding and not rep.held and self._replicas.get(rep.id) is rep:
             del self._replicas[rep.id]
+            self._orders.clear()  # they list every replica known
 
     # -- §3.3 the end of a request: [release], [cancel] ------------------------------------------------
 
@@ -979,6 +1046,8 @@ class AdapterStateMachine:
         held.in_use -= 1
         rep = held.replica
         rep.in_flight -= 1  # the request ended
+        if not rep.dirty:
+            self._touch(rep)
         if held.in_use or not held.current:
             return []
         if rep.removed:
@@ -1048,6 +1117,7 @@ class AdapterStateMachine:
 
     def _abandon_pending(self, load: _Load) -> None:
         del load.replica.loading[load.adapter]
+        self._touch(load.replica)
         self._unwhere(load.replica, load.adapter)
         del self._ops[load.op]
         for op in load.waits_for:
@@ -1155,9 +1225,12 @@ class AdapterStateMachine:
             rep.held[name] = _Held(rep, name, 0, since)
             self._where.setdefault(name, {})[rep.id] = rep
             if name not in self._pins and name not in rep.elsewhere:
-                rep.idle[name] = 0
+                rep.front -= 1  # older than anything, and the stamps still rise along idle
+                rep.idle[name] = rep.front
                 rep.idle.move_to_end(name, last=False)
+                rep.indexed = None  # [evict]'s index finds only later stamps at the end
         rep.base, rep.unseen = len(rep.held) + len(rep.loading), 0  # [share]: shared afresh
+        self._touch(rep)
         rep.listed_since_report = True
         commands.extend(self._admit_queued(rep))
         if self._pins:
@@ -1204,6 +1277,7 @@ class AdapterStateMachine:
         self._drop(rep, adapter)
         if self._routers > 1:
             rep.unseen += 1  # [share]: as an unload another router answered first
+            self._touch(rep)
         commands = self._admit_queued(rep)
         if adapter in self._pins:
             commands.extend(self._ensure_pins())
@@ -1214,6 +1288,7 @@ class AdapterStateMachine:
         held = rep.held.pop(name)
         held.current = False
         rep.idle.pop(name, None)
+        self._touch(rep)
         self._unwhere(rep, name)
         if rep.listing is not None:
             rep.dropped_while_listing.add(name)
@@ -1244,10 +1319,12 @@ class AdapterStateMachine:
                     model=model,
                 )
             rep.limit = limit
+            self._touch(rep)
             return self._admit_queued(rep)
         if rep is None:
             rep = _Replica(replica, model, limit, self._clock + self._interval)
             self._replicas[replica] = rep
+            self._orders.clear()  # they list every replica known
         else:
             # Back while calls or requests from before its removal are still out: keep them, so
             # that a new load never crosses an old one and a running request's adapter stays held.
@@ -1256,6 +1333,7 @@ class AdapterStateMachine:
             rep.base, rep.unseen = len(rep.held) + len(rep.loading), 0  # [share]: what it knows
             for name in list(rep.held) + list(rep.loading):
                 self._where.setdefault(name, {})[rep.id] = rep
+        self._touch(rep)
         heapq.heappush(self._due, (rep.due, replica))
         return [self._start_listing(rep)]
 
@@ -1275,6 +1353,7 @@ class AdapterStateMachine:
             if rep is None or rep.removed:
                 continue
             rep.removed = True
+            self._touch(rep)  # out of [place]'s index
             # What readings said is about the old engine; a re-added one is read afresh.
             rep.elsewhere = frozenset()
             rep.listed_since_report = rep.gauged = rep.foreign = rep.settle = False
@@ -1326,6 +1405,7 @@ class AdapterStateMachine:
         for rep in sorted(self._replicas.values(), key=lambda r: r.id):
             if rep.model == event.model and not rep.removed:
                 rep.limit = event.limit
+                self._touch(rep)
                 commands.extend(self._admit_queued(rep))
         return commands
 
@@ -1416,6 +1496,7 @@ class AdapterStateMachine:
         self._pins[adapter] = event
         for rep in self._where.get(adapter, {}).values():
             rep.idle.pop(adapter, None)
+            self._touch(rep)
         return self._ensure_pins()
 
     def _adapter_unpinned(self, event: AdapterUnpinned) -> list[Command]:
@@ -1429,6 +1510,7 @@ class AdapterStateMachine:
             held = rep.held.get(adapter)
             if held is not None and not held.in_use and not rep.removed and adapter not in rep.elsewhere:
                 rep.idle[adapter] = self._tick()
+                self._touch(rep)
                 commands.extend(self._admit_queued(rep))
             load = rep.loading.get(adapter)
             if load is not None and not load.issued and not load.waiters:
@@ -1674,7 +1756,12 @@ class AdapterStateMachine:
 
         With ``spread``, only replicas whose engine runs under three quarters of what it can at once
         (when that is known); ``least`` picks the least busy instead, whatever the load would cost.
+
+        Without ``least`` or a load the caller reports (every routed request's case), the index of
+        cold keys answers (``_place_indexed``); else every candidate is scanned, as here.
         """
+        if not least and not extra:
+            return self._place_indexed(adapter, model, skip, spread)
         chosen: _Replica | None = None
         chosen_key: tuple[Any, ...] = ()
         chosen_kind = 0
@@ -1703,32 +1790,200 @@ class AdapterStateMachine:
                 kind, cost = (1 if count < line + self._overflow else 3), (0, 0)
             else:
                 victim = self._victim(rep)
-                kind, cost = 2, (self._weight(victim), rep.idle[victim])
+                kind, cost = 2, (self._weight(victim), max(rep.idle[victim], 0))
             last = (busy, rep.served, -_rendezvous(adapter, rep.id))
             key = (kind == 4, *last) if least else (kind, *cost, *last)
             if chosen is None or key < chosen_key:
                 chosen, chosen_key, chosen_kind = rep, key, kind
         if chosen is None:
             return Placement(replica=None, placed=None)
-        placed = (Placed.FREE, Placed.OVER, Placed.EVICT, Placed.OVER, Placed.WAIT)[chosen_kind]
-        return Placement(replica=chosen.id, placed=placed)
+        return Placement(replica=chosen.id, placed=_PLACED[chosen_kind])
+
+    def _place_indexed(
+        self, adapter: str, model: str | None, skip: Container[str], spread: bool
+    ) -> Placement:
+        """[place], a cold load, from the index: the same answer as the scan of ``_place_cold``.
+
+        The key ``(kind, a, b, busy, served, -weight)`` of a candidate is its cold key (``_cold_key``,
+        the same for every adapter, kept in ``_keys``) and the rendezvous weight. So the answer is in
+        the least cold key that has a candidate, the one with the highest weight among the replicas
+        tied there: the cold keys are read in order, and each group of tied replicas filtered as the
+        scan filters them, until one has a candidate. A large group is read in the adapter's
+        rendezvous order (``_order``), highest weight first, so that the first candidate is the answer.
+        """
+        self._reindex()
+        clock = self._clock
+        groups = self._groups
+        for key in self._keys:
+            kind, busy = key[0], key[3]
+            if spread and kind == 4:
+                break  # at its cap: the request would wait for room, while others may have some
+            group = groups[key]
+            chosen: _Replica | None = None
+            if len(group) > TIES:
+                for rep in self._order(adapter):
+                    if rep.cold == key and self._candidate(rep, adapter, model, skip, spread, busy, clock):
+                        chosen = rep
+                        break
+            else:
+                weight = -1
+                for rep in group:
+                    if self._candidate(rep, adapter, model, skip, spread, busy, clock):
+                        mine = _rendezvous(adapter, rep.id)
+                        if mine > weight:
+                            chosen, weight = rep, mine
+            if chosen is not None:
+                return Placement(replica=chosen.id, placed=_PLACED[kind])
+        return Placement(replica=None, placed=None)
+
+    def _candidate(
+        self,
+        rep: _Replica,
+        adapter: str,
+        model: str | None,
+        skip: Container[str],
+        spread: bool,
+        busy: int,
+        clock: float,
+    ) -> bool:
+        """[place]: whether ``rep`` (in use, in the index) is a candidate for a cold load of ``adapter``."""
+        if not rep.met or rep.avoid_until > clock or rep.id in skip:
+            return False
+        if (model is not None and rep.model != model) or adapter in rep.held or adapter in rep.loading:
+            return False
+        if spread:
+            seqs = self._seqs(rep)
+            if seqs is not None and busy >= max(1, 3 * seqs // 4):
+                return False
+        return True
+
+    def _cold_key(self, rep: _Replica) -> tuple[int, int, int, int, int]:
+        """[place] What a cold load would cost on ``rep``, whatever the adapter: (kind, a, b, busy,
+        served), ``a`` the victim's level (``_level``: ordered as its weight, and moved by no halving)."""
+        count = len(rep.held) + len(rep.loading)
+        line = self._line(rep)
+        headroom = self._headroom
+        busy = rep.in_flight + rep.others
+        if headroom is not None and count - len(rep.idle) >= max(line + headroom, rep.max_loras or 0):
+            return (4, 0, 0, busy, rep.served)
+        if count < line:
+            return (0, 0, 0, busy, rep.served)
+        if not rep.idle:
+            return (1 if count < line + self._overflow else 3, 0, 0, busy, rep.served)
+        victim = self._victim(rep)
+        return (2, self._level(victim), max(rep.idle[victim], 0), busy, rep.served)
+
+    def _reindex(self) -> None:
+        """Bring [place]'s index up to date: the cold key of each replica touched since (``_touch``)."""
+        dirty = self._dirty
+        if not dirty:
+            return
+        keys, groups = self._keys, self._groups
+        for rep in dirty:
+            rep.dirty = False
+            key = None if rep.removed else self._cold_key(rep)
+            old = rep.cold
+            if key == old:
+                continue
+            if old is not None:
+                left = groups[old]
+                del left[rep]
+                if not left:
+                    del groups[old]
+                    del keys[bisect.bisect_left(keys, old)]
+            rep.cold = key
+            if key is not None:
+                group = groups.get(key)
+                if group is None:
+                    groups[key] = {rep: None}
+                    bisect.insort(keys, key)
+                else:
+                    group[rep] = None
+        dirty.clear()
+
+    def _order(self, adapter: str) -> list[_Replica]:
+        """Every replica known, highest rendezvous weight for ``adapter`` first (cached, ``ORDERS``)."""
+        orders = self._orders
+        order = orders.get(adapter)
+        if order is not None:
+            orders.move_to_end(adapter)
+            return order
+        start = _fnv(_FNV_OFFSET, f"{adapter}\0".encode())
+        weights = {rep: _fnv(start, rep.id.encode()) for rep in self._replicas.values()}
+        order = sorted(weights, key=weights.__getitem__, reverse=True)
+        orders[adapter] = order
+        if len(orders) > ORDERS:
+            orders.popitem(last=False)
+        return order
 
     def _weight(self, adapter: str) -> int:
         """[evict] An adapter's demand class: the bit length of its decayed request count."""
         return self._demand.get(adapter, 0).bit_length()
 
+    def _level(self, adapter: str) -> int:
+        """[evict] An adapter's weight as a level that no halving moves: 0 for a weight of 0, else the
+        weight plus the halvings so far (a halving takes 1 from both, while the count stays above 0).
+        Levels order adapters as their weights do."""
+        count = self._demand.get(adapter, 0)
+        return count.bit_length() + self._epoch if count else 0
+
     def _victim(self, rep: _Replica) -> str:
-        """[evict] The idle adapter in least demand, the least recently used of those (``idle`` not empty)."""
-        demand = self._demand
-        victim = ""
-        lowest = -1
-        for name in rep.idle:
-            weight = demand.get(name, 0).bit_length()
-            if lowest < 0 or weight < lowest:
-                victim, lowest = name, weight
-                if not weight:
-                    break  # nothing is in less demand than none
-        return victim
+        """[evict] The idle adapter in least demand, the least recently used of those (``idle`` not empty).
+
+        The least (level, stamp) of ``idle``, from ``levels``: the heads of its heaps, lowest level
+        first. An entry is left behind where it was put, and read lazily: one whose stamp is no longer
+        in ``idle`` is gone (taken, dropped), and one whose adapter's level rose since is moved up.
+        A level only rises, but for a halving that takes a weight of 1 to 0: then its level (the
+        halvings so far) goes into level 0 with the others of weight 0. So no entry sits below its
+        level, and the first head that is where it belongs is the least of all.
+        """
+        levels = self._index_idle(rep)
+        idle = rep.idle
+        if rep.merged != self._epoch:
+            rep.merged = epoch = self._epoch
+            for level in [level for level in levels if 0 < level <= epoch]:
+                floor = levels.setdefault(0, [])
+                floor.extend(levels.pop(level))
+                heapq.heapify(floor)
+        while True:
+            low = min(levels)
+            heap = levels[low]
+            stamp, name = heap[0]
+            if idle.get(name) == stamp:
+                level = self._level(name)
+                if level == low:
+                    return name
+                heapq.heappush(levels.setdefault(level, []), (stamp, name))
+                rep.entries += 1
+            heapq.heappop(heap)
+            rep.entries -= 1
+            if not heap:
+                del levels[low]
+
+    def _index_idle(self, rep: _Replica) -> dict[int, list[tuple[int, str]]]:
+        """``rep.levels`` with every adapter of ``idle``: those that went idle since the last call are
+        at its end, the newest stamps (a listing's, at its front, have it built anew)."""
+        idle = rep.idle
+        levels = rep.levels
+        if rep.indexed is None or rep.entries > 2 * len(idle) + 16:
+            levels.clear()
+            for name, stamp in idle.items():
+                levels.setdefault(self._level(name), []).append((stamp, name))
+            for heap in levels.values():
+                heapq.heapify(heap)
+            rep.entries = len(idle)
+            rep.merged = self._epoch
+        else:
+            newest = rep.indexed
+            for name in reversed(idle):
+                stamp = idle[name]
+                if stamp <= newest:
+                    break
+                heapq.heappush(levels.setdefault(self._level(name), []), (stamp, name))
+                rep.entries += 1
+        if idle:
+            rep.indexed = idle[next(reversed(idle))]
+        return levels
 
     # -- §3.13 several routers: [elsewhere], [read-failed] ---------------------------------------------
 
@@ -1741,6 +1996,7 @@ class AdapterStateMachine:
         if not self._finish_read(op):
             return []
         rep = op.replica
+        self._touch(rep)  # others and max_loras, in its cold key
         rep.gauged = names is not None
         rep.read_served = op.served
         if running is not None and waiting is not None:
@@ -1797,6 +2053,7 @@ class AdapterStateMachine:
         that last judgement as it was.
         """
         rep.listed_since_report = False
+        self._touch(rep)  # idle may change
         if not failed:
             mine = rep.held
             rep.foreign = others or any(name not in mine or not mine[name].in_use for name in names)
@@ -2000,6 +2257,16 @@ class AdapterStateMachine:
         }
         assert where == {(name, rid) for name, reps in self._where.items() for rid in reps}, "index"
         assert all(self._where.values()), "empty index entry"
+        # [place]'s index of cold keys: up to date once the replicas touched are read again, so that a
+        # change that touched no replica shows here.
+        self._reindex()
+        assert self._keys == sorted(self._groups), "cold keys"
+        for key, group in self._groups.items():
+            assert group, key
+            assert all(rep.cold == key and self._replicas.get(rep.id) is rep for rep in group), key
+        for rep in self._replicas.values():
+            assert rep.cold == (None if rep.removed else self._cold_key(rep)), rep.id
+            assert rep.cold is None or rep in self._groups[rep.cold], rep.id
         for rid, rep in self._replicas.items():
             assert rep.id == rid
             assert rep.in_flight == in_flight.get(id(rep), 0), (rid, rep.in_flight)
@@ -2027,6 +2294,12 @@ class AdapterStateMachine:
                 assert self._ops.get(unload.op) is unload, (rid, name)
                 assert unload.adapter == name, (rid, name)
                 assert all(self._waiting.get(t) is unload for t, _ in unload.waiters), (rid, name)
+            stamps = list(rep.idle.values())
+            assert stamps == sorted(set(stamps)), rid  # they rise along idle: [evict]'s index needs it
+            if rep.idle:  # [evict]'s index against the rule: the first of idle in least demand
+                least = min(self._weight(name) for name in rep.idle)
+                first = next(name for name in rep.idle if self._weight(name) == least)
+                assert self._victim(rep) == first, (rid, first)
             if rep.listing is None:
                 assert not rep.dropped_while_listing, rid
             else:
@@ -2060,8 +2333,15 @@ def _rendezvous(adapter: str, replica: str) -> int:
     The rendezvous weight of a replica for an adapter: any language computes the same number, so
     independent routers break ties alike.
     """
-    h = 0xCBF29CE484222325
-    for byte in f"{adapter}\0{replica}".encode():
+    return _fnv(_FNV_OFFSET, f"{adapter}\0{replica}".encode())
+
+
+_FNV_OFFSET = 0xCBF29CE484222325
+
+
+def _fnv(h: int, data: bytes) -> int:
+    """FNV-1a (64 bits) of ``data``, from the state ``h`` (``_FNV_OFFSET`` to start)."""
+    for byte in data:
         h = ((h ^ byte) * 0x100000001B3) & 0xFFFFFFFFFFFFFFFF
     return h
 
