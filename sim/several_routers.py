@@ -5,7 +5,7 @@ Takes every option of ``lorafleet simulate`` (the workload, the fleet, ``--polic
 router counts to run. Each count runs twice on the same requests (each seed's stream is the same
 whatever the count; only which router a request reaches changes): with listings only (``off``), and
 with each router's machine reading which adapters run when it wants to (``read``, [read]: what
-``Fleet(read_running=True)`` does). "x exact" is a run's loads over those of one router with
+``Fleet(read_engine=True)`` does). "x exact" is a run's loads over those of one router with
 listings only, whose view of the engines is exact (nothing else changes them).
 
     .venv/bin/python sim/several_routers.py --seeds 5 --counts 1,2,3,5 --out /tmp/routers.md

@@ -21,9 +21,9 @@ from conftest import calls_reach, eventually, settled
 pytestmark = [pytest.mark.anyio, pytest.mark.usefixtures("no_task_left_running")]
 
 
-@pytest.mark.parametrize("read_running", [True, False])
+@pytest.mark.parametrize("read_engine", [True, False])
 async def test_another_routers_running_adapter_is_not_evicted(
-    fleet_type: type[Fleet], standin: StandInServer, adapter_dir: Path, read_running: bool
+    fleet_type: type[Fleet], standin: StandInServer, adapter_dir: Path, read_engine: bool
 ) -> None:
     """Router B streams on a0 on a replica of limit 1; router A, which knows of a0 only from its
     listing, needs a1 there: with the engine's report it goes over the limit rather than unload a0
@@ -38,9 +38,9 @@ async def test_another_routers_running_adapter_is_not_evicted(
                 tasks.start_soon(_complete, standin, "a0")
                 await calls_reach(standin, "completions", 1)
                 metrics_before = len(standin.app.calls_to("metrics"))
-                async with fleet_type(read_running=read_running) as a:
+                async with fleet_type(read_engine=read_engine) as a:
                     await a.sync_unknown([r])
-                    if read_running:
+                    if read_engine:
                         await calls_reach(standin, "metrics", metrics_before + 1)
                         await eventually(lambda: bool(a._machine.reported("r0")))
                     assert a.statistics().replicas["r0"].held == {"a0": 0}
@@ -48,9 +48,9 @@ async def test_another_routers_running_adapter_is_not_evicted(
                         pass
                     await eventually(lambda: settled(a))  # a1 landed; the excess went, if any ([settle])
                     unloaded = [c.body["lora_name"] for c in standin.app.calls_to("unload")]
-                    assert unloaded == ([] if read_running else ["a0"])
+                    assert unloaded == ([] if read_engine else ["a0"])
                 standin.app.release()
-    if read_running:
+    if read_engine:
         assert set(standin.app.adapters) == {"a0", "a1"}  # over the limit, as docs/routers.md says
 
 
@@ -396,9 +396,9 @@ def _from(server: StandInServer, router: str, route: str) -> list[Call]:
     return [c for c in server.app.calls_to(route) if c.authorization == f"Bearer {router}"]
 
 
-@pytest.mark.parametrize("read_running", [True, False])
+@pytest.mark.parametrize("read_engine", [True, False])
 async def test_a_cold_request_on_a_full_replica_waits_for_a_reading_of_anothers_requests(
-    fleet_type: type[Fleet], standin: StandInServer, adapter_dir: Path, read_running: bool
+    fleet_type: type[Fleet], standin: StandInServer, adapter_dir: Path, read_engine: bool
 ) -> None:
     """Fleets A and B on one stand-in. A loaded a0 and ax and runs a request on ax when B lists the
     replica: B's reading names another router's adapter. Then A starts a request on a0. B (limit 3,
@@ -412,7 +412,7 @@ async def test_a_cold_request_on_a_full_replica_waits_for_a_reading_of_anothers_
     async with (
         anyio.create_task_group() as tasks,
         fleet_type(listing_interval=3600) as a,
-        fleet_type(listing_interval=3600, headroom=0, read_running=read_running) as b,
+        fleet_type(listing_interval=3600, headroom=0, read_engine=read_engine) as b,
     ):
         await a.sync_unknown([ra])
         for name in ("a0", "ax"):
@@ -423,7 +423,7 @@ async def test_a_cold_request_on_a_full_replica_waits_for_a_reading_of_anothers_
             tasks.start_soon(_complete, standin, "ax")
             await calls_reach(standin, "completions", 1)
             await b.sync_unknown([rb])
-            if read_running:
+            if read_engine:
                 await eventually(lambda: b.gauge_reads()["read"] == 1)
                 reading = b.reading("r0")
                 assert reading is not None
@@ -440,7 +440,7 @@ async def test_a_cold_request_on_a_full_replica_waits_for_a_reading_of_anothers_
                 await eventually(lambda: settled(b))
                 after = [c for c in standin.app.calls[before:] if c.authorization == f"Bearer {key_b}"]
                 seen = [(c.path.rsplit("/", 1)[-1], c.body and c.body["lora_name"], c.running) for c in after]
-                if read_running:
+                if read_engine:
                     # The read first, naming A's requests; then B's own idle b0 goes, then b1 loads.
                     assert [(p, n) for p, n, _ in seen] == [
                         ("metrics", None),
@@ -454,7 +454,7 @@ async def test_a_cold_request_on_a_full_replica_waits_for_a_reading_of_anothers_
                     assert seen[0][1] in seen[0][2]  # under A's request
                 standin.app.release()
         # Whatever B unloaded, nothing of it ran when B's unload came, with reads.
-        if read_running:
+        if read_engine:
             assert all(c.body["lora_name"] not in c.running for c in _from(standin, key_b, "unload"))
             assert {"a0", "ax"} <= set(standin.app.adapters)
         assert _from(standin, key_a, "unload") == []

@@ -599,3 +599,10 @@ async def test_a_removed_replica_can_be_used_again(
         async with fleet.acquire(r, "a0", str(adapter_dir / "a0")) as lease:
             assert lease.how is How.HIT
         quiet(fleet)
+
+
+def test_read_running_is_the_deprecated_name_of_read_engine(fleet_type: type[Fleet]) -> None:
+    with pytest.warns(DeprecationWarning, match=r"read_engine"):
+        fleet = fleet_type(read_running=False)
+    assert fleet._machine._read_engine is False
+    assert fleet_type()._machine._read_engine is True

@@ -18,6 +18,7 @@ import contextlib
 import logging
 import math
 import sys
+import warnings
 from collections.abc import Awaitable, Callable, Coroutine, Generator, Iterable, Mapping
 from types import MappingProxyType, TracebackType
 from typing import Any, Self
@@ -162,13 +163,13 @@ class Fleet:
             sends a request for a held adapter elsewhere once its holder's engine has more than this
             (this fleet's requests and, as read, the others'), so a hot adapter gets a second copy
             instead of a queue. None: learned from the engines' ``/metrics`` (a reading that shows
-            requests waiting), when ``read_running`` is on.
+            requests waiting), when ``read_engine`` is on.
         attempts: how many replicas ``route`` tries for one request, its retries (``after``) included.
         backoff, max_backoff: seconds placement avoids a replica after a failure, doubling with each
             failure in a row up to ``max_backoff``.
         refusal: seconds an adapter the engine refused as the adapter's fault is refused at once,
             without a call.
-        read_running: read the engines' ``/metrics`` when the machine asks ([read]): which adapters
+        read_engine: read the engines' ``/metrics`` when the machine asks ([read]): which adapters
             have requests there from any router (``vllm:lora_requests_info``), so that none of them
             is evicted, and how many requests run and wait (``vllm:num_requests_running`` and
             ``_waiting``), so that placement sees every router's load ([load]). After each listing,
@@ -177,6 +178,7 @@ class Fleet:
             named while requests wait at the cap, and now and then as requests are placed (``reading``
             says what the last reads said). One read at a time per replica, bounded by
             ``listing_timeout``. False: listings only, and no load but this fleet's own.
+        read_running: deprecated, the name ``read_engine`` had before: the same setting.
         routers: how many routers (fleets, in any process) share these replicas: each fills at most
             its share of the free slots a replica's last listing left (the core's [share];
             docs/routers.md). 1: a router alone.
@@ -203,9 +205,17 @@ class Fleet:
         backoff: float = DEFAULT_BACKOFF,
         max_backoff: float = DEFAULT_MAX_BACKOFF,
         refusal: float = DEFAULT_REFUSAL,
-        read_running: bool = FLEET_DEFAULTS["read_engine"],
+        read_engine: bool = FLEET_DEFAULTS["read_engine"],
         routers: int = 1,
+        read_running: bool | None = None,
     ) -> None:
+        if read_running is not None:
+            warnings.warn(
+                "Fleet(read_running=...) is now Fleet(read_engine=...), the core's name for it",
+                DeprecationWarning,
+                stacklevel=2,
+            )
+            read_engine = read_running
         for name, value in (
             ("load_timeout", load_timeout),
             ("listing_timeout", listing_timeout),
@@ -223,7 +233,7 @@ class Fleet:
             max_backoff=max_backoff,
             refusal=refusal,
             routers=routers,
-            read_engine=read_running,
+            read_engine=read_engine,
         )
         self._first = tuple(replicas)
         for replica in self._first:
@@ -641,7 +651,7 @@ class Fleet:
         return self._tallies.statistics(top)
 
     def gauge_reads(self) -> dict[str, int]:
-        """How the reads of the engines' ``vllm:lora_requests_info`` gauge ended (see ``read_running``).
+        """How the reads of the engines' ``vllm:lora_requests_info`` gauge ended (see ``read_engine``).
 
         ``read``: the engine said what runs. ``absent``: it answered without the gauge (older vLLM,
         the Rust frontend), so the replica is read again only after its next listing. ``failed``: no

@@ -126,7 +126,7 @@ def parser() -> argparse.ArgumentParser:
         default=UNSET,
         help=(
             "each router's machine reads what runs on an engine, from any router, when it wants to "
-            "([read]), as Fleet(read_running=True) does (default: as shipped, which is on for lorafleet "
+            "([read]), as Fleet(read_engine=True) does (default: as shipped, which is on for lorafleet "
             "and off for the baselines; --read-running and --read-before-evicting are older names)"
         ),
     )
