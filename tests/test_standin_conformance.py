@@ -277,7 +277,9 @@ def queue_gauges(
     """The engine's queue on ``/metrics``: the gauges' comment lines, each series' label names, and
     running and waiting summed over the series."""
     lines = client.get("/metrics").text.splitlines()
-    comments = tuple(line for line in lines if line.startswith("#") and any(g in line for g in QUEUE_GAUGES))
+    # Only these two gauges' comments: vLLM also has num_requests_waiting_by_reason, which no reader uses.
+    # ("# HELP name ..." and "# TYPE name gauge": the name is the third word.)
+    comments = tuple(line for line in lines if line.startswith("#") and line.split()[2] in QUEUE_GAUGES)
     labels: list[tuple[str, ...]] = []
     sums = []
     for gauge in QUEUE_GAUGES:
