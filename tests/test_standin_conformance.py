@@ -279,7 +279,12 @@ def queue_gauges(
     lines = client.get("/metrics").text.splitlines()
     # Only these two gauges' comments: vLLM also has num_requests_waiting_by_reason, which no reader uses.
     # ("# HELP name ..." and "# TYPE name gauge": the name is the third word.)
-    comments = tuple(line for line in lines if line.startswith("#") and line.split()[2] in QUEUE_GAUGES)
+    comments = tuple(
+        line
+        for line in lines
+        if line.startswith("#")
+        and line.split()[2:3] in (["vllm:num_requests_running"], ["vllm:num_requests_waiting"])
+    )
     labels: list[tuple[str, ...]] = []
     sums = []
     for gauge in QUEUE_GAUGES:
