@@ -6,11 +6,18 @@ The routers read their listings together, from the engine as it is then, with no
 listings each one's requests, answers and releases come in any order. The engine answers every call
 as vLLM would: a load of a name it has is ``already_loaded``, an unload of a name it lacks
 ``not_found``.
+
+What is bounded is what the engine holds as the routers count it: with the adapters the loads out
+are adding, without those the unloads out are removing. The engine itself may hold more for as long
+as a [settle] unload is out, since no load waits for one (``SETTLE_UNLOAD_OUT``). The bound is
+``max(c, limit + R - 1 + R * headroom)`` for ``c`` adapters at the last listing, plus one in an
+interval in which some unload was answered ``not_found`` (the victim another router had unloaded
+first, with nothing left idle to evict in its place: ``VICTIM_TAKEN``).
 """
 
 from __future__ import annotations
 
-from hypothesis import given, target
+from hypothesis import example, given, target
 from hypothesis import strategies as st
 
 from lorafleet import (
@@ -45,6 +52,51 @@ actions = st.lists(
     max_size=80,
 )
 
+# Two stories past ``limit + R - 1 + R * headroom`` on the engine itself, which the property's
+# first version took for the bound (Hypothesis found them only with thousands of examples).
+# Nothing is out after the last listing's answers, yet the engine holds 5 of a bound of 4: router 1
+# evicts a1 for a4 while router 0 evicts it for a5; router 0's unload lands first, router 1's is
+# answered not_found with nothing idle left to evict in its place, so a4 goes out anyway (SPEC.md
+# §3.14's second exception, the one place the machine knowingly goes past the bound).
+VICTIM_TAKEN = (
+    2,
+    3,
+    0,
+    [
+        ("request", 0, 1),
+        ("request", 1, 0),
+        ("listing", 0, 0),
+        ("request", 0, 0),
+        ("request", 0, 3),
+        ("request", 0, 5),
+        ("request", 1, 2),
+        ("request", 1, 4),
+        ("release", 0, 0),
+        ("listing", 0, 0),
+    ],
+)
+# Each router's load lands past its line, and [settle] unloads one idle adapter; the next load goes
+# out at once, before that unload is answered, as load-first wants: the engine holds 6 of a bound of
+# 5 while a0 and a1 are on their way out, 4 as the routers count it.
+SETTLE_UNLOAD_OUT = (
+    2,
+    2,
+    1,
+    [
+        ("request", 0, 0),
+        ("request", 1, 1),
+        ("listing", 0, 0),
+        ("request", 0, 4),
+        ("answer", 0, 0),
+        ("request", 0, 5),
+        ("request", 1, 2),
+        ("answer", 0, 1),
+        ("answer", 1, 0),
+        ("request", 1, 3),
+        ("answer", 1, 1),
+    ],
+)
+
 
 class Router:
     """One router: its machine, its calls out, its granted requests."""
@@ -66,27 +118,66 @@ class Router:
                 listed = tuple(engine)
                 self.take(self.machine.handle(ListingReceived(listing=c.listing, adapters=listed)), engine)
 
-    def answer(self, index: int, engine: dict[str, None]) -> None:
+    def answer(self, index: int, engine: dict[str, None]) -> int:
+        """Answer one call out, as the engine would; 1 for an unload answered ``not_found``, else 0."""
         op = sorted(self.out)[index % len(self.out)]
         call = self.out.pop(op)
         if isinstance(call, IssueLoad):
             outcome = LoadOutcome.ALREADY_LOADED if call.adapter in engine else LoadOutcome.LOADED
             engine[call.adapter] = None
             self.take(self.machine.handle(LoadFinished(load=op, outcome=outcome)), engine)
+            return 0
         else:
             gone = UnloadOutcome.UNLOADED if call.adapter in engine else UnloadOutcome.NOT_FOUND
             engine.pop(call.adapter, None)
             self.take(self.machine.handle(UnloadFinished(unload=op, outcome=gone)), engine)
+            return int(gone is UnloadOutcome.NOT_FOUND)
 
 
-def play(routers: int, limit: int, headroom: int, program: list[tuple[str, int, int]]) -> int:
+def check(
+    routers: int,
+    limit: int,
+    headroom: int,
+    fleet: list[Router],
+    engine: dict[str, None],
+    listed: int,
+    taken: int,
+    story: list[str],
+) -> int:
+    """Raise AssertionError when the engine, as the routers count it, is past SPEC.md §3.14's bound.
+
+    Returns:
+        How far it is from the bound (0: at it).
+    """
+    calls = [call for each in fleet for call in each.out.values()]
+    adding = {call.adapter for call in calls if isinstance(call, IssueLoad)}
+    removing = {call.adapter for call in calls if isinstance(call, IssueUnload)}
+    counted = len((engine.keys() | adding) - removing)
+    bound = max(listed, limit + routers - 1 + routers * headroom) + taken
+    assert counted <= bound, "\n".join(
+        [*story, f"counted {counted} (adding {sorted(adding)}, removing {sorted(removing)}), bound {bound}"]
+    )
+    return counted - bound
+
+
+def play(
+    routers: int,
+    limit: int,
+    headroom: int,
+    program: list[tuple[str, int, int]],
+    held: list[int] | None = None,
+) -> int:
     """Play ``program`` with ``routers`` routers; raise AssertionError past the bound.
+
+    ``held``, if given, gets how many adapters the engine itself held after each step.
 
     Returns:
         The closest the engine came to the bound (0: at it), for Hypothesis to aim at.
     """
     closest = -limit - routers * (headroom + 1)
     engine: dict[str, None] = {}
+    listed = 0  # what the engine held at the last listing (c)
+    taken = 0  # 1 once an unload was answered not_found since the last listing
     fleet = [Router(routers, headroom) for _ in range(routers)]
     for router in fleet:
         router.take(router.machine.handle(ReplicaAdded(replica="r", model="m", limit=limit)), engine)
@@ -100,7 +191,7 @@ def play(routers: int, limit: int, headroom: int, program: list[tuple[str, int, 
             event = Requested(ticket=ticket, replica="r", adapter=adapter, path=f"/{adapter}")
             router.take(router.machine.handle(event), engine)
         elif kind == "answer" and router.out:
-            router.answer(b, engine)
+            taken = max(taken, router.answer(b, engine))
         elif kind == "release" and router.granted:
             ticket = router.granted.pop(b % len(router.granted))
             router.take(router.machine.handle(Released(ticket=ticket)), engine)
@@ -110,21 +201,26 @@ def play(routers: int, limit: int, headroom: int, program: list[tuple[str, int, 
             for _ in range(1000):
                 if not any(each.out for each in fleet):
                     break
-                next(each for each in fleet if each.out).answer(b, engine)
+                taken = max(taken, next(each for each in fleet if each.out).answer(b, engine))
             else:
                 raise AssertionError("answering every call gives calls without end")
+            # The interval ends with the calls answered: what they left counts in it.
+            closest = max(closest, check(routers, limit, headroom, fleet, engine, listed, taken, story))
+            listed, taken = len(engine), 0
             now += INTERVAL
             for each in fleet:
                 each.take(each.machine.advance(now), engine)
-        bound = limit + routers - 1 + routers * headroom
         story.append(f"{kind} {a % routers} {b}: engine {sorted(engine)}")
-        assert len(engine) <= bound, "\n".join([*story, f"bound {bound}"])
-        closest = max(closest, len(engine) - bound)
+        if held is not None:
+            held.append(len(engine))
+        closest = max(closest, check(routers, limit, headroom, fleet, engine, listed, taken, story))
     for router in fleet:
         router.machine.check_invariants()
     return closest
 
 
+@example(*VICTIM_TAKEN)
+@example(*SETTLE_UNLOAD_OUT)
 @given(
     routers=st.integers(2, 3),
     limit=st.integers(1, 4),
@@ -135,3 +231,12 @@ def test_share_routers_never_take_a_replica_past_the_bound(
     routers: int, limit: int, headroom: int, program: list[tuple[str, int, int]]
 ) -> None:
     target(play(routers, limit, headroom, program))
+
+
+def test_share_stories_past_the_engine_bound_are_at_the_counted_one() -> None:
+    """Both stories take the engine itself past ``limit + R - 1 + R * headroom``; the first reaches
+    the bound as counted only with its not_found allowance, the second stays under it."""
+    for (routers, limit, headroom, program), closest in ((VICTIM_TAKEN, 0), (SETTLE_UNLOAD_OUT, -1)):
+        held: list[int] = []
+        assert play(routers, limit, headroom, program, held) == closest
+        assert max(held) == limit + routers - 1 + routers * headroom + 1

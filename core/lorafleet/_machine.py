@@ -77,9 +77,10 @@ its limit:
 ``not_found``, an ``adapter_missing``): another router's adapter took their slot, so a load waiting on
 such an unload evicts again. Past its line a landed load settles, or with nothing idle the replica
 stays over as past the limit. R routers whose last listings saw ``c`` adapters then hold a replica to
-``max(c, limit + R - 1 + R * headroom)`` until their next listings (SPEC.md §3.14 gives the
-exceptions, and the bound when listings are read at different moments). With one router the line is
-the limit, and nothing here applies.
+``max(c, limit + R - 1 + R * headroom)`` until their next listings, as they count it: an adapter whose
+unload is out is gone, and the engine itself holds one more for each [settle] unload not yet answered,
+since no load waits for one (SPEC.md §3.14 gives the exceptions, and the bound when listings are read
+at different moments). With one router the line is the limit, and nothing here applies.
 
 A request that finds its adapter loading joins the load ([join]); one that finds it unloading waits
 for the unload and is then handled afresh ([wait-unload]), so a load and an unload of one adapter on
