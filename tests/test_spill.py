@@ -45,8 +45,12 @@ class Engine:
     def replica(self) -> Replica:
         return Replica(self.id, self.url, MODEL, 2, api_key=self.key)
 
-    async def counts(self, requests: int, what: str) -> None:
-        """Wait until the engine has ``requests`` requests, running or waiting."""
+    async def counts(self, requests: int, what: str, streams: Callable[[], list[str]] = list) -> None:
+        """Wait until the engine has ``requests`` requests, running or waiting.
+
+        Args:
+            streams: what became of each stream the test sent, said when the engine never gets there.
+        """
         seen: list[tuple[int, int]] = []
         with anyio.move_on_after(300):
             while sum(now := await self.requests()) < requests:
@@ -54,7 +58,21 @@ class Engine:
                     seen.append(now)
                 await anyio.sleep(0.02)
             return
-        raise AssertionError(f"{self.id} never had {requests} requests for {what}; it had {seen}")
+        raise AssertionError(
+            f"{self.id} never had {requests} requests for {what}; it had {seen}; the streams: {streams()}; "
+            f"its gauges: {await self.gauges()}"
+        )
+
+    async def gauges(self) -> list[str]:
+        """The engine's request and LoRA gauges as its ``/metrics`` has them now, for a failure's message."""
+        headers = {"Authorization": f"Bearer {self.key}"} if self.key else {}
+        try:
+            async with httpx.AsyncClient(timeout=60) as client:
+                answer = await client.get(f"{self.url}/metrics", headers=headers)
+        except httpx.HTTPError as error:
+            return [f"no answer: {error!r}"]
+        wanted = ("vllm:num_requests_", "vllm:lora_requests_info{")
+        return [line for line in answer.text.splitlines() if line.startswith(wanted)]
 
     async def requests(self) -> tuple[int, int]:
         """(running, waiting), as the engine's ``/metrics`` says now."""
@@ -111,12 +129,26 @@ def pair(request: pytest.FixtureRequest, serve: Callable[..., StandInServer], bu
     )
 
 
+@attrs.define
+class Streams:
+    """The streams the test sent, and what became of each (for a failure's message)."""
+
+    start: Callable[[Lease], None]
+    states: list[str] = attrs.field(factory=list)
+
+    def said(self) -> list[str]:
+        return list(self.states)
+
+
 @contextlib.asynccontextmanager
-async def streams(pair: Pair) -> AsyncIterator[Callable[[Lease], None]]:
+async def streams(pair: Pair) -> AsyncIterator[Streams]:
     """Start, for a granted lease, a long streamed completion on its replica, ended with the block."""
     async with anyio.create_task_group() as tasks:
+        states: list[str] = []
 
         async def stream(lease: Lease) -> None:
+            index = len(states)
+            states.append(f"{lease.replica.id}: sent")
             body = {"model": ADAPTER, "prompt": "hello world", "max_tokens": TOKENS, "temperature": 0}
             body |= {"stream": True, "ignore_eos": True}
             key = pair.wide.key if lease.replica.id == "wide" else pair.narrow.key
@@ -128,9 +160,16 @@ async def streams(pair: Pair) -> AsyncIterator[Callable[[Lease], None]]:
                         "POST", f"{lease.replica.url}/v1/completions", json=body, headers=headers
                     ) as got,
                 ):
+                    states[index] = f"{lease.replica.id}: answered {got.status_code}"
                     assert got.status_code == 200, await got.aread()
+                    lines = 0
                     async for _ in got.aiter_lines():
-                        pass
+                        lines += 1
+                        states[index] = f"{lease.replica.id}: {lines} lines"
+                    states[index] += ", ended"
+            except BaseException as error:
+                states[index] += f", {error!r}"
+                raise
             finally:
                 lease.release()
 
@@ -138,7 +177,7 @@ async def streams(pair: Pair) -> AsyncIterator[Callable[[Lease], None]]:
             tasks.start_soon(stream, lease)
 
         try:
-            yield start
+            yield Streams(start, states)
         finally:
             pair.let_go()
             tasks.cancel_scope.cancel()
@@ -161,14 +200,15 @@ async def test_a_hot_adapter_spills_to_a_second_replica_when_its_engine_queues(
         with anyio.fail_after(300):
             while not (wide := fleet.replica_statistics("wide")) or not wide.met:
                 await anyio.sleep(0.01)
-        async with streams(pair) as start:
+        async with streams(pair) as sent_streams:
             for sent in range(1, 8):
                 lease = await fleet.route(ADAPTER)
                 leases.append(lease)
-                start(lease)
+                sent_streams.start(lease)
                 on = pair.narrow if lease.replica.id == "narrow" else pair.wide
                 here = sum(1 for held in leases if held.replica.id == lease.replica.id)
-                await on.counts(here, f"request {sent} ({lease.how.value}), {[h.replica.id for h in leases]}")
+                what = f"request {sent} ({lease.how.value}), {[h.replica.id for h in leases]}"
+                await on.counts(here, what, sent_streams.said)
                 reading = fleet.reading("narrow")
                 assert reading is not None
                 if learned_at is None and reading.capacity is not None:
