@@ -451,6 +451,7 @@ class Model:
             waited.waiters.remove(ticket)
             if waited.starter == ticket:
                 waited.starter = None
+            # [cancel] keeps a pinned adapter's load for its pin; the properties send no pins.
             if not waited.waiters and not waited.issued:
                 rep, _ = self.ops[waited.op]
                 self.abandon(waited)

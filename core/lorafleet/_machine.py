@@ -1074,7 +1074,7 @@ class AdapterStateMachine:
         """[cancel]: a waiting request gets no grant; a granted one is released.
 
         The load it waited on goes on for the others; a load not yet issued that no one waits for
-        any more is not issued at all.
+        any more is not issued at all, unless its adapter is pinned (the pin still wants it).
         """
         if type(ticket) is int and ticket in self._leases:
             return self._released(ticket)
@@ -1094,7 +1094,7 @@ class AdapterStateMachine:
             waited.waiters.remove(ticket)
             if waited.starter == ticket:
                 waited.starter = None
-            if not waited.waiters and not waited.issued:
+            if not waited.waiters and not waited.issued and waited.adapter not in self._pins:
                 self._abandon_pending(waited)
                 return self._admit_queued(rep)
         elif isinstance(waited, _Unload):
@@ -1501,7 +1501,8 @@ class AdapterStateMachine:
         return self._ensure_pins()
 
     def _adapter_unpinned(self, event: AdapterUnpinned) -> list[Command]:
-        """[pin]: the adapter's copies no request runs on become idle, most recently used."""
+        """[pin]: the adapter's copies no request runs on become idle, most recently used; its loads
+        still waiting for their victims that no request waits for are abandoned, as by [cancel]."""
         _check_fields(event)
         adapter = event.adapter
         if self._pins.pop(adapter, None) is None:
@@ -1516,6 +1517,7 @@ class AdapterStateMachine:
             load = rep.loading.get(adapter)
             if load is not None and not load.issued and not load.waiters:
                 self._abandon_pending(load)  # a pin's load still waiting for its victims
+                commands.extend(self._admit_queued(rep))  # room came, as after [cancel]
         return commands
 
     def _ensure_pins(self) -> list[Command]:

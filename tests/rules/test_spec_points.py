@@ -43,7 +43,8 @@ from scenario import Scenario, landed, loads
 RULES = {
     "test_elsewhere_a_release_of_an_adapter_the_engine_reports_running_admits_no_queue": ["cap", "release"],
     "test_refuse_spares_a_replica_that_holds_the_adapter_but_not_one_that_loads_it": ["hit", "route"],
-    "test_cancel_of_the_last_waiter_abandons_a_pins_load_not_yet_issued": ["pin"],
+    "test_cancel_of_the_last_waiter_keeps_a_pins_load_not_yet_issued": ["pin", "unload-outcome"],
+    "test_cancel_keeps_a_pinned_adapters_load_a_request_started": ["pin", "unload-outcome"],
     "test_replicas_a_lease_ends_on_the_replica_record_it_was_counted_on": ["release", "listing", "forget"],
     "test_pin_chooses_as_place_does_step_2_without_its_bound_on_busy_replicas": ["place", "load"],
     "test_pin_stops_where_the_least_cold_choice_is_over_the_limit": ["place"],
@@ -57,7 +58,7 @@ RULES = {
     "test_place_breaks_a_tie_in_busy_by_served_before_the_weight": [],
     "test_place_stays_with_a_busy_holder_unless_another_queue_is_shorter_by_two": ["load"],
     "test_refuse_lasts_refusal_seconds": ["time"],
-    "test_pin_an_unpin_abandons_a_pins_load_not_yet_issued_and_admits_no_queue": ["cancel", "cap"],
+    "test_pin_an_unpin_abandons_a_pins_load_not_yet_issued_and_admits_the_queue": ["cancel", "cap"],
 }
 
 
@@ -146,11 +147,13 @@ def test_refuse_spares_a_replica_that_holds_the_adapter_but_not_one_that_loads_i
 # -- (3) the last waiter of a pin's load leaves before the load goes out ([cancel], [pin]) --------
 
 
-def test_cancel_of_the_last_waiter_abandons_a_pins_load_not_yet_issued() -> None:
+def test_cancel_of_the_last_waiter_keeps_a_pins_load_not_yet_issued() -> None:
     """Issue 22 (3). A pin's load waiting for its victim's unload has no waiters; a request that joins
-    it and is then cancelled leaves it with none, and [cancel] abandons it like any other: the
-    victim's unload goes on, the load is never issued, and the pin is made good again only at the
-    next event that makes pins good. Misreading: the load is kept for the pin."""
+    it and is then cancelled leaves it with none, and [cancel] keeps it, as it keeps any load of a
+    pinned adapter: the pin still wants it. No room came, so nothing is admitted; the load goes out
+    when the victim's unload is answered, and lands pinned (not idle). Misreading: the load is
+    abandoned like any other, x was evicted for nothing, and the pin stays short until the next
+    event that makes pins good."""
     s = Scenario.with_replicas(("r", 1), headroom=0)
     s.expect(Released(ticket=s.load("r", "x")))
     s.expect(
@@ -161,12 +164,35 @@ def test_cancel_of_the_last_waiter_abandons_a_pins_load_not_yet_issued() -> None
     t, commands = s.request("r", "p")
     assert commands == []  # joins the pin's load
     s.expect(Cancelled(ticket=t))
-    assert s.machine.statistics().replicas["r"].loading == ()
-    s.expect(UnloadFinished(unload=3, outcome=UnloadOutcome.UNLOADED))  # no load goes out
+    assert s.machine.statistics().replicas["r"].loading == ("p",)
     s.expect(
-        TimeAdvanced(now=30.0),
-        ReadListing(listing=5, replica="r"),
-        IssueLoad(load=6, replica="r", adapter="p", path="/adapters/p"),
+        UnloadFinished(unload=3, outcome=UnloadOutcome.UNLOADED),
+        IssueLoad(load=4, replica="r", adapter="p", path="/adapters/p"),
+    )
+    s.expect(landed(IssueLoad(load=4, replica="r", adapter="p", path="/adapters/p")))  # no waiter
+    assert held(s, "r") == {"p": 0}
+    assert s.machine.place("z") == Placement(replica="r", placed=Placed.WAIT)  # p is no victim
+
+
+def test_cancel_keeps_a_pinned_adapters_load_a_request_started() -> None:
+    """Issue 22 (3). [cancel] keeps any load of a pinned adapter, not only one the pin started: here
+    a request for p on r1, beyond the pin's one copy on r0, started the load, evicting x, and is
+    cancelled before it goes out. The load goes out when x's unload is answered, as a pin's copy
+    held would stay. Misreading: only a load with no starter (the pin's own) is kept."""
+    s = Scenario.with_replicas(("r0", 1), ("r1", 1), headroom=0)
+    s.expect(
+        AdapterPinned(adapter="p", path="/adapters/p", copies=1, model=None),
+        IssueLoad(load=3, replica="r0", adapter="p", path="/adapters/p"),
+    )
+    s.expect(LoadFinished(load=3, outcome=LoadOutcome.LOADED))
+    s.expect(Released(ticket=s.load("r1", "x")))
+    t, commands = s.request("r1", "p")
+    assert commands == [IssueUnload(unload=5, replica="r1", adapter="x")]
+    s.expect(Cancelled(ticket=t))
+    assert s.machine.statistics().replicas["r1"].loading == ("p",)
+    s.expect(
+        UnloadFinished(unload=5, outcome=UnloadOutcome.UNLOADED),
+        IssueLoad(load=6, replica="r1", adapter="p", path="/adapters/p"),
     )
 
 
@@ -375,12 +401,12 @@ def test_place_stays_with_a_busy_holder_unless_another_queue_is_shorter_by_two()
 # -- found open beyond issue 22 ------------------------------------------------------------------
 
 
-def test_pin_an_unpin_abandons_a_pins_load_not_yet_issued_and_admits_no_queue() -> None:
+def test_pin_an_unpin_abandons_a_pins_load_not_yet_issued_and_admits_the_queue() -> None:
     """[pin] ``adapter_unpinned`` abandons a pin's load still waiting for its victims' unloads, as
-    [cancel] abandons one (the unloads go on, the load is never issued), but unlike a cancel it does
-    not admit the replica's queue: c, queued at the cap while the pin's load was counted, waits for
-    the next event that admits the queue (here the next listing), though the abandoned load left
-    room. Misreading: "as in [cancel]" admits the queue too."""
+    [cancel] abandons one (the unloads go on, the load is never issued), and then, as after a
+    cancel, admits the replica's queue: c, queued at the cap while the pin's load was counted, loads
+    in the room the abandoned load left, in the same event. Misreading: the unpin admits no queue,
+    and c waits for the next listing or release."""
     s = Scenario.with_replicas(("r", 2), headroom=0)
     s.expect(Released(ticket=s.load("r", "x")))
     s.load("r", "a")
@@ -390,16 +416,14 @@ def test_pin_an_unpin_abandons_a_pins_load_not_yet_issued_and_admits_no_queue() 
     )
     c, commands = s.request("r", "c")
     assert commands == []  # a in use and p loading: at the cap of 2
-    s.expect(AdapterUnpinned(adapter="p"))
-    s.expect(UnloadFinished(unload=4, outcome=UnloadOutcome.UNLOADED))
-    assert s.machine.statistics().replicas["r"].queued == 1
-    (listing,) = s(TimeAdvanced(now=30.0))
-    assert isinstance(listing, ReadListing)
     s.expect(
-        ListingReceived(listing=listing.listing, adapters=("a",)),
-        IssueLoad(load=7, replica="r", adapter="c", path="/adapters/c"),
+        AdapterUnpinned(adapter="p"),
+        IssueLoad(load=6, replica="r", adapter="c", path="/adapters/c"),
     )
     assert c == s.ticket
+    assert s.machine.statistics().replicas["r"].queued == 0
+    s.expect(UnloadFinished(unload=4, outcome=UnloadOutcome.UNLOADED))  # p's load never goes out
+    assert s.machine.statistics().replicas["r"].loading == ("c",)
 
 
 # -- settings the search rarely decides with: half_life, refusal ----------------------------------

@@ -414,8 +414,8 @@ export class Machine {
     if (waited.kind === "load") {
       waited.waiters = waited.waiters.filter((t) => t !== ticket);
       if (waited.starter === ticket) waited.starter = null;
-      if (waited.waiters.length === 0 && !waited.issued) {
-        this.abandon(waited);
+      if (waited.waiters.length === 0 && !waited.issued && !this.pins.has(waited.adapter)) {
+        this.abandon(waited); // unless pinned: the pin still wants it
         return this.admitQueue(waited.replica);
       }
     } else { // an unload or a queue
@@ -954,7 +954,10 @@ export class Machine {
         commands.push(...this.admitQueue(rep));
       }
       const load = rep.loading.get(adapter);
-      if (load && !load.issued && load.waiters.length === 0) this.abandon(load);
+      if (load && !load.issued && load.waiters.length === 0) {
+        this.abandon(load); // a pin's load still waiting for its victims
+        commands.push(...this.admitQueue(rep)); // room came, as after [cancel]
+      }
     }
     return commands;
   }
