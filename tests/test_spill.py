@@ -2,16 +2,20 @@
 defaults (nothing told of the engines' concurrency), against the stand-in and a real vLLM.
 
 Two replicas of one model: ``narrow`` runs two requests at once (``--max-num-seqs 2``), ``wide`` many.
-Requests for one adapter go out one at a time, each once the engines count it, and hold their
-engines until the test ends. The fleet learns ``narrow``'s capacity from a reading that shows a queue
-([load]); the next request goes to ``wide``, which loads the adapter and runs it at once, and the
-ones after it join it there while ``narrow`` stays full.
+Requests for one adapter go out one at a time, each once the engines count it, and stay unfinished
+until the test ends: the stand-in holds its streams, and a real vLLM is frozen (``pause``) and let take
+a step at a time only while the test waits for it to count a request. Without that, vLLM finished
+each 1,800-token request before the next one had been routed (seen under two CPU burners).
+
+The fleet learns ``narrow``'s capacity from a reading that shows a queue ([load]); the next request
+goes to ``wide``, which loads the adapter and runs it at once, and the ones after it join it there
+while ``narrow`` stays full.
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +35,7 @@ pytestmark = [pytest.mark.anyio, pytest.mark.usefixtures("no_task_left_running")
 MODEL = "tiny"
 ADAPTER = "lora-0"
 TOKENS = 1800
-"""A request's length on a real engine: tens of seconds on this machine's CPU, longer than the test."""
+"""A request's length: far more than the steps a real engine takes while the test waits for a count."""
 
 
 @attrs.frozen
@@ -41,6 +45,8 @@ class Engine:
     id: str
     url: str
     key: str | None
+    step: Callable[[], None] = lambda: None
+    """Let a frozen engine take a step (a real vLLM: resume, then pause); the stand-in needs none."""
 
     def replica(self) -> Replica:
         return Replica(self.id, self.url, MODEL, 2, api_key=self.key)
@@ -56,6 +62,7 @@ class Engine:
             while sum(now := await self.requests()) < requests:
                 if not seen or seen[-1] != now:
                     seen.append(now)
+                await anyio.to_thread.run_sync(self.step)
                 await anyio.sleep(0.02)
             return
         raise AssertionError(
@@ -91,12 +98,14 @@ class Pair:
     wide: Engine
     adapters: Path
     hold: Callable[[], None]
-    """Keep the requests about to go out unfinished on their engines (a no-op for a real one)."""
+    """Keep the requests about to go out unfinished on their engines."""
     let_go: Callable[[], None]
 
 
 @pytest.fixture(params=["standin", "vllm"])
-def pair(request: pytest.FixtureRequest, serve: Callable[..., StandInServer], built_adapters: Path) -> Pair:
+def pair(
+    request: pytest.FixtureRequest, serve: Callable[..., StandInServer], built_adapters: Path
+) -> Iterator[Pair]:
     if request.param == "standin":
         narrow = serve(max_num_seqs=2, max_model_len=4096)
         wide = serve(api_key=KEY, max_model_len=4096)
@@ -110,23 +119,43 @@ def pair(request: pytest.FixtureRequest, serve: Callable[..., StandInServer], bu
             for server in servers:
                 server.app.release()
 
-        return Pair(
+        yield Pair(
             Engine("narrow", narrow.url, None), Engine("wide", wide.url, KEY), built_adapters, hold, let_go
         )
+        return
     vllm_servers: dict[str, Any] = request.getfixturevalue("vllm_servers")
     engine = request.getfixturevalue("real_engine")
     narrow, wide = vllm_servers["open"], vllm_servers["keyed"]
-    wide.resume()  # a test that failed while the engine was paused leaves it so
+    for server in (narrow, wide):
+        server.resume()  # a test that failed while the engine was paused leaves it so
     for server in (narrow, wide):
         server.unload_everything()
     assert narrow.max_num_seqs == 2
-    return Pair(
-        Engine("narrow", narrow.url, None),
-        Engine("wide", wide.url, KEY),
+    engines = (narrow, wide)
+
+    def stepper(server: Any) -> Callable[[], None]:
+        def step() -> None:
+            server.resume()
+            server.pause()
+
+        return step
+
+    def freeze() -> None:
+        for server in engines:
+            server.pause()
+
+    def thaw() -> None:
+        for server in engines:
+            server.resume()
+
+    yield Pair(
+        Engine("narrow", narrow.url, None, stepper(narrow)),
+        Engine("wide", wide.url, KEY, stepper(wide)),
         engine.build / "adapters",
-        lambda: None,
-        lambda: None,
+        freeze,
+        thaw,
     )
+    thaw()  # a test that failed while they were frozen leaves them so
 
 
 @attrs.define
@@ -179,14 +208,15 @@ async def streams(pair: Pair) -> AsyncIterator[Streams]:
         try:
             yield Streams(start, states)
         finally:
-            pair.let_go()
+            with anyio.CancelScope(shield=True):
+                await anyio.to_thread.run_sync(pair.let_go)
             tasks.cancel_scope.cancel()
 
 
 async def test_a_hot_adapter_spills_to_a_second_replica_when_its_engine_queues(
     fleet_type: type[Fleet], pair: Pair
 ) -> None:
-    pair.hold()
+    await anyio.to_thread.run_sync(pair.hold)
     leases: list[Lease] = []
     learned_at: int | None = None
     async with fleet_type(
