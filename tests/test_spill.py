@@ -1,6 +1,7 @@
 """[load], [place]: a hot adapter gets a second copy once its replica's engine queues, with the shipped
-defaults (nothing told of the engines' concurrency), against stand-ins that report their queue as vLLM
-does (``test_standin_conformance.py::test_the_stand_in_reports_its_queue_as_vllm_does``).
+defaults (nothing told of the engines' concurrency), against stand-ins whose queue gauges are vLLM's
+(``test_standin_conformance.py::test_the_stand_in_reports_its_queue_as_vllm_does``: compared with
+the real engine at rest; busy, only the stand-in's batch and queue are checked).
 
 Two replicas of one model: ``narrow`` runs two requests at once (``--max-num-seqs 2``), ``wide`` many.
 Requests for one adapter go out one at a time, each once the engines count it, and stay unfinished
@@ -10,7 +11,8 @@ Not against a real vLLM: on this CPU build its API server answers neither ``/met
 while its engine generates (often not until the requests finish), so a test can neither count a
 request that runs nor reliably freeze it there: in 22 tries over three runs beside two CPU burners,
 with the engine frozen and stepped or left to run 2,000-token requests, the premise never held.
-The conformance test above pins the gauges this test relies on.
+A busy vLLM's queue gauges cannot be read here either, which is why the conformance test compares
+them at rest.
 
 The fleet learns ``narrow``'s capacity from a reading that shows a queue ([load]); the next request
 goes to ``wide``, which loads the adapter and runs it at once, and the ones after it join it there
