@@ -565,7 +565,7 @@ class FleetModel(RuleBasedStateMachine):
     @rule(data=st.data())
     def others_run_requests(self, data: st.DataObject) -> None:
         """Other routers' requests run on some adapters of an engine now (and on nothing else): its
-        ``/metrics`` names them, and this router's own, to the machine's next read ([elsewhere])."""
+        ``/metrics`` names them, and this router's own, to the machine's next read ([reading])."""
         replica = data.draw(st.sampled_from(sorted(REPLICAS)))
         theirs = data.draw(st.sets(st.sampled_from(ADAPTERS[:-1]), max_size=2))
         note(f"other routers' requests run on {sorted(theirs) or 'nothing'} on {replica}")
@@ -580,7 +580,7 @@ class FleetModel(RuleBasedStateMachine):
     )
     def the_engine_is_read(self, data: st.DataObject, way: Way, variant: int, wire: bool) -> None:
         """A read the machine asked for is answered: the gauge names this router's running adapters
-        there and the others' ([elsewhere]), or the read gets no answer ([read-failed])."""
+        there and the others' ([reading]), or the read gets no answer ([read-failed])."""
         op = data.draw(st.sampled_from(self.world.pending(ReadEngine)))
         replica = self.world.calls[op].command.replica
         ours = {t.adapter for t in self.tickets.values() if t.replica == replica and t.state in LEASED}

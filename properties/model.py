@@ -12,7 +12,7 @@ out of its additions those dropped *while it was out* (``dropped_while_listing``
 
 It follows [refuse], [health], [cap] (a queue per replica, raised by the engine's ``max_loras``),
 [evict]'s demand weights and its bound, [settle], [read] (the reads it asks for, and the requests that
-wait for them), [elsewhere] (a reading of only this router's own requests stands as empty) and
+wait for them), [reading] (a reading of only this router's own requests stands as empty) and
 [read-failed]. It does not follow [pin] or [route], which place where [place] would, nor [load], which
 only placement reads: the properties send no pins and no routed requests.
 """
@@ -139,15 +139,15 @@ class Replica:
     avoid_until: float = 0.0
     in_flight: int = 0
     """Requests counted on it that have not ended."""
-    elsewhere: set[str] = attrs.field(factory=set)
-    """What the engine last said runs on it, from any router ([elsewhere]): never in ``lru``."""
+    named: set[str] = attrs.field(factory=set)
+    """What the engine last said runs on it, from any router ([reading]): never in ``lru``."""
     listed_since_report: bool = False
     """A listing of it was received after that report ([read-failed])."""
     read: Read | None = None
     gauged: bool = False
     """Its engine's last answered read named what runs there ([read])."""
     foreign: bool = False
-    """That reading named an adapter none of this router's requests ran on there ([elsewhere])."""
+    """That reading named an adapter none of this router's requests ran on there ([reading])."""
     settle: bool = False
     """A load landed over its limit and waits for the read out to unload the excess ([settle])."""
     max_loras: int | None = None
@@ -335,7 +335,7 @@ class Model:
         max_loras: int | None = None,
         engine: int | None = None,
     ) -> list[Command]:
-        """[elsewhere], [read-failed]: the reading replaces the last (a failed read: an empty one, only
+        """[reading], [read-failed]: the reading replaces the last (a failed read: an empty one, only
         after a listing since); a pending [settle]; then the requests that waited for it are admitted
         afresh, in order."""
         rep, read, live = self.answered(op)
@@ -433,7 +433,7 @@ class Model:
             self.drop(rep, copy.adapter)
             self.forget_if_done(rep)
             return []
-        if copy.adapter in rep.elsewhere:
+        if copy.adapter in rep.named:
             # Named by the last reading: not idle; with requests waiting at the cap, read again.
             if self.read_engine and rep.queue and rep.read is None:
                 return [self.start_read(rep)]
@@ -517,7 +517,7 @@ class Model:
         if event.outcome.succeeded:
             copy = Copy(rep, load.adapter, len(load.waiters))
             rep.held[load.adapter] = copy
-            if not load.waiters and load.adapter not in rep.elsewhere:
+            if not load.waiters and load.adapter not in rep.named:
                 rep.lru.append(load.adapter)
             for ticket in load.waiters:
                 del self.waiting[ticket]
@@ -608,7 +608,7 @@ class Model:
         added = sorted(listed - known)
         for name in added:
             rep.held[name] = Copy(rep, name, 0)
-        rep.lru = [name for name in added if name not in rep.elsewhere] + rep.lru
+        rep.lru = [name for name in added if name not in rep.named] + rep.lru
         rep.dropped_while_listing = set()
         rep.listed_since_report = True
         commands += self.admit_queued(rep)
@@ -658,9 +658,9 @@ class Model:
         return [self.start_listing(rep)]
 
     def new_reading(self, rep: Replica, names: set[str]) -> list[Command]:
-        """[elsewhere]: ``names`` replace the last reading; those it no longer names, held with no
+        """[reading]: ``names`` replace the last reading; those it no longer names, held with no
         request of this router on them, are idle again, most recently used, in name order."""
-        before, rep.elsewhere, rep.listed_since_report = rep.elsewhere, names, False
+        before, rep.named, rep.listed_since_report = rep.named, names, False
         rep.lru = [name for name in rep.lru if name not in names]
         freed = [name for name in sorted(before - names) if name in rep.held and rep.held[name].users == 0]
         rep.lru += freed
@@ -673,7 +673,7 @@ class Model:
             if rep is None or rep.removed:
                 continue
             rep.removed = True
-            rep.elsewhere, rep.listed_since_report, rep.gauged = set(), False, False
+            rep.named, rep.listed_since_report, rep.gauged = set(), False, False
             rep.foreign, rep.settle, rep.max_loras = False, False, None
             if rep.read is not None:  # abandoned: its answer is ignored; its requests fail
                 failed += [t for t, _, _ in rep.read.waiters]
@@ -764,7 +764,7 @@ class Model:
 
     def reported(self, replica: str) -> frozenset[str]:
         rep = self.replicas.get(replica)
-        return frozenset() if rep is None or rep.removed else frozenset(rep.elsewhere)
+        return frozenset() if rep is None or rep.removed else frozenset(rep.named)
 
     def idle_order(self, replica: str) -> list[str]:
         """The replica's idle adapters, first to go first."""

@@ -380,7 +380,7 @@ MUTANTS = [
         "            rep.unseen += 1\n            self._touch(rep)\n            if load is not None:",
         "            self._touch(rep)\n            if load is not None:",
     ),
-    # -- [read], [elsewhere], [read-failed]
+    # -- [read], [reading], [read-failed]
     Mutant(
         "read-never-before-cold",
         "read",
@@ -415,11 +415,11 @@ MUTANTS = [
         "        return self._wants_reading(rep)\n",
     ),
     Mutant(
-        "elsewhere-released-idle",
-        "elsewhere",
+        "reading-released-idle",
+        "reading",
         "a release makes an adapter the engine reports running idle, so a victim",
         MACHINE,
-        "        if held.adapter in rep.elsewhere:\n",
+        "        if held.adapter in rep.named:\n",
         "        if False:\n",
     ),
     Mutant(
@@ -431,8 +431,8 @@ MUTANTS = [
         "        commands = self._report(rep, frozenset(), failed=True)\n",
     ),
     Mutant(
-        "elsewhere-own-reading-stands",
-        "elsewhere",
+        "reading-own-stands",
+        "reading",
         "a reading of only this router's own requests keeps them out of idle after they end",
         MACHINE,
         "            if not rep.foreign:\n                names = frozenset()\n",

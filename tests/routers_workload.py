@@ -3,7 +3,7 @@
 The plan (which router, which adapter, how, held how long, cancelled or not) is drawn from the seed;
 the run is real: fleets over HTTP, completions held in flight on the stand-in, restarts, cancellations.
 Each fleet's machine is probed: every unload it decides is recorded with the engine's gauge as the
-fleet last read it (the reading **[elsewhere]** applies), so that an unload the stand-in saw land on
+fleet last read it (the reading **[reading]** applies), so that an unload the stand-in saw land on
 a running request can be told apart: named by that reading (a bug) or started after it (the sampling
 window docs/routers.md admits).
 

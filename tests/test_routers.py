@@ -1,4 +1,4 @@
-"""Several fleets on the same stand-ins, coordinated only through the engine ([elsewhere])."""
+"""Several fleets on the same stand-ins, coordinated only through the engine ([reading])."""
 
 from __future__ import annotations
 
@@ -76,7 +76,7 @@ async def test_a_replica_without_the_gauge_falls_back(
         await calls_reach(server, "completions", 1)
         await fleet.sync_unknown([r])
         await calls_reach(server, "metrics", 1)
-        await eventually(lambda: fleet.gauge_reads()["absent"] == 1)
+        await eventually(lambda: fleet.engine_reads()["absent"] == 1)
         async with fleet.acquire(r, "a1", str(adapter_dir / "a1")) as lease:
             assert lease.how is How.LOADED
         await eventually(lambda: settled(fleet))
@@ -85,7 +85,7 @@ async def test_a_replica_without_the_gauge_falls_back(
         )
         assert "a0" in server.app.calls_to("unload")[0].running  # it could not know
         assert len(server.app.calls_to("metrics")) == 1  # not read again before the cold request
-        assert fleet.gauge_reads() == {"read": 0, "absent": 1, "failed": 0}
+        assert fleet.engine_reads() == {"read": 0, "absent": 1, "failed": 0}
         server.app.release()
 
 
@@ -109,7 +109,7 @@ async def test_a_request_started_after_the_reading_is_not_unloaded_under(
 ) -> None:
     """Another router loaded a0 and ax on r0 (limit 1) and runs a request on ax. Router A lists r0 and
     reads its gauge: a0 sits idle, and the reading names another router's adapter (the replica is
-    foreign, [elsewhere]). Then the other router starts a request on a0. No listing comes between (an
+    foreign, [reading]). Then the other router starts a request on a0. No listing comes between (an
     hour's interval): A's cold request for a1 loads at once, into the headroom, and once it has landed
     A reads the gauge again before it unloads the excess ([settle]): it sees the request on a0 and
     stays over its limit."""
@@ -122,7 +122,7 @@ async def test_a_request_started_after_the_reading_is_not_unloaded_under(
         await calls_reach(standin, "completions", 1)
         async with fleet_type(listing_interval=3600, adapters={"a1": str(adapter_dir / "a1")}) as a:
             await a.sync_unknown([r])
-            await eventually(lambda: a.gauge_reads()["read"] == 1)  # its listing's reading: ax runs
+            await eventually(lambda: a.engine_reads()["read"] == 1)  # its listing's reading: ax runs
             reading = a.reading("r0")
             assert reading is not None
             assert (reading.foreign, reading.adapters) == (True, frozenset({"ax"}))
@@ -136,7 +136,7 @@ async def test_a_request_started_after_the_reading_is_not_unloaded_under(
                     assert lease.placed is Placed.EVICT  # type: ignore[attr-defined]
                 # One more reading, whether the settle asked for it or a routed request's refresh did,
                 # and the excess judged on it while a1 is in use.
-                await eventually(lambda: a.gauge_reads()["read"] == 2)
+                await eventually(lambda: a.engine_reads()["read"] == 2)
                 await eventually(lambda: settled(a))
                 assert a._machine.reported("r0") == frozenset({"a0", "ax"})
             assert _unloaded(standin) == []
@@ -246,7 +246,7 @@ async def test_cold_requests_on_a_full_replica_share_one_reading(
             tasks.start_soon(_complete, standin, "ax")  # the other router's request, over the listing
             await calls_reach(standin, "completions", 1)
         await fleet.sync_unknown([r])
-        await eventually(lambda: fleet.gauge_reads()["read"] == 1)
+        await eventually(lambda: fleet.engine_reads()["read"] == 1)
         standin.app.release()  # the other router's request ends; the reading stays what it said
         async with fleet.acquire(r, "a0", str(adapter_dir / "a0")):
             pass
@@ -312,7 +312,7 @@ async def test_a_cold_request_goes_on_when_the_reading_fails(
         await calls_reach(standin, "completions", 1)
         async with fleet_type(listing_interval=3600, listing_timeout=1.0, headroom=0) as fleet:
             await fleet.sync_unknown([r])
-            await eventually(lambda: fleet.gauge_reads()["read"] == 1)
+            await eventually(lambda: fleet.engine_reads()["read"] == 1)
             standin.app.release()  # ax's request ends; the listing's reading stands
             async with fleet.acquire(r, "a0", str(adapter_dir / "a0")):
                 pass
@@ -333,7 +333,7 @@ async def test_a_cold_request_goes_on_when_the_reading_fails(
             assert _lora_calls(standin)[-2:] == [("unload", victim), ("load", "a1")]
             assert len(standin.app.calls_to("metrics")) == readings + 1  # it was read, and failed
             ended = "absent" if fault == "no gauge" else "failed"
-            assert fleet.gauge_reads() == {"read": 1, "absent": 0, "failed": 0} | {ended: 1}
+            assert fleet.engine_reads() == {"read": 1, "absent": 0, "failed": 0} | {ended: 1}
             warned = [m for r in caplog.records if (m := r.getMessage()).startswith("could not read which")]
             assert len(warned) == (ended == "failed"), warned
             # A failed read leaves the replica foreign, so the next eviction reads again; an engine
@@ -369,18 +369,18 @@ async def test_a_failed_read_keeps_the_last_reading_until_the_next_listing(
         await calls_reach(standin, "completions", 1)
         async with fleet_type(listing_interval=0.2, listing_timeout=1.0) as fleet:
             await fleet.sync_unknown([r])
-            await eventually(lambda: fleet.gauge_reads()["read"] == 1)
+            await eventually(lambda: fleet.engine_reads()["read"] == 1)
             async with fleet.acquire(r, "a1", str(adapter_dir / "a1")) as lease:
                 assert lease.how is How.LOADED  # nothing idle to unload as it landed: no read
             async with fleet.acquire(r, "a2", str(adapter_dir / "a2")) as lease:
                 assert lease.how is How.LOADED
                 # The excess is judged when the read ends, while a2 is in use.
-                await eventually(lambda: fleet.gauge_reads()["failed"] == 1 and settled(fleet))
-            assert fleet.gauge_reads() == {"read": 1, "absent": 0, "failed": 1}
+                await eventually(lambda: fleet.engine_reads()["failed"] == 1 and settled(fleet))
+            assert fleet.engine_reads() == {"read": 1, "absent": 0, "failed": 1}
             assert _unloaded(standin) == ["a1"]
             assert set(standin.app.adapters) == {"a0", "a2"}
             standin.app.clear_faults("models")
-            await eventually(lambda: fleet.gauge_reads()["failed"] >= 2)
+            await eventually(lambda: fleet.engine_reads()["failed"] >= 2)
             async with fleet.acquire(r, "a3", str(adapter_dir / "a3")):
                 pass
             await eventually(lambda: "a0" in _unloaded(standin) and settled(fleet))
@@ -424,7 +424,7 @@ async def test_a_cold_request_on_a_full_replica_waits_for_a_reading_of_anothers_
             await calls_reach(standin, "completions", 1)
             await b.sync_unknown([rb])
             if read_engine:
-                await eventually(lambda: b.gauge_reads()["read"] == 1)
+                await eventually(lambda: b.engine_reads()["read"] == 1)
                 reading = b.reading("r0")
                 assert reading is not None
                 assert (reading.foreign, reading.adapters) == (True, frozenset({"ax"}))
@@ -463,7 +463,7 @@ async def test_a_cold_request_on_a_full_replica_waits_for_a_reading_of_anothers_
 async def test_a_router_alone_never_waits_for_a_reading(
     fleet_type: type[Fleet], standin: StandInServer, adapter_dir: Path
 ) -> None:
-    """[read], [elsewhere]: a router whose readings name only adapters its own requests run on is
+    """[read], [reading]: a router whose readings name only adapters its own requests run on is
     alone there. With r0 full (limit 2, no headroom, a1 idle), its cold request evicts at once while
     the gauge does not answer: it never waits for a reading."""
     r = Replica("r0", standin.url, "tiny", 2)
@@ -481,7 +481,7 @@ async def test_a_router_alone_never_waits_for_a_reading(
                 """A read that came while a0's request ran has been answered (reads go one at a time)."""
                 reads = standin.app.calls_to("metrics")
                 first = next((i for i, c in enumerate(reads) if "a0" in c.running), None)
-                return first is not None and sum(fleet.gauge_reads().values()) > first
+                return first is not None and sum(fleet.engine_reads().values()) > first
 
             await eventually(named_a0)  # a reading naming a0, this router's own
             reading = fleet.reading("r0")

@@ -469,7 +469,7 @@ async def test_requests_the_router_answers_itself(
         answer = await client.request(method, path, content=content)
     assert answer.status_code == status
     assert error_of(answer)["code"] == code
-    # The fleet's listing and its reading of the running gauge ([elsewhere]): nothing was forwarded.
+    # The fleet's listing and its reading of the running gauge ([reading]): nothing was forwarded.
     assert {c.path for c in standin.app.calls} <= {"/v1/models", "/metrics"}
 
 

@@ -216,7 +216,7 @@ def test_an_unload_under_a_routers_own_forgotten_request_is_counted_as_its_own(r
 
 
 # B (1) runs w from t=0 to t=1.2 and x from t=0.05 to t=0.25. A (0) lists at t=1: w runs, so A's
-# reading names another router's adapter (the replica is foreign, [elsewhere]), and x sits idle. B runs
+# reading names another router's adapter (the replica is foreign, [reading]), and x sits idle. B runs
 # x again from t=1.5 for 100 s; at t=1.6 A is asked for y with the replica (limit 1) over its limit.
 AFTER_READING = Workload(
     times=(0.0, 0.05, 1.5, 1.6),
@@ -338,7 +338,7 @@ def test_cold_requests_waiting_for_one_read_share_it() -> None:
 def test_one_routers_own_released_adapter_does_not_hold_its_cap_queue(read_engine: bool) -> None:
     # One router, limit 1, no headroom, listings every 10 s. x runs from t=0.1 to t=12.1, so the
     # listing's reading at t=10 names it, but only this router's request runs on it: the reading
-    # stands as an empty one ([elsewhere]). y, asked at t=11, waits at the cap; when x's request ends,
+    # stands as an empty one ([reading]). y, asked at t=11, waits at the cap; when x's request ends,
     # x is idle at once, as without reads: y loads then, not after the listing at t=20. (Concurrency
     # 1: the simulated engine's max_loras is its concurrency, so the cap stays limit + headroom, 1.)
     w = Workload(times=(0.0, 11.0), adapters=("x", "y"), durations=(12.0, 1.0), routers=(0, 0))

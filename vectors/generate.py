@@ -87,8 +87,8 @@ RULES_BY_NAME = [
     ("refuse", ["refuse", "load-outcome"]),
     ("pin", ["pin", "cold"]),
     ("statistics", ["statistics"]),
-    ("elsewhere", ["elsewhere", "read"]),
-    ("read_failed", ["read-failed", "elsewhere", "read"]),
+    ("reading", ["reading", "read"]),
+    ("read_failed", ["read-failed", "reading", "read"]),
     ("read", ["read"]),
     ("route", ["route", "place"]),
     ("share", ["share", "cold", "evict"]),
@@ -327,13 +327,13 @@ class Run:
             self.machine.next_due()
 
     def reported(self) -> dict[str, frozenset[str]]:
-        """What each replica's reading stands at ([elsewhere]), asked past the recorder: a tag, not a step."""
+        """What each replica's reading stands at ([reading]), asked past the recorder: a tag, not a step."""
         return {rid: AdapterStateMachine.reported(self.machine, rid) for rid in REPLICAS}
 
     def tag_reports(
         self, tag: str, commands: list[Command], reported: dict[str, frozenset[str]], before: Statistics
     ) -> None:
-        """Tags for what a reading changed: the steps where [elsewhere] and [read-failed] decide."""
+        """Tags for what a reading changed: the steps where [reading] and [read-failed] decide."""
         now = self.reported()
         for rid, names in reported.items():
             if not names or rid not in before.replicas:
@@ -468,10 +468,10 @@ RULE_OF_TAG = [
     ("request->ReadEngine", "read"),
     ("listing received->MarkMet+ReadEngine", "read"),
     ("reading", "read"),
-    ("reading received", "elsewhere"),
+    ("reading received", "reading"),
     ("reading failed", "read-failed"),
     ("route", "route"),
-    ("evicts beside a reported adapter", "elsewhere"),
+    ("evicts beside a reported adapter", "reading"),
     ("a landed load", "settle"),
     ("a reading settles", "settle"),
     ("route spills", "load"),

@@ -41,11 +41,11 @@ any             replicas_removed                            absent, except held 
 absent          adapter_pinned, placement finds room        loading, with no waiter              pin
 held, idle      adapter_pinned                              held, pinned (never in ``idle``)     pin
 held, pinned    adapter_unpinned, no request on it          held, idle (end of ``idle``)         pin
-held, idle      reading_received names it                   held, in use elsewhere (not idle)    elsewhere
-held, in use    reading_received no longer names it, no     held, idle (end of ``idle``)         elsewhere
- elsewhere      request of this router on it
-held, in use    reading_failed, a listing received since    held, idle (end of ``idle``)         read-
- elsewhere      the last reading, no request of this                                             failed
+held, idle      reading_received names it                   held, named (not idle)               reading
+held, named     reading_received no longer names it, no     held, idle (end of ``idle``)         reading
+                request of this router on it
+held, named     reading_failed, a listing received since    held, idle (end of ``idle``)         read-
+                the last reading, no request of this                                             failed
                 router on it
 ==============  ==========================================  ===================================  ========
 
@@ -346,8 +346,8 @@ class _Replica:
     """Failures in a row ([health]); a success sets it back to 0."""
     avoid_until: float = 0.0
     """Placement avoids the replica while the clock is below this."""
-    elsewhere: frozenset[str] = frozenset()
-    """Adapters the engine last said have requests on it, any router's ([elsewhere]): never idle."""
+    named: frozenset[str] = frozenset()
+    """Adapters the engine last said have requests on it, any router's ([reading]): never idle."""
     listed_since_report: bool = False
     """A listing of it was received after its last report: a failed read ends that report ([read-failed])."""
     read: _Read | None = None
@@ -372,7 +372,7 @@ class _Replica:
     free slot ([read])."""
     foreign: bool = False
     """Its last reading named an adapter no request of this router ran on there: another router's
-    ([elsewhere], [read])."""
+    ([reading], [read])."""
     settle: bool = False
     """It holds more than its line since a load landed, and unloads the excess when the read in flight
     is answered ([settle])."""
@@ -924,7 +924,7 @@ class AdapterStateMachine:
             held = _Held(rep, op.adapter, len(op.waiters), self._tick())
             rep.held[op.adapter] = held
             self._where.setdefault(op.adapter, {})[rep.id] = rep
-            if not held.in_use and op.adapter not in self._pins and op.adapter not in rep.elsewhere:
+            if not held.in_use and op.adapter not in self._pins and op.adapter not in rep.named:
                 rep.idle[op.adapter] = held.since
             for ticket in op.waiters:
                 del self._waiting[ticket]
@@ -1058,8 +1058,8 @@ class AdapterStateMachine:
             return []
         if held.adapter in self._pins:
             return []  # [pin]: never a victim, so never idle
-        if held.adapter in rep.elsewhere:
-            # [elsewhere]: the last reading keeps it out of idle. [read]: with requests waiting at the
+        if held.adapter in rep.named:
+            # [reading]: the last reading keeps it out of idle. [read]: with requests waiting at the
             # cap, read again, so that the room this request leaves does not wait for the next listing.
             if self._read_engine and rep.queue is not None and rep.read is None:
                 return [self._start_read(rep)]
@@ -1225,7 +1225,7 @@ class AdapterStateMachine:
         for name in sorted(listed - known, reverse=True):
             rep.held[name] = _Held(rep, name, 0, since)
             self._where.setdefault(name, {})[rep.id] = rep
-            if name not in self._pins and name not in rep.elsewhere:
+            if name not in self._pins and name not in rep.named:
                 rep.front -= 1  # older than anything, and the stamps still rise along idle
                 rep.idle[name] = rep.front
                 rep.idle.move_to_end(name, last=False)
@@ -1356,7 +1356,7 @@ class AdapterStateMachine:
             rep.removed = True
             self._touch(rep)  # out of [place]'s index
             # What readings said is about the old engine; a re-added one is read afresh.
-            rep.elsewhere = frozenset()
+            rep.named = frozenset()
             rep.listed_since_report = rep.gauged = rep.foreign = rep.settle = False
             rep.others = rep.read_served = rep.ran = rep.calm = 0
             rep.seqs = rep.max_loras = rep.sampled = None
@@ -1510,7 +1510,7 @@ class AdapterStateMachine:
         commands: list[Command] = []
         for rep in sorted(self._replicas.values(), key=lambda r: r.id):
             held = rep.held.get(adapter)
-            if held is not None and not held.in_use and not rep.removed and adapter not in rep.elsewhere:
+            if held is not None and not held.in_use and not rep.removed and adapter not in rep.named:
                 rep.idle[adapter] = self._tick()
                 self._touch(rep)
                 commands.extend(self._admit_queued(rep))
@@ -1577,21 +1577,21 @@ class AdapterStateMachine:
         return rep is not None and not rep.removed and rep.met
 
     def reported(self, replica: str) -> frozenset[str]:
-        """The adapters the standing report of ``replica`` names ([elsewhere], [read-failed]).
+        """The adapters the standing report of ``replica`` names ([reading], [read-failed]).
 
         Empty for a replica not in use, and once a failed read has ended the report.
         """
         rep = self._replicas.get(replica)
-        return frozenset() if rep is None or rep.removed else rep.elsewhere
+        return frozenset() if rep is None or rep.removed else rep.named
 
     def reading(self, replica: str) -> Reading | None:
-        """What the readings of ``replica``'s engine say ([elsewhere], [load]); None when it is not in use."""
+        """What the readings of ``replica``'s engine say ([reading], [load]); None when it is not in use."""
         rep = self._replicas.get(replica)
         if rep is None or rep.removed:
             return None
         running, waiting = rep.sampled if rep.sampled is not None else (None, None)
         return Reading(
-            adapters=rep.elsewhere,
+            adapters=rep.named,
             foreign=rep.foreign,
             running=running,
             waiting=waiting,
@@ -1988,10 +1988,10 @@ class AdapterStateMachine:
             rep.indexed = idle[next(reversed(idle))]
         return levels
 
-    # -- §3.13 several routers: [elsewhere], [read-failed] ---------------------------------------------
+    # -- §3.13 several routers: [reading], [read-failed] ---------------------------------------------
 
     def _reading_received(self, event: ReadingReceived) -> list[Command]:
-        """[read], [elsewhere]: the engine's figures replace the last reading; waiting requests go on."""
+        """[read], [reading]: the engine's figures replace the last reading; waiting requests go on."""
         op = self._read_op(event.read)
         _check_fields(event)
         names = event.adapters
@@ -2045,7 +2045,7 @@ class AdapterStateMachine:
     def _report(
         self, rep: _Replica, names: frozenset[str], *, failed: bool = False, others: bool = False
     ) -> list[Command]:
-        """[elsewhere]: ``names`` replace the replica's last report.
+        """[reading]: ``names`` replace the replica's last report.
 
         A reading that names only adapters this router's requests run on there, and counts no
         request but this router's (``others`` False), says nothing of another router: it stands as an
@@ -2062,11 +2062,11 @@ class AdapterStateMachine:
             rep.foreign = others or any(name not in mine or not mine[name].in_use for name in names)
             if not rep.foreign:
                 names = frozenset()
-        before, rep.elsewhere = rep.elsewhere, names
-        for name in rep.elsewhere - before:
+        before, rep.named = rep.named, names
+        for name in rep.named - before:
             rep.idle.pop(name, None)
         freed = False
-        for name in sorted(before - rep.elsewhere):
+        for name in sorted(before - rep.named):
             held = rep.held.get(name)
             if held is not None and not held.in_use and name not in self._pins:
                 rep.idle[name] = self._tick()
@@ -2277,9 +2277,7 @@ class AdapterStateMachine:
             names = rep.held.keys() | rep.loading.keys() | rep.unloading.keys()
             assert len(names) == len(rep.held) + len(rep.loading) + len(rep.unloading), rid
             idle = {
-                n
-                for n, h in rep.held.items()
-                if not h.in_use and n not in self._pins and n not in rep.elsewhere
+                n for n, h in rep.held.items() if not h.in_use and n not in self._pins and n not in rep.named
             }
             assert set(rep.idle) == (set() if rep.removed else idle), rid
             for name, held in rep.held.items():

@@ -23,7 +23,7 @@ class View:
 
 @attrs.frozen(kw_only=True)
 class Reading:
-    """What this router knows of one replica's engine from reading it ([elsewhere], [load]).
+    """What this router knows of one replica's engine from reading it ([reading], [load]).
 
     ``running`` and ``waiting`` are the engine's requests as its last reading counted them (None before
     any reading counted them); ``load`` is this router's requests on it now plus ``others``, the other
@@ -32,7 +32,7 @@ class Reading:
     """
 
     adapters: frozenset[str]
-    """The standing report: adapters another router's requests run on there ([elsewhere])."""
+    """The standing report: adapters another router's requests run on there ([reading])."""
     foreign: bool
     """The last reading named an adapter none of this router's requests ran on there."""
     running: int | None

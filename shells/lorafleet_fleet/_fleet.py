@@ -74,7 +74,7 @@ from lorafleet import (
 
 from ._adapter_counts import AdapterStatistics, Tallies
 from ._http import CutShortError, fetch
-from ._metrics import GAUGE_READS, FleetMetrics
+from ._metrics import ENGINE_READS, FleetMetrics
 from ._resolve import AdapterSource, Resolver, resolver
 from ._types import (
     AdapterError,
@@ -252,8 +252,8 @@ class Fleet:
         self._tallies = Tallies()  # per-adapter counts (adapter_statistics, PrometheusMetrics)
         self._placed = dict.fromkeys(Placed, 0)
         """Placements ``route`` acted on, by what the request found there."""
-        self._gauge_reads = dict.fromkeys(GAUGE_READS, 0)
-        """Reads of the engines' running adapters, by how they ended (``gauge_reads``)."""
+        self._engine_reads = dict.fromkeys(ENGINE_READS, 0)
+        """Reads of the engines, by how they ended (``engine_reads``)."""
         self._leased: set[int] = set()
         """Tickets of routed leases granted and not released: the fleet releases them when it closes."""
         self._orphans: list[tuple[int, str, str]] = []
@@ -650,15 +650,24 @@ class Fleet:
         """Per-adapter counts: the ``top`` most requested adapters' (all when None), and the rest's sum."""
         return self._tallies.statistics(top)
 
-    def gauge_reads(self) -> dict[str, int]:
-        """How the reads of the engines' ``vllm:lora_requests_info`` gauge ended (see ``read_engine``).
+    def engine_reads(self) -> dict[str, int]:
+        """How the reads of the engines' ``/metrics`` ended (see ``read_engine``).
 
         ``read``: the engine said what runs. ``absent``: it answered without the gauge (older vLLM,
         the Rust frontend), so the replica is read again only after its next listing. ``failed``: no
         usable answer within ``listing_timeout`` (none, an error, a 5xx, a body cut or too long):
         the last reading stands until the read after the next listing.
         """
-        return dict(self._gauge_reads)
+        return dict(self._engine_reads)
+
+    def gauge_reads(self) -> dict[str, int]:
+        """The old name of ``engine_reads``."""
+        warnings.warn(
+            "Fleet.gauge_reads() is now Fleet.engine_reads(): a read takes more than the gauge",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return self.engine_reads()
 
     # -- acquiring, for Lease ------------------------------------------------------------------
 
@@ -1042,9 +1051,9 @@ class Fleet:
         elif isinstance(event, ListingFailed):
             log.warning("could not read the adapters of %s: %s", replica.id, event.message)
         elif isinstance(event, ReadingReceived):
-            self._gauge_reads["read" if event.adapters is not None else "absent"] += 1
+            self._engine_reads["read" if event.adapters is not None else "absent"] += 1
         elif isinstance(event, ReadingFailed):
-            self._gauge_reads["failed"] += 1
+            self._engine_reads["failed"] += 1
             log.warning("could not read which adapters run on %s: %s", replica.id, event.message)
         else:
             assert isinstance(event, ListingReceived)

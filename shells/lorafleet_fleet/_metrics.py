@@ -17,8 +17,8 @@ from ._adapter_counts import (
 )
 from ._types import _invalid
 
-GAUGE_READS = ("read", "absent", "failed")
-"""How a read of an engine's running adapters can end (``Fleet.gauge_reads``)."""
+ENGINE_READS = ("read", "absent", "failed")
+"""How a read of an engine can end (``Fleet.engine_reads``)."""
 
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
@@ -50,8 +50,9 @@ class PrometheusMetrics:
     - ``lorafleet_failures_total{fault}``: requests failed, by adapter or replica fault;
     - ``lorafleet_loads_total{model,outcome}`` and ``lorafleet_load_seconds{model}`` (a histogram);
     - ``lorafleet_evictions_total{model,outcome}``;
-    - ``lorafleet_gauge_reads_total{outcome}``: reads of the engines' running adapters, by read,
-      absent (answered without the gauge) and failed (see ``Fleet.gauge_reads``).
+    - ``lorafleet_engine_reads_total{outcome}``: reads of the engines, by read, absent (answered
+      without the gauge) and failed (see ``Fleet.engine_reads``); ``lorafleet_gauge_reads_total`` is
+      its old name, kept for dashboards that use it.
 
     Gauges, per replica in use: ``lorafleet_adapters_held{replica}``, ``lorafleet_adapters_in_use``,
     ``lorafleet_adapters_limit`` (what it may hold: the limit; past it only while all are in use, by
@@ -125,7 +126,7 @@ class _FleetCollector:
         failures: Counter[str] = Counter(dict.fromkeys((fault.value for fault in Fault), 0))
         loads: Counter[tuple[str, str]] = Counter()
         evictions: Counter[tuple[str, str]] = Counter()
-        gauge_reads: Counter[str] = Counter(dict.fromkeys(GAUGE_READS, 0))
+        engine_reads: Counter[str] = Counter(dict.fromkeys(ENGINE_READS, 0))
         held: Counter[str] = Counter()
         in_use: Counter[str] = Counter()
         in_flight: Counter[str] = Counter()
@@ -138,7 +139,7 @@ class _FleetCollector:
             failures.update(snapshot.failures)
             loads.update(snapshot.loads)
             evictions.update(snapshot.evictions)
-            gauge_reads.update(fleet.gauge_reads())
+            engine_reads.update(fleet.engine_reads())
             for rid, replica in snapshot.replicas.items():
                 held[rid] += len(replica.held)
                 in_use[rid] += sum(1 for uses in replica.held.values() if uses)
@@ -156,7 +157,8 @@ class _FleetCollector:
             families["loads"].add_metric([model, outcome], count)
         for (model, outcome), count in sorted(evictions.items()):
             families["evictions"].add_metric([model, outcome], count)
-        for outcome, count in gauge_reads.items():
+        for outcome, count in engine_reads.items():
+            families["engine_reads"].add_metric([outcome], count)
             families["gauge_reads"].add_metric([outcome], count)
         for rid in sorted(healthy):
             families["held"].add_metric([rid], held[rid])
@@ -243,9 +245,12 @@ class _FleetCollector:
             "evictions": CounterMetricFamily(
                 f"{prefix}_evictions", "Adapters unloaded to make room", labels=["model", "outcome"]
             ),
+            "engine_reads": CounterMetricFamily(
+                f"{prefix}_engine_reads", "Reads of the engines' /metrics, by outcome", labels=["outcome"]
+            ),
             "gauge_reads": CounterMetricFamily(
                 f"{prefix}_gauge_reads",
-                "Reads of the adapters the engines say run, by outcome",
+                f"Deprecated: the old name of {prefix}_engine_reads_total",
                 labels=["outcome"],
             ),
             "held": GaugeMetricFamily(

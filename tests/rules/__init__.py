@@ -15,7 +15,7 @@
     [pin]                                     test_pin.py
     [view] [statistics] [order]               test_queries.py
     [load] [place]                            test_place.py
-    [elsewhere] [read-failed]                 test_elsewhere.py
+    [reading] [read-failed]                   test_reading.py
     [share]                                   test_share.py
     [read]                                    test_read.py
     [route]                                   test_route.py

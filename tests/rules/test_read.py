@@ -92,7 +92,7 @@ def test_read_not_by_a_lone_router_whose_readings_name_only_its_own_requests() -
     s = Scenario.reading(("r", 1), headroom=0)
     t = s.load("r", "a")
     read_now(s, "r", "a")
-    assert s.machine.reported("r") == frozenset()  # it stands as an empty reading ([elsewhere])
+    assert s.machine.reported("r") == frozenset()  # it stands as an empty reading ([reading])
     s.expect(Released(ticket=t))
     _t, commands = s.request("r", "b")
     (unload,) = commands

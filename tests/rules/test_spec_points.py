@@ -41,7 +41,7 @@ from lorafleet._machine import _rendezvous
 from scenario import Scenario, landed, loads
 
 RULES = {
-    "test_elsewhere_a_release_of_an_adapter_the_engine_reports_running_admits_no_queue": ["cap", "release"],
+    "test_reading_a_release_of_an_adapter_the_engine_reports_running_admits_no_queue": ["cap", "release"],
     "test_refuse_spares_a_replica_that_holds_the_adapter_but_not_one_that_loads_it": ["hit", "route"],
     "test_cancel_of_the_last_waiter_keeps_a_pins_load_not_yet_issued": ["pin", "unload-outcome"],
     "test_cancel_keeps_a_pinned_adapters_load_a_request_started": ["pin", "unload-outcome"],
@@ -77,10 +77,10 @@ def favouring(first: str, second: str) -> str:
     )
 
 
-# -- (1) a release of an adapter the last reading names ([elsewhere], [release], [cap]) -----------
+# -- (1) a release of an adapter the last reading names ([reading], [release], [cap]) -----------
 
 
-def test_elsewhere_a_release_of_an_adapter_the_engine_reports_running_admits_no_queue() -> None:
+def test_reading_a_release_of_an_adapter_the_engine_reports_running_admits_no_queue() -> None:
     """Issue 22 (1). An adapter the last reading names stays out of ``idle`` when its last lease here
     ends, so no room came: the queue is not admitted (a read is started instead, while requests wait
     at the cap). Misreading: the release admits the queue, and the queued request for ``d``, which

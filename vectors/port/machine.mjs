@@ -386,7 +386,7 @@ export class Machine {
       return [];
     }
     if (this.pins.has(held.adapter)) return []; // [pin]: never idle
-    if (rep.elsewhere.has(held.adapter)) { // [elsewhere]: never idle until the next reading
+    if (rep.named.has(held.adapter)) { // [reading]: never idle until the next reading
       // [read]: with requests waiting at the cap, read again for the room this request leaves.
       if (this.readEngine && rep.queue.waiters.length > 0 && !rep.read) return [this.startRead(rep)];
       return [];
@@ -583,7 +583,7 @@ export class Machine {
       rep = {
         id: replica, held: new Map(), idle: new Map(), loading: new Map(), unloading: new Map(),
         listing: null, droppedWhileListing: new Set(), outstanding: 0, inFlight: 0, served: 0,
-        failures: 0, avoidUntil: 0, elsewhere: new Set(), listedSinceReport: false, base: 0, unseen: 0,
+        failures: 0, avoidUntil: 0, named: new Set(), listedSinceReport: false, base: 0, unseen: 0,
         read: null, gauged: false, foreign: false, settle: false,
         others: 0, readServed: 0, seqs: null, ran: 0, calm: 0, maxLoras: null, sampled: null,
       };
@@ -607,9 +607,9 @@ export class Machine {
       const rep = this.replicas.get(id);
       if (!rep || rep.removed) continue;
       rep.removed = true;
-      // [elsewhere], [load]: what readings said is about the engine before the removal.
+      // [reading], [load]: what readings said is about the engine before the removal.
       Object.assign(rep, {
-        elsewhere: new Set(), listedSinceReport: false, gauged: false, foreign: false, settle: false,
+        named: new Set(), listedSinceReport: false, gauged: false, foreign: false, settle: false,
         others: 0, readServed: 0, seqs: null, ran: 0, calm: 0, maxLoras: null, sampled: null,
       });
       if (rep.read) { // abandoned: requested waiters fail with the others, routed ones are placed again
@@ -807,7 +807,7 @@ export class Machine {
     return true;
   }
 
-  // [elsewhere]: the engine's set replaces the last reading; then the read's waiters go on.
+  // [reading]: the engine's set replaces the last reading; then the read's waiters go on.
   readingReceived({ read: number, adapters, running = null, waiting = null, max_loras = null }) {
     const read = this.readOp(number);
     if (adapters !== null) {
@@ -911,11 +911,11 @@ export class Machine {
       rep.foreign = others || [...names].some((name) => !(rep.held.get(name)?.inUse > 0));
       if (!rep.foreign) names = new Set();
     }
-    const before = rep.elsewhere;
-    rep.elsewhere = names;
-    for (const name of rep.elsewhere) rep.idle.delete(name);
+    const before = rep.named;
+    rep.named = names;
+    for (const name of rep.named) rep.idle.delete(name);
     let freed = false;
-    for (const name of [...before].filter((n) => !rep.elsewhere.has(n)).sort(byName)) {
+    for (const name of [...before].filter((n) => !rep.named.has(n)).sort(byName)) {
       const held = rep.held.get(name);
       if (held && held.inUse === 0 && !this.pins.has(name)) {
         rep.idle.set(name, this.tick());
@@ -927,7 +927,7 @@ export class Machine {
 
   // Whether a held adapter with no request of ours on it may be idle: not pinned, not reported.
   idleable(rep, name) {
-    return !this.pins.has(name) && !rep.elsewhere.has(name);
+    return !this.pins.has(name) && !rep.named.has(name);
   }
 
   // -- §3.10 Pinned adapters ---------------------------------------------------------------------
@@ -949,7 +949,7 @@ export class Machine {
     const commands = [];
     for (const rep of [...this.replicas.values()].sort((a, b) => byName(a.id, b.id))) {
       const held = rep.held.get(adapter);
-      if (held && held.inUse === 0 && !rep.removed && !rep.elsewhere.has(adapter)) {
+      if (held && held.inUse === 0 && !rep.removed && !rep.named.has(adapter)) {
         rep.idle.set(adapter, this.tick()); // evictable again, most recently used
         commands.push(...this.admitQueue(rep));
       }
@@ -1025,18 +1025,18 @@ export class Machine {
     return Boolean(this.inUse(replica)?.met);
   }
 
-  // [elsewhere]: the standing report, in name order; empty for a replica not in use.
+  // [reading]: the standing report, in name order; empty for a replica not in use.
   reported(replica) {
-    return [...(this.inUse(replica)?.elsewhere ?? [])].sort(byName);
+    return [...(this.inUse(replica)?.named ?? [])].sort(byName);
   }
 
-  // The readings' view of an engine ([elsewhere], [load]); null for a replica not in use.
+  // The readings' view of an engine ([reading], [load]); null for a replica not in use.
   reading(replica) {
     const rep = this.inUse(replica);
     if (!rep) return null;
     const [running, waiting] = rep.sampled ?? [null, null];
     return {
-      adapters: [...rep.elsewhere].sort(byName), foreign: rep.foreign, running, waiting, others: rep.others,
+      adapters: [...rep.named].sort(byName), foreign: rep.foreign, running, waiting, others: rep.others,
       load: this.load(rep), capacity: this.capacity(rep), max_loras: rep.maxLoras,
     };
   }

@@ -1,4 +1,4 @@
-"""[elsewhere] and [read-failed] (SPEC.md §3.13): what a reading names is never a victim; a failed read
+"""[reading] and [read-failed] (SPEC.md §3.13): what a reading names is never a victim; a failed read
 leaves the reading standing until a listing comes in."""
 
 from __future__ import annotations
@@ -42,11 +42,11 @@ def queued_behind_a_report() -> Scenario:
     return s
 
 
-# -- [elsewhere] -----------------------------------------------------------------------------------
+# -- [reading] -----------------------------------------------------------------------------------
 
 
-def test_elsewhere_a_reading_naming_only_this_routers_requests_stands_as_an_empty_one() -> None:
-    """[elsewhere] A reading that names only adapters this router's requests run on there says nothing
+def test_reading_a_reading_naming_only_this_routers_requests_stands_as_an_empty_one() -> None:
+    """[reading] A reading that names only adapters this router's requests run on there says nothing
     of another router: it stands as an empty one, and they go idle as their requests end."""
     s = Scenario.reading(("r", 1))
     t = s.load("r", "a")
@@ -56,8 +56,8 @@ def test_elsewhere_a_reading_naming_only_this_routers_requests_stands_as_an_empt
     assert s.machine.place("b") == Placement(replica="r", placed=Placed.EVICT)  # a is idle: a victim
 
 
-def test_elsewhere_a_reading_counting_others_requests_on_our_adapter_is_another_routers() -> None:
-    """[elsewhere] A reading that names only this router's adapters but counts more requests than
+def test_reading_a_reading_counting_others_requests_on_our_adapter_is_another_routers() -> None:
+    """[reading] A reading that names only this router's adapters but counts more requests than
     this router had there when the read went out: another router's run on one of them too. It is
     foreign, so what it names stays out of idle after this router's requests end."""
     s = Scenario.reading(("r", 1))
@@ -71,8 +71,8 @@ def test_elsewhere_a_reading_counting_others_requests_on_our_adapter_is_another_
     assert s.machine.place("b") == Placement(replica="r", placed=Placed.OVER)  # a still runs: no victim
 
 
-def test_elsewhere_a_reading_naming_another_adapter_keeps_all_it_names_out_of_idle() -> None:
-    """[elsewhere] A reading that names an adapter no request of this router runs on there is another
+def test_reading_a_reading_naming_another_adapter_keeps_all_it_names_out_of_idle() -> None:
+    """[reading] A reading that names an adapter no request of this router runs on there is another
     router's doing: all it names, this router's own included, stay out of idle until the next."""
     s = Scenario.reading(("r", 1))
     t = s.load("r", "a")
@@ -84,7 +84,7 @@ def test_elsewhere_a_reading_naming_another_adapter_keeps_all_it_names_out_of_id
     assert s.machine.place("b") == Placement(replica="r", placed=Placed.EVICT)
 
 
-def test_elsewhere_an_adapter_the_engine_reports_running_is_no_victim() -> None:
+def test_reading_an_adapter_the_engine_reports_running_is_no_victim() -> None:
     s = Scenario.reading(("r", 2))
     idle_pair(s)
     read_now(s, "r", "a")  # idle here: another router's requests run on it
@@ -99,7 +99,7 @@ def test_elsewhere_an_adapter_the_engine_reports_running_is_no_victim() -> None:
     assert [u.adapter for u in unloads(commands)] == ["b"]
 
 
-def test_elsewhere_when_every_idle_adapter_is_reported_the_load_goes_over_the_limit() -> None:
+def test_reading_when_every_idle_adapter_is_reported_the_load_goes_over_the_limit() -> None:
     s = Scenario.reading(("r", 2))
     idle_pair(s)
     another_routers(s)
@@ -110,7 +110,7 @@ def test_elsewhere_when_every_idle_adapter_is_reported_the_load_goes_over_the_li
     assert held(s, "r") == {"a": 0, "b": 0, "c": 1}
 
 
-def test_elsewhere_the_next_report_replaces_it_and_frees_the_rest_most_recently_used() -> None:
+def test_reading_the_next_report_replaces_it_and_frees_the_rest_most_recently_used() -> None:
     s = Scenario.reading(("r", 2))
     idle_pair(s)
     read_now(s, "r", "a")
@@ -122,7 +122,7 @@ def test_elsewhere_the_next_report_replaces_it_and_frees_the_rest_most_recently_
     assert [u.adapter for u in unloads(commands)] == ["b"]
 
 
-def test_elsewhere_an_adapter_in_use_here_stays_in_use_when_the_report_drops_it() -> None:
+def test_reading_an_adapter_in_use_here_stays_in_use_when_the_report_drops_it() -> None:
     s = Scenario.reading(("r", 1), headroom=0)
     t = s.load("r", "a")
     read_now(s, "r", "a", "x")  # x: another router's
@@ -136,7 +136,7 @@ def test_elsewhere_an_adapter_in_use_here_stays_in_use_when_the_report_drops_it(
     assert unload.adapter == "a"
 
 
-def test_elsewhere_a_release_or_a_load_leaves_a_reported_adapter_out_of_idle() -> None:
+def test_reading_a_release_or_a_load_leaves_a_reported_adapter_out_of_idle() -> None:
     s = Scenario.reading(("r", 2), headroom=0)
     read_now(s, "r", "a", "b")
     t = s.load("r", "a")
@@ -151,7 +151,7 @@ def test_elsewhere_a_release_or_a_load_leaves_a_reported_adapter_out_of_idle() -
     assert unloads(commands) == []
 
 
-def test_elsewhere_a_listing_brings_in_reported_adapters_not_idle() -> None:
+def test_reading_a_listing_brings_in_reported_adapters_not_idle() -> None:
     s = Scenario.reading(("r", 1))
     read_now(s, "r", "x")
     s.list_and_read(60.0, "r", ["x", "y"], ["x"])
@@ -163,7 +163,7 @@ def test_elsewhere_a_listing_brings_in_reported_adapters_not_idle() -> None:
     assert [u.adapter for u in unloads(commands)] == ["y"]
 
 
-def test_elsewhere_placement_does_not_count_reported_adapters_as_idle() -> None:
+def test_reading_placement_does_not_count_reported_adapters_as_idle() -> None:
     s = Scenario.reading(("r0", 1), ("r1", 1))
     s.expect(Released(ticket=s.load("r0", "a")))
     s.expect(Released(ticket=s.load("r1", "b")))
@@ -177,7 +177,7 @@ def test_elsewhere_placement_does_not_count_reported_adapters_as_idle() -> None:
     assert s.machine.place("c", exclude={"r0"}).placed is Placed.OVER
 
 
-def test_elsewhere_at_the_cap_a_report_that_frees_an_adapter_admits_the_queue() -> None:
+def test_reading_at_the_cap_a_report_that_frees_an_adapter_admits_the_queue() -> None:
     s = queued_behind_a_report()  # a runs elsewhere: no room under the cap
     (unload,) = s.list_and_read(60.0, "r", ["a"], [])
     assert isinstance(unload, IssueUnload)
@@ -187,7 +187,7 @@ def test_elsewhere_at_the_cap_a_report_that_frees_an_adapter_admits_the_queue() 
     assert load.adapter == "b"
 
 
-def test_elsewhere_a_removed_replica_forgets_its_reading() -> None:
+def test_reading_a_removed_replica_forgets_its_reading() -> None:
     s = Scenario.reading(("r", 1))
     s.expect(Released(ticket=s.load("r", "a")))
     read_now(s, "r", "a")
