@@ -15,6 +15,7 @@ from lorafleet import (
     MarkMet,
     ReadListing,
     Released,
+    ReplicaAdded,
     TimeAdvanced,
     UnloadFinished,
     UnloadOutcome,
@@ -157,3 +158,15 @@ def test_fault_4_an_adapter_being_loaded_is_never_unloaded() -> None:
     # In the seed the listed-while-loading entry is the first victim: an unload that crosses the load.
     _, commands = s.request("r", "b")
     assert unloads(commands) == []
+
+
+def test_evict_a_limit_set_for_one_model_leaves_the_other_models_replicas_alone() -> None:
+    """[limit] ``limit_set`` is for the replicas of its model: q, of another model, keeps its limit 1."""
+    s = Scenario.with_replicas(("r", 1), headroom=0)
+    (cmd,) = s(ReplicaAdded(replica="q", model="other", limit=1))
+    assert isinstance(cmd, ReadListing)
+    s.expect(ListingReceived(listing=cmd.listing, adapters=()), MarkMet(replica="q"))
+    s.expect(Released(ticket=s.load("q", "x")))
+    s.expect(LimitSet(model="base", limit=3))
+    _ticket, commands = s.request("q", "y")
+    assert [u.adapter for u in unloads(commands)] == ["x"]  # still full at 1: x goes before y loads

@@ -67,6 +67,17 @@ def test_listing_adds_unknown_adapters_as_least_recently_used_of_all() -> None:
     assert [u.adapter for u in unloads(commands)] == ["theirs"]
 
 
+def test_listing_puts_what_it_adds_before_what_an_earlier_listing_added() -> None:
+    """Both are in no demand; the newly listed one goes to the very front of ``idle``, so it goes first."""
+    s = Scenario.with_replicas(("r", 2), listed=False, headroom=0)
+    s.expect(ListingReceived(listing=1, adapters=("old",)), MarkMet(replica="r"))
+    (cmd,) = s(TimeAdvanced(now=30.0))
+    assert isinstance(cmd, ReadListing)
+    s.expect(ListingReceived(listing=cmd.listing, adapters=("new", "old")))
+    _ticket, commands = s.request("r", "x")
+    assert [u.adapter for u in unloads(commands)] == ["new"]
+
+
 def test_listing_drops_unlisted_adapters_held_before_it_started_in_use_or_not() -> None:
     s = Scenario.with_replicas(("r", 4))
     old, busy = s.load("r", "old"), s.load("r", "busy")

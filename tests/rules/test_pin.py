@@ -41,6 +41,10 @@ def test_pin_loads_the_adapter_on_its_copies_and_never_evicts_it() -> None:
     # Requests use a pinned adapter like any other; releasing it leaves it pinned, not idle.
     s.expect(Released(ticket=s.hit("r2", "p")))
     assert held(s, "r2") == {"p": 0}
+    # So a cold load there settles by unloading nothing: p is no victim once its requests end.
+    c, commands = s.request("r2", "c")
+    commands = s(landed(loads(commands)[0]))
+    assert commands == [Grant(ticket=c, how=How.LOADED)]
 
 
 def test_pin_is_restored_where_the_engine_lost_it_and_released_by_unpin() -> None:
