@@ -95,10 +95,9 @@ def test_a_second_implementation_written_from_the_spec_replays_every_vector() ->
 
 
 def test_every_mutant_of_the_port_fails_a_vector() -> None:
-    """vectors/port/mutants.mjs: each bug planted in the port fails a vector, bar its known survivors."""
+    """vectors/port/mutants.mjs: each bug planted in the port fails a vector; a survivor wants one more."""
     out = run_node("port/mutants.mjs").splitlines()
     caught = sum(line.startswith("caught   ") for line in out)
-    known = sum(line.startswith("survived (known)") for line in out)
     assert not [line for line in out if line.startswith(("SURVIVED", "BROKEN"))]
-    assert out[-1] == f"caught {caught}/{caught + known}"
-    assert known == 0, "a known survivor: close it with a vector rather than list it"
+    assert caught > 0
+    assert out[-1] == f"caught {caught}/{caught}"
