@@ -1,18 +1,23 @@
 """A Hypothesis state machine that plays the shell around the machine, in a simulated world, beside a model.
 
 Each example starts a machine with drawn settings (no cap or a cap, the default refusal or a short
-one, the default backoff or a long one). Then Hypothesis chooses what happens next: a request
-(through the ``hit`` fast path or not), a release, a cancel, which outstanding call the engine answers
+one, the default backoff or a short or long one and its cap, demand halved often or not, reads of the
+engines or none, ``concurrency``, ``overflow`` and ``routers``). Then Hypothesis chooses what happens
+next: a request (through the ``hit`` fast path or not, or routed: placed by the machine), a release, a
+cancel, which outstanding call the engine answers
 and how (world.py: as asked, already loaded, not found, the adapter's fault, the replica's fault
 before or after the engine acted, worded as one vLLM release or another and read back through the
 wire protocol or not), another router loading or unloading behind the machine's back, an engine
 restarting, a 404 on a forwarded request, replicas failing, removed and added back, limits changed,
-time passing, other routers' requests running on an engine and the machine's reads of it answered
-(or failing), listings racing all of these, and calls that break the contract.
+time passing, other routers' requests running on an engine (and engines queueing them) and the
+machine's reads of it answered (or failing), listings racing all of these, and calls that break the
+contract.
 
 Every event goes to the machine and to a naive model (model.py): the commands must be the same list,
 and after every step the statistics (in key order), the views, the next due time, which replicas are
-met and the next ticket must be the same too. Beside the model, what the world itself says must hold
+met and the next ticket must be the same too, and so must ``place()`` for every adapter, against
+the model's plain reading of SPEC §3.12 (each step also with a model, an exclusion or a caller's load,
+in turn). Beside the model, what the world itself says must hold
 is checked on its own (``with_model = False`` checks only that): no grant for an adapter being
 unloaded, no unload of an adapter a request runs on (across remove and re-add), one call at a time per
 adapter and replica, every request ended once, a request is a hit exactly when the adapter is held
@@ -37,9 +42,11 @@ from lorafleet import (
     DEFAULT_BACKOFF,
     DEFAULT_HALF_LIFE,
     DEFAULT_LISTING_INTERVAL,
+    DEFAULT_MAX_BACKOFF,
     DEFAULT_REFUSAL,
     AdapterMissing,
     AdapterStateMachine,
+    Assign,
     Cancelled,
     ClockWentBackwardsError,
     Command,
@@ -63,6 +70,7 @@ from lorafleet import (
     ReplicaFailed,
     ReplicasRemoved,
     Requested,
+    Routed,
     ServedElsewhere,
     TicketOrderError,
     TimeAdvanced,
@@ -126,9 +134,21 @@ AROUND = [
 """What FleetModel.something_else_happens may do: the world around the requests changes."""
 
 
+PLACES: list[tuple[str | None, tuple[str, ...], dict[str, float]]] = [
+    ("m0", (), {}),
+    (None, ("r0",), {}),
+    (None, (), {"r1": 2.0}),
+    ("m1", (), {"r2": 1.0}),
+    (None, ("r1", "r2"), {"r0": 3.0}),
+]
+"""The arguments ``place()`` is also asked with, one set per step in turn: a model, exclusions, and
+load figures the router reports."""
+
+
 @attrs.define
 class Ticket:
     replica: str
+    """Empty while a routed request is not yet assigned."""
     adapter: str
     state: State = State.WAITING
     ended: int = 0
@@ -178,34 +198,56 @@ class FleetModel(RuleBasedStateMachine):
     @initialize(
         headroom=st.sampled_from([None, None, 0, 1]),
         refusal=st.sampled_from([45.0, 45.0, DEFAULT_REFUSAL]),
-        backoff=st.sampled_from([DEFAULT_BACKOFF, 40.0]),
+        backoff=st.sampled_from([DEFAULT_BACKOFF, 40.0, 0.5]),
+        max_backoff=st.sampled_from([DEFAULT_MAX_BACKOFF, DEFAULT_MAX_BACKOFF, 1.0]),
         half_life=st.sampled_from([DEFAULT_HALF_LIFE, 3]),
         read_engine=st.booleans(),
         max_loras=st.sampled_from([1, 2, 4]),
+        concurrency=st.sampled_from([None, None, 1, 2]),
+        overflow=st.sampled_from([2, 0, 1]),
+        routers=st.sampled_from([1, 1, 2, 3]),
     )
     def start(
         self,
         headroom: int | None,
         refusal: float,
         backoff: float,
+        max_backoff: float,
         half_life: int,
         read_engine: bool,
         max_loras: int,
+        concurrency: int | None,
+        overflow: int,
+        routers: int,
     ) -> None:
-        """A machine with these settings: the defaults, or a cap, a short refusal, a long backoff,
-        demand halved every few requests, reads of the engines ([read]); engines whose batch may use
-        1, 2 or 4 adapters, which their readings say ([cap])."""
+        """A machine with these settings: the defaults, or a cap, a short refusal, a short or long
+        backoff and a short cap on it (a failed replica comes back within a step or two: routed requests
+        see it leave and return), demand halved every few requests, reads of the engines ([read]), a
+        set ``concurrency`` ([load]), ``overflow`` ([place]), several routers ([share]); engines whose
+        batch may use 1, 2 or 4 adapters, which their readings say ([cap])."""
         self.world.max_loras = max_loras
         self.config = {
             "headroom": headroom,
             "refusal": refusal,
             "backoff": backoff,
+            "max_backoff": max_backoff,
             "half_life": half_life,
             "read_engine": read_engine,
+            "concurrency": concurrency,
+            "overflow": overflow,
+            "routers": routers,
         }
         self.machine = type(self).factory(**self.config)
         self.model = Model(
-            headroom=headroom, refusal=refusal, backoff=backoff, half_life=half_life, read_engine=read_engine
+            headroom=headroom,
+            refusal=refusal,
+            backoff=backoff,
+            max_backoff=max_backoff,
+            half_life=half_life,
+            read_engine=read_engine,
+            concurrency=concurrency,
+            overflow=overflow,
+            routers=routers,
         )
         for replica in sorted(REPLICAS):
             self.add(replica, LIMITS[REPLICAS[replica]])
@@ -270,7 +312,13 @@ class FleetModel(RuleBasedStateMachine):
     def take(self, commands: list[Command]) -> None:
         """Carry out the commands as a shell would, checking what must hold of each in the world."""
         for command in commands:
-            if isinstance(command, MarkMet):
+            if isinstance(command, Assign):
+                ticket = self.tickets[command.ticket]
+                assert ticket.state is State.WAITING, f"{command} for {ticket}"
+                assert not ticket.replica, f"{command} for {ticket}"
+                assert command.replica in self.active, command
+                ticket.replica = command.replica
+            elif isinstance(command, MarkMet):
                 assert command.replica not in self.met, f"{command} twice"
                 assert self.machine.is_met(command.replica), command
                 self.met.add(command.replica)
@@ -351,9 +399,8 @@ class FleetModel(RuleBasedStateMachine):
         assert (hit in commands) == (adapter in was.held), f"{event} gave {commands}"
         if adapter not in was.held and adapter not in was.loading and adapter not in was.unloading:
             now = self.machine.statistics().replicas[replica]
-            # [cold], or [cap]: a load starts, or the request waits for room; [read]: or for a reading,
-            # when the replica has no free slot.
-            read = self.reading(replica) and len(was.held) + len(was.loading) >= was.limit
+            # [cold], or [cap]: a load starts, or the request waits for room; [read]: or for a reading.
+            read = self.reading(replica)
             started = adapter in now.loading or now.queued > was.queued
             assert started or read, f"{event} started no load: {commands}"
 
@@ -383,6 +430,26 @@ class FleetModel(RuleBasedStateMachine):
         else:
             replica = data.draw(st.sampled_from(sorted(self.active)))
         self.ask(replica, adapter, fast=fast, gap=gap)
+
+    @precondition(lambda self: bool(self.active))
+    @rule(
+        adapter=st.sampled_from(ADAPTERS),
+        model=st.sampled_from([None, None, "m0", "m1"]),
+        exclude=st.sets(st.sampled_from(sorted(REPLICAS)), max_size=2),
+        gap=st.sampled_from([1, 1, 1, 3]),
+    )
+    def route(self, adapter: str, model: str | None, exclude: set[str], gap: int) -> None:
+        """A request the machine places ([route]): assigned where [place] says, or after a read of a
+        full replica, or failed when no replica will do (all failing, excluded, or of another model)."""
+        ticket = self.new_ticket("", adapter, gap)
+        event = Routed(
+            ticket=ticket,
+            adapter=adapter,
+            path=f"/adapters/{adapter}",
+            model=model,
+            exclude=tuple(sorted(exclude)),
+        )
+        self.send(event)
 
     def contested(self) -> list[tuple[str, str]]:
         return sorted(
@@ -588,6 +655,13 @@ class FleetModel(RuleBasedStateMachine):
         self.world.others_run(replica, theirs | ours)
         self.answer(op, way, variant, wire)
         self.world.others_run(replica, theirs)
+
+    @rule(replica=st.sampled_from(sorted(REPLICAS)), running=st.integers(0, 3), waiting=st.integers(0, 2))
+    def an_engine_queues(self, replica: str, running: int, waiting: int) -> None:
+        """An engine runs requests besides those ``/metrics`` names by adapter, and queues some: its
+        next reading gives [load] its counts (another router's requests, the engine's batch)."""
+        note(f"the engine of {replica} runs {running} more requests and queues {waiting}")
+        self.world.busy(replica, running, waiting)
 
     def engine_restarts(self, data: st.DataObject) -> None:
         replica = data.draw(st.sampled_from(sorted(REPLICAS)))
@@ -808,7 +882,17 @@ class FleetModel(RuleBasedStateMachine):
         assert m.next_due() == model.next_due()
         assert [m.is_met(r) for r in ids] == [model.is_met(r) for r in ids]
         assert [m.reported(r) for r in ids] == [model.reported(r) for r in ids]
+        assert [m.reading(r) for r in ids] == [model.reading(r) for r in ids]
         assert m.next_ticket == model.last_ticket + 1
+        for adapter in ADAPTERS:
+            assert m.place(adapter) == model.place(adapter), f"place({adapter!r})"
+        # One other way of asking per step, in turn: the plain oracle is slow, and the steps are many.
+        model_, exclude, load = PLACES[self.steps % len(PLACES)]
+        for adapter in ADAPTERS:
+            got = m.place(adapter, model=model_, exclude=exclude, load=load)
+            assert got == model.place(adapter, model_, exclude, load), (
+                f"place({adapter!r}, {model_}, {exclude}, {load})"
+            )
 
     @invariant()
     def in_use_counts_are_the_requests_running(self) -> None:

@@ -12,14 +12,18 @@ out of its additions those dropped *while it was out* (``dropped_while_listing``
 
 It follows [refuse], [health], [cap] (a queue per replica, raised by the engine's ``max_loras``),
 [evict]'s demand weights and its bound, [settle], [read] (the reads it asks for, and the requests that
-wait for them), [reading] (a reading of only this router's own requests stands as empty) and
-[read-failed]. It does not follow [pin] or [route], which place where [place] would, nor [load], which
-only placement reads: the properties send no pins and no routed requests.
+wait for them), [reading] (a reading of only this router's own requests stands as empty),
+[read-failed], [share] (each replica's line, from its last listing and what the engine lost since),
+[load] (the engine's counts as readings gave them) and [route]. Its [place] is SPEC §3.12 read
+literally: every candidate scanned, every key built and compared, no index and no cache, so that the
+machine's indexed placement is checked against the plain one after every step. It keeps the logical
+clock the idle stamps come from (§1.2), which placement compares across replicas. It does not follow
+[pin]: the properties send no pins.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 import attrs
 
@@ -32,6 +36,7 @@ from lorafleet import (
     AdapterMissing,
     AdapterPinned,
     AdapterUnpinned,
+    Assign,
     Cancelled,
     Command,
     Event,
@@ -47,7 +52,10 @@ from lorafleet import (
     LoadFinished,
     LoadOutcome,
     MarkMet,
+    Placed,
+    Placement,
     ReadEngine,
+    Reading,
     ReadingFailed,
     ReadingReceived,
     ReadListing,
@@ -62,10 +70,17 @@ from lorafleet import (
     Statistics,
     TimeAdvanced,
     UnloadFinished,
+    UnloadOutcome,
     View,
 )
 
 REMOVED = "the replica was removed while the request waited"
+SPILL_MARGIN = 2
+"""[place] step 3: how much shorter another engine's queue must be for a request to leave its holder."""
+REFRESH = 4
+"""[read]: requests sent to a replica other routers use before its reading is stale."""
+KINDS = {0: Placed.FREE, 1: Placed.OVER, 2: Placed.EVICT, 3: Placed.OVER, 4: Placed.WAIT}
+"""[place]: how a cold load is placed, by the kind of its replica."""
 
 
 @attrs.define(eq=False)
@@ -105,13 +120,29 @@ class Listing:
 
 
 @attrs.define(eq=False)
+class Route:
+    """A routed request's placement record ([route])."""
+
+    ticket: int
+    adapter: str
+    path: str
+    model: str | None
+    exclude: frozenset[str]
+    read: set[str] = attrs.field(factory=set)
+    """The replicas read for it so far."""
+
+
+@attrs.define(eq=False)
 class Read:
-    """A read of an engine ([read]), and the requests (ticket, adapter, path) waiting for its answer."""
+    """A read of an engine ([read]), and the requests (ticket, adapter, path, route) waiting for its
+    answer: ``route`` is None for a ``requested`` one."""
 
     op: int
     in_flight: int
     """The replica's requests counted when the read went out ([load])."""
-    waiters: list[tuple[int, str, str]] = attrs.field(factory=list)
+    served: int
+    """The replica's ``served`` when the read went out ([load], [read]'s staleness)."""
+    waiters: list[tuple[int, str, str, Route | None]] = attrs.field(factory=list)
 
 
 @attrs.define(eq=False)
@@ -123,6 +154,8 @@ class Replica:
     held: dict[str, Copy] = attrs.field(factory=dict)
     lru: list[str] = attrs.field(factory=list)
     """The idle held adapters, least recently used first."""
+    stamps: dict[str, int] = attrs.field(factory=dict)
+    """The idle stamp each adapter took as it last entered ``lru`` (0 at the front, from a listing)."""
     loading: dict[str, Load] = attrs.field(factory=dict)
     unloading: dict[str, Unload] = attrs.field(factory=dict)
     listing: Listing | None = None
@@ -152,6 +185,19 @@ class Replica:
     """A load landed over its limit and waits for the read out to unload the excess ([settle])."""
     max_loras: int | None = None
     """What the engine said one batch may use ([cap])."""
+    served: int = 0
+    """This router's requests counted on it, ever."""
+    sampled: tuple[int, int] | None = None
+    """The engine's (running, waiting) as the last reading that gave both counted them ([load])."""
+    others: int = 0
+    read_served: int = 0
+    seqs: int | None = None
+    ran: int = 0
+    calm: int = 0
+    base: int = 0
+    """Its count when its last listing was applied, or when it was added ([share])."""
+    unseen: int = 0
+    """Adapters the engine lost since then without this router's unload ([share])."""
 
     def count(self) -> int:
         return len(self.held) + len(self.loading)
@@ -171,6 +217,11 @@ class Model:
     refusal: float = DEFAULT_REFUSAL
     half_life: int = DEFAULT_HALF_LIFE
     read_engine: bool = False
+    concurrency: int | None = None
+    overflow: int = 2
+    routers: int = 1
+    clock: int = 0
+    """The logical clock of idle stamps (§1.2)."""
     demand: dict[str, int] = attrs.field(factory=dict)
     """Requests per adapter, all halved every ``half_life`` requests ([evict])."""
     requests: int = 0
@@ -229,7 +280,7 @@ class Model:
                     event.adapters,
                     failed=False,
                     max_loras=event.max_loras,
-                    engine=(event.running or 0) + (event.waiting or 0) if counted else None,
+                    counts=(event.running or 0, event.waiting or 0) if counted else None,
                 )
             case ReadingFailed():
                 return self.reading_answered(event.read, None, failed=True)
@@ -240,9 +291,12 @@ class Model:
                     if rep is not None and not rep.removed:
                         self.fault(rep)
                 return []
-            case AdapterPinned() | AdapterUnpinned() | Routed():
-                # [pin] places copies where [place] would: this model does not follow it, and the
-                # properties send no pins.
+            case Routed():
+                self.last_ticket = event.ticket
+                route = Route(event.ticket, event.adapter, event.path, event.model, frozenset(event.exclude))
+                return self.place_route(route)
+            case AdapterPinned() | AdapterUnpinned():
+                # The properties send no pins.
                 raise NotImplementedError(f"the model does not follow {type(event).__name__}")
 
     def hit(self, ticket: int, replica: str, adapter: str) -> bool:
@@ -259,13 +313,26 @@ class Model:
         """A request counts: in flight on its replica until it ends, and one more for its adapter's demand."""
         self.counted[ticket] = rep
         rep.in_flight += 1
+        rep.served += 1
         self.demand[adapter] = self.demand.get(adapter, 0) + 1
         self.requests += 1
         if self.requests % self.half_life == 0:
             self.demand = {a: n // 2 for a, n in self.demand.items() if n // 2}
 
     def ended(self, ticket: int) -> None:
-        self.counted.pop(ticket).in_flight -= 1
+        """A request ended: off its replica's count, unless it was routed and never assigned."""
+        rep = self.counted.pop(ticket, None)
+        if rep is not None:
+            rep.in_flight -= 1
+
+    def tick(self) -> int:
+        self.clock += 1
+        return self.clock
+
+    def idle(self, rep: Replica, adapter: str, stamp: int) -> None:
+        """``adapter`` enters ``idle`` at its end, most recently used, stamped ``stamp``."""
+        rep.lru.append(adapter)
+        rep.stamps[adapter] = stamp
 
     # -- requests -----------------------------------------------------------------------------------
 
@@ -300,29 +367,57 @@ class Model:
         # [read]: the first time a request is admitted, a replica whose load would evict first, where
         # another router's request ran at the last reading (or whose first read is out), is read
         # first, and the request waits for the answer.
-        if first and self.wants_reading(rep) and rep.count() + 1 > self.bound(rep):
-            commands: list[Command] = []
-            if rep.read is None:
-                commands.append(self.start_read(rep))
-            assert rep.read is not None
-            rep.read.waiters.append((ticket, adapter, path))
-            self.waiting[ticket] = rep.read
-            return commands
+        if first and self.needs_reading(rep):
+            return self.wait_for_reading(ticket, rep, adapter, path, None)
         return self.cold(ticket, rep, adapter, path)
+
+    def wait_for_reading(
+        self, ticket: int, rep: Replica, adapter: str, path: str, route: Route | None
+    ) -> list[Command]:
+        commands: list[Command] = []
+        if rep.read is None:
+            commands.append(self.start_read(rep))
+        assert rep.read is not None
+        rep.read.waiters.append((ticket, adapter, path, route))
+        self.waiting[ticket] = rep.read
+        return commands
 
     def wants_reading(self, rep: Replica) -> bool:
         return self.read_engine and (rep.foreign if rep.gauged else rep.read is not None)
 
+    def needs_reading(self, rep: Replica) -> bool:
+        """[read]: a cold load here would evict before it goes out, and the replica wants a reading."""
+        return self.wants_reading(rep) and rep.count() + 1 > self.bound(rep)
+
+    def stale(self, rep: Replica) -> bool:
+        """[read]: a request assigned here asks for a fresh reading, and does not wait for it."""
+        if not self.read_engine or not rep.gauged or rep.read is not None:
+            return False
+        if rep.foreign and rep.served - rep.read_served >= REFRESH:
+            return True
+        return (
+            rep.sampled is not None and self.capacity(rep) is None and rep.in_flight + rep.others > rep.calm
+        )
+
+    def line(self, rep: Replica) -> int:
+        """[share]: the count a landed load brings the replica back to."""
+        if self.routers == 1:
+            return rep.limit
+        free = rep.limit - rep.base
+        if free > 0:
+            return max(1, rep.base + -(-free // self.routers) - rep.unseen)
+        return max(1, rep.limit - rep.unseen)
+
     def bound(self, rep: Replica) -> float:
         """[evict]: past this count a load unloads before it goes out; none without a cap."""
-        return float("inf") if self.headroom is None else rep.limit + self.headroom
+        return float("inf") if self.headroom is None else self.line(rep) + self.headroom
 
     def cap(self, rep: Replica) -> int:
         """[cap]: what the adapters no request could give up may reach."""
-        return max(rep.limit + (self.headroom or 0), rep.max_loras or 0)
+        return max(self.line(rep) + (self.headroom or 0), rep.max_loras or 0)
 
     def start_read(self, rep: Replica) -> ReadEngine:
-        rep.read = Read(self.new_op(rep), rep.in_flight)
+        rep.read = Read(self.new_op(rep), rep.in_flight, rep.served)
         self.ops[rep.read.op] = (rep, rep.read)
         return ReadEngine(read=rep.read.op, replica=rep.id)
 
@@ -333,7 +428,7 @@ class Model:
         *,
         failed: bool,
         max_loras: int | None = None,
-        engine: int | None = None,
+        counts: tuple[int, int] | None = None,
     ) -> list[Command]:
         """[reading], [read-failed]: the reading replaces the last (a failed read: an empty one, only
         after a listing since); a pending [settle]; then the requests that waited for it are admitted
@@ -346,13 +441,23 @@ class Model:
         commands: list[Command] = []
         if not failed:
             rep.gauged = names is not None
+            rep.read_served = read.served
+            if counts is not None:  # [load]
+                running, waiting = counts
+                rep.sampled = counts
+                rep.others = max(0, running + waiting - read.in_flight)
+                rep.ran = max(rep.ran, running)
+                if waiting > 0:
+                    rep.seqs = max(rep.ran, rep.seqs or 1)
+                else:
+                    rep.calm = max(rep.calm, read.in_flight + rep.others)
             raised = max_loras is not None and max_loras > (rep.max_loras or 0)
             if max_loras:
                 rep.max_loras = max_loras
             named = set(names or ())
             # Only this router's own running requests: nothing of another router's, an empty reading.
             # Or requests the engine counts beyond this router's own when the read went out.
-            others = engine is not None and engine > read.in_flight
+            others = counts is not None and rep.others > 0
             rep.foreign = others or any(name not in rep.held or not rep.held[name].users for name in named)
             commands += self.new_reading(rep, named if rep.foreign else set())
             if raised:  # [cap]: the cap may have risen
@@ -362,9 +467,12 @@ class Model:
         if rep.settle:
             rep.settle = False
             commands += self.unload_excess(rep)
-        for ticket, adapter, path in read.waiters:
+        for ticket, adapter, path, route in read.waiters:
             del self.waiting[ticket]
-            commands += self.admit(ticket, rep, adapter, path)
+            if route is None:
+                commands += self.admit(ticket, rep, adapter, path)
+            else:
+                commands += self.place_route(route)
         return commands
 
     def use(self, ticket: int, rep: Replica, copy: Copy) -> None:
@@ -412,7 +520,7 @@ class Model:
 
     def unload_excess(self, rep: Replica) -> list[Command]:
         """[settle]: down to the limit, idle adapters only; loads still out do not count."""
-        unloads = self.evict(rep, len(rep.held) - rep.limit)
+        unloads = self.evict(rep, len(rep.held) - self.line(rep))
         return [IssueUnload(unload=unload.op, replica=rep.id, adapter=unload.adapter) for unload in unloads]
 
     def issue(self, rep: Replica, load: Load) -> IssueLoad:
@@ -438,7 +546,7 @@ class Model:
             if self.read_engine and rep.queue and rep.read is None:
                 return [self.start_read(rep)]
             return []
-        rep.lru.append(copy.adapter)
+        self.idle(rep, copy.adapter, self.tick())
         return self.admit_queued(rep)
 
     def cancel(self, ticket: int) -> list[Command]:
@@ -460,7 +568,7 @@ class Model:
             waited.waiters = [(t, p) for t, p in waited.waiters if t != ticket]
         elif isinstance(waited, Replica):
             waited.queue = [w for w in waited.queue if w[0] != ticket]
-        elif isinstance(waited, Read):
+        elif isinstance(waited, Read):  # a routed request not yet assigned was counted nowhere
             waited.waiters = [w for w in waited.waiters if w[0] != ticket]
         return []
 
@@ -517,15 +625,16 @@ class Model:
         if event.outcome.succeeded:
             copy = Copy(rep, load.adapter, len(load.waiters))
             rep.held[load.adapter] = copy
+            since = self.tick()
             if not load.waiters and load.adapter not in rep.named:
-                rep.lru.append(load.adapter)
+                self.idle(rep, load.adapter, since)
             for ticket in load.waiters:
                 del self.waiting[ticket]
                 self.leases[ticket] = copy
                 how = How.LOADED if ticket == load.starter else How.JOINED
                 self.grants[how.value] += 1
                 commands.append(Grant(ticket=ticket, how=how))
-            if len(rep.held) > rep.limit and rep.lru:  # [settle]
+            if len(rep.held) > self.line(rep) and rep.lru:  # [settle]
                 if self.wants_reading(rep):
                     rep.settle = True
                     if rep.read is None:
@@ -552,6 +661,15 @@ class Model:
             rep.dropped_while_listing.add(unload.adapter)
         commands: list[Command] = []
         load = unload.room_for
+        if self.routers > 1 and event.outcome is UnloadOutcome.NOT_FOUND:
+            # [share]: another router's adapter took the slot; a load this unload made room for
+            # evicts again, its new victims' unloads first.
+            rep.unseen += 1
+            if load is not None:
+                for victim in self.evict(rep, rep.count() - self.bound(rep)):
+                    victim.room_for = load
+                    load.waits_for.add(victim.op)
+                    commands.append(IssueUnload(unload=victim.op, replica=rep.id, adapter=victim.adapter))
         if load is not None:
             load.waits_for.discard(unload.op)
             if not load.waits_for:
@@ -576,6 +694,7 @@ class Model:
 
     def start_listing(self, rep: Replica) -> ReadListing:
         rep.listing = Listing(self.new_op(rep))
+        self.tick()  # the listing's start, which the machine dates by this clock
         self.ops[rep.listing.op] = (rep, rep.listing)
         rep.at_listing_start = list(rep.held.values())
         rep.dropped_while_listing = set()
@@ -606,10 +725,13 @@ class Model:
                 self.stop_holding(rep, copy.adapter)
         known = rep.held.keys() | rep.loading.keys() | rep.unloading.keys() | rep.dropped_while_listing
         added = sorted(listed - known)
+        self.tick()  # one for the whole listing: what it adds became held then
         for name in added:
             rep.held[name] = Copy(rep, name, 0)
+            rep.stamps[name] = 0  # at the front: older than anything
         rep.lru = [name for name in added if name not in rep.named] + rep.lru
         rep.dropped_while_listing = set()
+        rep.base, rep.unseen = rep.count(), 0  # [share]: shared afresh
         rep.listed_since_report = True
         commands += self.admit_queued(rep)
         if self.read_engine and rep.read is None:
@@ -631,6 +753,7 @@ class Model:
         if ticket is not None and self.leases.get(ticket) is not rep.held[adapter]:
             return []  # its request ran on an older copy, or has ended: the report may be stale
         self.stop_holding(rep, adapter)
+        rep.unseen += 1  # [share]: the engine lost it without this router's unload
         return self.admit_queued(rep)
 
     def stop_holding(self, rep: Replica, adapter: str) -> None:
@@ -655,6 +778,7 @@ class Model:
             rep = self.replicas[replica] = Replica(replica, model, limit, due)
         else:  # still answering calls, or running requests, from before its removal: they carry on
             rep.removed, rep.model, rep.limit, rep.met, rep.due = False, model, limit, False, due
+        rep.base, rep.unseen = rep.count(), 0  # [share]: what it knows
         return [self.start_listing(rep)]
 
     def new_reading(self, rep: Replica, names: set[str]) -> list[Command]:
@@ -663,11 +787,13 @@ class Model:
         before, rep.named, rep.listed_since_report = rep.named, names, False
         rep.lru = [name for name in rep.lru if name not in names]
         freed = [name for name in sorted(before - names) if name in rep.held and rep.held[name].users == 0]
-        rep.lru += freed
+        for name in freed:
+            self.idle(rep, name, self.tick())
         return self.admit_queued(rep) if freed else []
 
     def replicas_removed(self, replicas: Iterable[str]) -> list[Command]:
         failed: list[int] = []
+        rerouted: list[Route] = []
         for replica in replicas:
             rep = self.replicas.get(replica)
             if rep is None or rep.removed:
@@ -675,8 +801,10 @@ class Model:
             rep.removed = True
             rep.named, rep.listed_since_report, rep.gauged = set(), False, False
             rep.foreign, rep.settle, rep.max_loras = False, False, None
-            if rep.read is not None:  # abandoned: its answer is ignored; its requests fail
-                failed += [t for t, _, _ in rep.read.waiters]
+            rep.sampled, rep.others, rep.read_served, rep.seqs, rep.ran, rep.calm = None, 0, 0, None, 0, 0
+            if rep.read is not None:  # abandoned: its answer is ignored; its requests fail, or go elsewhere
+                failed += [t for t, _, _, route in rep.read.waiters if route is None]
+                rerouted += [route for _, _, _, route in rep.read.waiters if route is not None]
                 rep.read = None
             # Idle adapters go (reported ones too); those requests still run on are kept, unseen,
             # until they end.
@@ -699,7 +827,12 @@ class Model:
             self.forget_if_done(rep)
         for ticket in failed:
             del self.waiting[ticket]
-        return [self.fail(ticket, Fault.REPLICA, REMOVED) for ticket in sorted(failed)]
+        for route in rerouted:
+            del self.waiting[route.ticket]
+        commands: list[Command] = [self.fail(ticket, Fault.REPLICA, REMOVED) for ticket in sorted(failed)]
+        for route in sorted(rerouted, key=lambda r: r.ticket):
+            commands += self.place_route(route)
+        return commands
 
     def limit_set(self, model: str, limit: int) -> list[Command]:
         commands: list[Command] = []
@@ -727,12 +860,121 @@ class Model:
                 continue
             if adapter in rep.held or adapter in rep.loading:
                 holders.add(replica)
-            if rep.count() < rep.limit and rep.avoid_until <= self.now:
+            if rep.count() < self.line(rep) and rep.avoid_until <= self.now:
                 with_room.add(replica)
         return View(holders=frozenset(holders), with_room=frozenset(with_room))
 
     def next_due(self) -> float | None:
         return min((rep.due for rep in self.in_use()), default=None)
+
+    # -- [place] and [route] ------------------------------------------------------------------------
+
+    def capacity(self, rep: Replica) -> int | None:
+        """[load]: ``concurrency`` when set, else what readings showed; None: not known."""
+        return self.concurrency if self.concurrency is not None else rep.seqs
+
+    def kind(self, rep: Replica, adapter: str) -> tuple[int, int, int]:
+        """[place]: what a cold load of ``adapter`` would cost on ``rep``: (kind, a, b)."""
+        if self.headroom is not None and rep.count() - len(rep.lru) >= self.cap(rep):
+            return 4, 0, 0
+        if rep.count() < self.line(rep):
+            return 0, 0, 0
+        if not rep.lru:
+            return (1 if rep.count() < self.line(rep) + self.overflow else 3), 0, 0
+        weight = min(self.demand.get(name, 0).bit_length() for name in rep.lru)
+        victim = next(name for name in rep.lru if self.demand.get(name, 0).bit_length() == weight)
+        return 2, weight, max(rep.stamps[victim], 0)
+
+    def place(
+        self,
+        adapter: str,
+        model: str | None = None,
+        exclude: Iterable[str] = (),
+        load: Mapping[str, float] | None = None,
+    ) -> Placement:
+        """[place], SPEC §3.12 step by step: every candidate, every key, nothing cached."""
+        extra = load or {}
+        skip = set(exclude)
+        candidates = [
+            rep
+            for rep in self.in_use()
+            if rep.met
+            and (model is None or rep.model == model)
+            and rep.id not in skip
+            and not rep.avoid_until > self.now
+        ]
+
+        def busy(rep: Replica) -> float:
+            return rep.in_flight + rep.others + extra.get(rep.id, 0)
+
+        def weight(rep: Replica) -> int:
+            return fnv1a(adapter.encode() + b"\0" + rep.id.encode())
+
+        def saturated(rep: Replica) -> bool:
+            capacity = self.capacity(rep)
+            return capacity is not None and busy(rep) > capacity
+
+        def queue(rep: Replica) -> float | None:
+            capacity = self.capacity(rep)
+            return None if capacity is None else max(0, busy(rep) - capacity)
+
+        def at(rep: Replica) -> Placement:
+            return Placement(replica=rep.id, placed=Placed.HELD if adapter in rep.held else Placed.LOADING)
+
+        def cold(rep: Replica) -> Placement:
+            return Placement(replica=rep.id, placed=KINDS[self.kind(rep, adapter)[0]])
+
+        holders = [rep for rep in candidates if adapter in rep.held or adapter in rep.loading]
+        holder = min(holders, key=lambda r: (busy(r), r.served, -weight(r)), default=None)
+        if holder is not None and not saturated(holder):  # 1
+            return at(holder)
+        others = [rep for rep in candidates if rep not in holders]
+        room = []  # 2: not at its cap, and room for a burst where the capacity is known
+        for rep in others:
+            capacity = self.capacity(rep)
+            if self.kind(rep, adapter)[0] != 4 and (
+                capacity is None or busy(rep) < max(1, 3 * capacity // 4)
+            ):
+                room.append(rep)
+        if room:
+            return cold(min(room, key=lambda r: (*self.kind(r, adapter), busy(r), r.served, -weight(r))))
+        other = min(  # 3
+            others, key=lambda r: (self.kind(r, adapter)[0] == 4, busy(r), r.served, -weight(r)), default=None
+        )
+        if holder is None:
+            return Placement(replica=None, placed=None) if other is None else cold(other)
+        if other is not None:
+            mine, theirs = queue(holder), queue(other)
+            if mine is not None and theirs is not None and theirs + SPILL_MARGIN <= mine:
+                return cold(other)
+        return at(holder)
+
+    def place_route(self, route: Route) -> list[Command]:
+        """[route]: place the request; read a full replica first if [read] asks; assign and admit it."""
+        ticket, adapter = route.ticket, route.adapter
+        placement = self.place(adapter, route.model, route.exclude)
+        if placement.replica is None:
+            of = "" if route.model is None else f" of model '{route.model}'"
+            message = f"no replica{of} to place '{adapter}' on: each is failing, excluded, or not in use"
+            return [self.fail(ticket, Fault.REPLICA, message)]
+        rep = self.replicas[placement.replica]
+        refused = self.refused.get(adapter)
+        if refused is not None and adapter not in rep.held:
+            until, message = refused
+            if until > self.now:
+                return [self.fail(ticket, Fault.ADAPTER, message)]
+            del self.refused[adapter]
+        full = placement.placed in (Placed.EVICT, Placed.OVER, Placed.WAIT)
+        if full and rep.id not in route.read and self.needs_reading(rep):
+            route.read.add(rep.id)
+            return self.wait_for_reading(ticket, rep, adapter, route.path, route)
+        assert placement.placed is not None
+        self.count(ticket, rep, adapter)
+        commands: list[Command] = [Assign(ticket=ticket, replica=rep.id, placed=placement.placed)]
+        commands += self.admit(ticket, rep, adapter, route.path)
+        if self.stale(rep):
+            commands.append(self.start_read(rep))
+        return commands
 
     def is_met(self, replica: str) -> bool:
         rep = self.replicas.get(replica)
@@ -766,6 +1008,23 @@ class Model:
         rep = self.replicas.get(replica)
         return frozenset() if rep is None or rep.removed else frozenset(rep.named)
 
+    def reading(self, replica: str) -> Reading | None:
+        """§3.11: what readings say of a replica in use."""
+        rep = self.replicas.get(replica)
+        if rep is None or rep.removed:
+            return None
+        running, waiting = rep.sampled or (None, None)
+        return Reading(
+            adapters=frozenset(rep.named),
+            foreign=rep.foreign,
+            running=running,
+            waiting=waiting,
+            others=rep.others,
+            load=rep.in_flight + rep.others,
+            capacity=self.capacity(rep),
+            max_loras=rep.max_loras,
+        )
+
     def idle_order(self, replica: str) -> list[str]:
         """The replica's idle adapters, first to go first."""
         return list(self.replicas[replica].lru)
@@ -791,3 +1050,11 @@ class Model:
         self.ended(ticket)
         self.failures[fault.value] = self.failures.get(fault.value, 0) + 1
         return Fail(ticket=ticket, fault=fault, message=message)
+
+
+def fnv1a(data: bytes) -> int:
+    """[place]'s weight: 64-bit FNV-1a."""
+    h = 0xCBF29CE484222325
+    for byte in data:
+        h = ((h ^ byte) * 0x100000001B3) % 2**64
+    return h

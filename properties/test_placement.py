@@ -1,10 +1,10 @@
 """[place]'s promises, over random fleets: always a candidate, a holder that is not busy before a cold
-load, the same answer for the same state, and the same answer for routers that saw the same engines in
-another order.
+load, the same answer for the same state, the answer SPEC §3.12 gives read literally (the model's
+``place``), and the same answer for routers that saw the same engines in another order.
 
 Each example builds a fleet from a random program (replicas, listings, requests, answers, releases,
-failures) played on a real machine, then asks ``place`` about every adapter with random exclusions and
-load figures.
+failures) played on a real machine and on the model, then asks ``place`` about every adapter with
+random exclusions and load figures.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 from lorafleet import (
     AdapterStateMachine,
     Command,
+    Event,
     Grant,
     IssueLoad,
     IssueUnload,
@@ -34,6 +35,7 @@ from lorafleet import (
 )
 
 import profiles  # noqa: F401 - registers and loads the Hypothesis profiles
+from model import Model
 
 REPLICAS = ("r0", "r1", "r2", "r3")
 ADAPTERS = ("a0", "a1", "a2", "a3", "a4", "a5")
@@ -49,17 +51,24 @@ settings_ = st.fixed_dictionaries(
         "concurrency": st.one_of(st.none(), st.integers(1, 4)),
         "headroom": st.one_of(st.none(), st.integers(0, 2)),
         "overflow": st.integers(0, 2),
+        "half_life": st.sampled_from([500, 2, 3]),
     }
 )
 
 
 def build(
     config: dict[str, int | None], limits: list[int], models: list[str], program: list[tuple[str, int, int]]
-) -> AdapterStateMachine:
-    """A machine that has run ``program`` against engines that do as asked."""
+) -> tuple[AdapterStateMachine, Model]:
+    """A machine that has run ``program`` against engines that do as asked, and the model beside it."""
     m = AdapterStateMachine(**config)  # type: ignore[arg-type]
+    model = Model(**config)  # type: ignore[arg-type]
     out: dict[int, IssueLoad | IssueUnload] = {}
     granted: list[int] = []
+
+    def send(event: Event) -> list[Command]:
+        commands = m.handle(event)
+        assert commands == model.handle(event), event
+        return commands
 
     def take(commands: list[Command]) -> None:
         for c in commands:
@@ -70,27 +79,27 @@ def build(
             elif isinstance(c, Grant):
                 granted.append(c.ticket)
             elif isinstance(c, ReadListing):
-                take(m.handle(ListingReceived(listing=c.listing, adapters=())))
+                take(send(ListingReceived(listing=c.listing, adapters=())))
 
-    for rid, limit, model in zip(REPLICAS, limits, models, strict=True):
-        take(m.handle(ReplicaAdded(replica=rid, model=model, limit=limit)))
+    for rid, limit, of in zip(REPLICAS, limits, models, strict=True):
+        take(send(ReplicaAdded(replica=rid, model=of, limit=limit)))
     for kind, a, b in program:
         if kind == "request":
             replica, adapter = REPLICAS[a % len(REPLICAS)], ADAPTERS[b % len(ADAPTERS)]
-            take(m.handle(Requested(ticket=m.next_ticket, replica=replica, adapter=adapter, path="/p")))
+            take(send(Requested(ticket=m.next_ticket, replica=replica, adapter=adapter, path="/p")))
         elif kind == "answer" and out:
             op = sorted(out)[a % len(out)]
             call = out.pop(op)
             if isinstance(call, IssueLoad):
-                take(m.handle(LoadFinished(load=op, outcome=LoadOutcome.LOADED)))
+                take(send(LoadFinished(load=op, outcome=LoadOutcome.LOADED)))
             else:
-                take(m.handle(UnloadFinished(unload=op, outcome=UnloadOutcome.UNLOADED)))
+                take(send(UnloadFinished(unload=op, outcome=UnloadOutcome.UNLOADED)))
         elif kind == "release" and granted:
-            take(m.handle(Released(ticket=granted.pop(a % len(granted)))))
+            take(send(Released(ticket=granted.pop(a % len(granted)))))
         elif kind == "fail":
-            take(m.handle(ReplicaFailed(replica=REPLICAS[a % len(REPLICAS)])))
+            take(send(ReplicaFailed(replica=REPLICAS[a % len(REPLICAS)])))
     m.check_invariants()
-    return m
+    return m, model
 
 
 @given(
@@ -111,7 +120,7 @@ def test_placement_is_a_candidate_prefers_an_idle_holder_and_is_a_pure_function(
     load: dict[str, int],
     model: str | None,
 ) -> None:
-    m = build(config, limits, models, program)
+    m, oracle = build(config, limits, models, program)
     stats = m.statistics()
     before = copy.deepcopy(stats)
     avoided = {rid for rid, r in stats.replicas.items() if r.failing_until is not None}
@@ -124,6 +133,8 @@ def test_placement_is_a_candidate_prefers_an_idle_holder_and_is_a_pure_function(
         placement = m.place(adapter, model=model, exclude=exclude, load=load)
         note(f"{adapter}: {placement}")
         assert placement == m.place(adapter, model=model, exclude=set(exclude), load=dict(load))
+        assert placement == oracle.place(adapter, model, exclude, load), "SPEC §3.12 says otherwise"
+        assert m.place(adapter) == oracle.place(adapter), adapter
         if not candidates:
             assert placement.replica is None
             continue
