@@ -56,6 +56,19 @@ def test_load_learns_what_an_engine_runs_at_once_from_a_reading_with_requests_wa
     assert s.machine.place("a") == Placement(replica="r0", placed=Placed.HELD)  # 3 others: not past it
 
 
+def test_load_a_reading_never_lowers_what_an_engine_was_seen_to_run_at_once() -> None:
+    """[load] A reading may fall between two steps of the engine: one that shows fewer running, with
+    requests waiting, leaves the capacity at the most an earlier reading showed running."""
+    s = Scenario.reading(("r0", 2), ("r1", 2))
+    s.load("r0", "a")
+    read_each(s, 30.0, r0={"adapters": ["a"], "running": 4, "waiting": 1})  # full at four
+    read_each(s, 60.0, r0={"adapters": ["a"], "running": 2, "waiting": 1})  # between two steps
+    reading = s.machine.reading("r0")
+    assert reading is not None
+    assert reading.capacity == 4
+    assert s.machine.place("a") == Placement(replica="r0", placed=Placed.HELD)  # 1 + 2 others: 3 of 4
+
+
 def test_load_the_concurrency_setting_overrides_what_readings_show() -> None:
     """[load] With ``concurrency`` set, an engine runs that many at once, whatever a reading showed."""
     s = Scenario.reading(("r0", 2), ("r1", 2), concurrency=4)
@@ -90,6 +103,17 @@ def test_place_a_cold_load_where_the_least_recently_used_idle_adapter_is_oldest(
     # Both are full; r0's idle adapter became idle first, so it goes.
     assert s.machine.place("c") == Placement(replica="r0", placed=Placed.EVICT)
     s.expect(Released(ticket=s.hit("r0", "a")))
+    assert s.machine.place("c") == Placement(replica="r1", placed=Placed.EVICT)
+
+
+def test_place_a_cold_load_where_the_victim_is_in_least_demand_before_the_oldest() -> None:
+    """[place] Replicas that would evict compare their victims' demand weights first, then how long
+    each has been idle: an adapter asked for often, idle longer, is spared for one asked for once."""
+    s = Scenario.with_replicas(("r0", 1), ("r1", 1))
+    s.expect(Released(ticket=s.load("r0", "a")))
+    for _ in range(3):
+        s.expect(Released(ticket=s.hit("r0", "a")))  # a: 4 requests, weight 3
+    s.expect(Released(ticket=s.load("r1", "b")))  # b: 1 request, weight 1, idle since later
     assert s.machine.place("c") == Placement(replica="r1", placed=Placed.EVICT)
 
 

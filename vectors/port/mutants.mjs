@@ -124,6 +124,10 @@ export const MUTANTS = [
     "return this.concurrency ?? rep.seqs;", "return rep.seqs;"),
   m("load-others-include-ours", "load", "a reading's running and waiting are all counted as other routers'",
     "rep.others = Math.max(0, run + wait - read.inFlight);", "rep.others = Math.max(0, run + wait);"),
+  m("load-seqs-from-last", "load", "a reading with a queue sets the capacity to what runs now, lowering an earlier one's",
+    "if (wait > 0) rep.seqs = Math.max(rep.ran, rep.seqs ?? 1);", "if (wait > 0) rep.seqs = Math.max(run, 1);"),
+  m("place-victim-demand-ignored", "place", "replicas that would evict compare their victims' idle stamps alone",
+    "return [2, this.weight(victim), rep.idle.get(victim), ...last];", "return [2, 0, rep.idle.get(victim), ...last];"),
   // -- §3.14 share
   m("routers-ignored", "share", "setting routers ignored: one router",
     "this.routers = Number(routers);", "this.routers = 1;"),
