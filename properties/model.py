@@ -762,7 +762,7 @@ class Model:
             leases=len(self.leases),
         )
 
-    def reported(self, replica: str) -> frozenset[str]:
+    def named(self, replica: str) -> frozenset[str]:
         rep = self.replicas.get(replica)
         return frozenset() if rep is None or rep.removed else frozenset(rep.named)
 

@@ -109,8 +109,8 @@ class Recorder(AdapterStateMachine):
         self.steps.append({"query": "is_met", "replica": replica, "result": result})
         return result
 
-    def reported(self, replica: str) -> frozenset[str]:
-        result = super().reported(replica)
+    def named(self, replica: str) -> frozenset[str]:
+        result = super().named(replica)
         self.steps.append({"query": "reported", "replica": replica, "result": sorted(result)})
         return result
 

@@ -111,7 +111,7 @@ def _query(machine: AdapterStateMachine, step: dict[str, Any]) -> Any:
         case "is_met":
             return machine.is_met(step["replica"])
         case "reported":
-            return sorted(machine.reported(step["replica"]))
+            return sorted(machine.named(step["replica"]))
         case "reading":
             return encode_reading(machine.reading(step["replica"]))
         case "blame":
