@@ -141,10 +141,10 @@ class Replica:
     """Requests counted on it that have not ended."""
     named: set[str] = attrs.field(factory=set)
     """What the engine last said runs on it, from any router ([reading]): never in ``lru``."""
-    listed_since_report: bool = False
-    """A listing of it was received after that report ([read-failed])."""
+    listed_since_reading: bool = False
+    """A listing of it was received after that reading ([read-failed])."""
     read: Read | None = None
-    gauged: bool = False
+    names_adapters: bool = False
     """Its engine's last answered read named what runs there ([read])."""
     foreign: bool = False
     """That reading named an adapter none of this router's requests ran on there ([reading])."""
@@ -311,7 +311,7 @@ class Model:
         return self.cold(ticket, rep, adapter, path)
 
     def wants_reading(self, rep: Replica) -> bool:
-        return self.read_engine and (rep.foreign if rep.gauged else rep.read is not None)
+        return self.read_engine and (rep.foreign if rep.names_adapters else rep.read is not None)
 
     def bound(self, rep: Replica) -> float:
         """[evict]: past this count a load unloads before it goes out; none without a cap."""
@@ -345,7 +345,7 @@ class Model:
         rep.read = None
         commands: list[Command] = []
         if not failed:
-            rep.gauged = names is not None
+            rep.names_adapters = names is not None
             raised = max_loras is not None and max_loras > (rep.max_loras or 0)
             if max_loras:
                 rep.max_loras = max_loras
@@ -357,7 +357,7 @@ class Model:
             commands += self.new_reading(rep, named if rep.foreign else set())
             if raised:  # [cap]: the cap may have risen
                 commands += self.admit_queued(rep)
-        elif rep.listed_since_report:
+        elif rep.listed_since_reading:
             commands += self.new_reading(rep, set())
         if rep.settle:
             rep.settle = False
@@ -610,7 +610,7 @@ class Model:
             rep.held[name] = Copy(rep, name, 0)
         rep.lru = [name for name in added if name not in rep.named] + rep.lru
         rep.dropped_while_listing = set()
-        rep.listed_since_report = True
+        rep.listed_since_reading = True
         commands += self.admit_queued(rep)
         if self.read_engine and rep.read is None:
             commands.append(self.start_read(rep))
@@ -660,7 +660,7 @@ class Model:
     def new_reading(self, rep: Replica, names: set[str]) -> list[Command]:
         """[reading]: ``names`` replace the last reading; those it no longer names, held with no
         request of this router on them, are idle again, most recently used, in name order."""
-        before, rep.named, rep.listed_since_report = rep.named, names, False
+        before, rep.named, rep.listed_since_reading = rep.named, names, False
         rep.lru = [name for name in rep.lru if name not in names]
         freed = [name for name in sorted(before - names) if name in rep.held and rep.held[name].users == 0]
         rep.lru += freed
@@ -673,7 +673,7 @@ class Model:
             if rep is None or rep.removed:
                 continue
             rep.removed = True
-            rep.named, rep.listed_since_report, rep.gauged = set(), False, False
+            rep.named, rep.listed_since_reading, rep.names_adapters = set(), False, False
             rep.foreign, rep.settle, rep.max_loras = False, False, None
             if rep.read is not None:  # abandoned: its answer is ignored; its requests fail
                 failed += [t for t, _, _ in rep.read.waiters]

@@ -31,7 +31,7 @@ from .helpers import another_routers, held, idle_pair, read_each, read_now
 from scenario import Scenario, landed, loads, unloaded, unloads
 
 
-def queued_behind_a_report() -> Scenario:
+def queued_behind_a_reading() -> Scenario:
     """r (limit 1, headroom 0) holds a, idle here and reported running; a request for b waits at the cap."""
     s = Scenario.reading(("r", 1), headroom=0)
     s.expect(Released(ticket=s.load("r", "a")))
@@ -178,7 +178,7 @@ def test_reading_placement_does_not_count_reported_adapters_as_idle() -> None:
 
 
 def test_reading_at_the_cap_a_report_that_frees_an_adapter_admits_the_queue() -> None:
-    s = queued_behind_a_report()  # a runs elsewhere: no room under the cap
+    s = queued_behind_a_reading()  # a runs elsewhere: no room under the cap
     (unload,) = s.list_and_read(60.0, "r", ["a"], [])
     assert isinstance(unload, IssueUnload)
     assert unload.adapter == "a"
@@ -211,7 +211,7 @@ def test_reading_a_removed_replica_forgets_its_reading() -> None:
 
 
 def test_read_failed_with_no_listing_since_the_report_the_report_stands() -> None:
-    s = queued_behind_a_report()
+    s = queued_behind_a_reading()
     # A release of nothing... the queue waits; read again through a listing that fails.
     (listing,) = s(TimeAdvanced(now=60.0))
     assert isinstance(listing, ReadListing)
@@ -220,7 +220,7 @@ def test_read_failed_with_no_listing_since_the_report_the_report_stands() -> Non
 
 
 def test_read_failed_after_a_listing_ends_the_report_as_an_empty_one_would() -> None:
-    s = queued_behind_a_report()
+    s = queued_behind_a_reading()
     (listing,) = s(TimeAdvanced(now=60.0))
     assert isinstance(listing, ReadListing)
     (read,) = s(ListingReceived(listing=listing.listing, adapters=("a",)))
