@@ -111,7 +111,7 @@ class Recorder(AdapterStateMachine):
 
     def named(self, replica: str) -> frozenset[str]:
         result = super().named(replica)
-        self.steps.append({"query": "reported", "replica": replica, "result": sorted(result)})
+        self.steps.append({"query": "named", "replica": replica, "result": sorted(result)})
         return result
 
     def blame(self, replica: str, failed: Iterable[str] = ()) -> Fault:  # type: ignore[override]

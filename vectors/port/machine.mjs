@@ -1025,8 +1025,8 @@ export class Machine {
     return Boolean(this.inUse(replica)?.met);
   }
 
-  // [reading]: the standing report, in name order; empty for a replica not in use.
-  reported(replica) {
+  // [reading]: what the last reading names, in name order; empty for a replica not in use.
+  named(replica) {
     return [...(this.inUse(replica)?.named ?? [])].sort(byName);
   }
 
