@@ -26,7 +26,7 @@ async def test_another_routers_running_adapter_is_not_evicted(
     fleet_type: type[Fleet], standin: StandInServer, adapter_dir: Path, read_engine: bool
 ) -> None:
     """Router B streams on a0 on a replica of limit 1; router A, which knows of a0 only from its
-    listing, needs a1 there: with the engine's report it goes over the limit rather than unload a0
+    listing, needs a1 there: with the engine's reading it goes over the limit rather than unload a0
     once a1 has landed ([settle]); without it, a0 is the excess that goes."""
     r = Replica("r0", standin.url, "tiny", 1)
     async with fleet_type() as b:
