@@ -881,7 +881,7 @@ class FleetModel(RuleBasedStateMachine):
             assert m.view(ids, adapter) == model.view(ids, adapter), adapter
         assert m.next_due() == model.next_due()
         assert [m.is_met(r) for r in ids] == [model.is_met(r) for r in ids]
-        assert [m.reported(r) for r in ids] == [model.reported(r) for r in ids]
+        assert [m.named(r) for r in ids] == [model.named(r) for r in ids]
         assert [m.reading(r) for r in ids] == [model.reading(r) for r in ids]
         assert m.next_ticket == model.last_ticket + 1
         for adapter in ADAPTERS:

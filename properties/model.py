@@ -174,10 +174,10 @@ class Replica:
     """Requests counted on it that have not ended."""
     named: set[str] = attrs.field(factory=set)
     """What the engine last said runs on it, from any router ([reading]): never in ``lru``."""
-    listed_since_report: bool = False
-    """A listing of it was received after that report ([read-failed])."""
+    listed_since_reading: bool = False
+    """A listing of it was received after that reading ([read-failed])."""
     read: Read | None = None
-    gauged: bool = False
+    names_adapters: bool = False
     """Its engine's last answered read named what runs there ([read])."""
     foreign: bool = False
     """That reading named an adapter none of this router's requests ran on there ([reading])."""
@@ -383,7 +383,7 @@ class Model:
         return commands
 
     def wants_reading(self, rep: Replica) -> bool:
-        return self.read_engine and (rep.foreign if rep.gauged else rep.read is not None)
+        return self.read_engine and (rep.foreign if rep.names_adapters else rep.read is not None)
 
     def needs_reading(self, rep: Replica) -> bool:
         """[read]: a cold load here would evict before it goes out, and the replica wants a reading."""
@@ -391,7 +391,7 @@ class Model:
 
     def stale(self, rep: Replica) -> bool:
         """[read]: a request assigned here asks for a fresh reading, and does not wait for it."""
-        if not self.read_engine or not rep.gauged or rep.read is not None:
+        if not self.read_engine or not rep.names_adapters or rep.read is not None:
             return False
         if rep.foreign and rep.served - rep.read_served >= REFRESH:
             return True
@@ -440,7 +440,7 @@ class Model:
         rep.read = None
         commands: list[Command] = []
         if not failed:
-            rep.gauged = names is not None
+            rep.names_adapters = names is not None
             rep.read_served = read.served
             if counts is not None:  # [load]
                 running, waiting = counts
@@ -462,7 +462,7 @@ class Model:
             commands += self.new_reading(rep, named if rep.foreign else set())
             if raised:  # [cap]: the cap may have risen
                 commands += self.admit_queued(rep)
-        elif rep.listed_since_report:
+        elif rep.listed_since_reading:
             commands += self.new_reading(rep, set())
         if rep.settle:
             rep.settle = False
@@ -732,7 +732,7 @@ class Model:
         rep.lru = [name for name in added if name not in rep.named] + rep.lru
         rep.dropped_while_listing = set()
         rep.base, rep.unseen = rep.count(), 0  # [share]: shared afresh
-        rep.listed_since_report = True
+        rep.listed_since_reading = True
         commands += self.admit_queued(rep)
         if self.read_engine and rep.read is None:
             commands.append(self.start_read(rep))
@@ -784,7 +784,7 @@ class Model:
     def new_reading(self, rep: Replica, names: set[str]) -> list[Command]:
         """[reading]: ``names`` replace the last reading; those it no longer names, held with no
         request of this router on them, are idle again, most recently used, in name order."""
-        before, rep.named, rep.listed_since_report = rep.named, names, False
+        before, rep.named, rep.listed_since_reading = rep.named, names, False
         rep.lru = [name for name in rep.lru if name not in names]
         freed = [name for name in sorted(before - names) if name in rep.held and rep.held[name].users == 0]
         for name in freed:
@@ -799,14 +799,14 @@ class Model:
             if rep is None or rep.removed:
                 continue
             rep.removed = True
-            rep.named, rep.listed_since_report, rep.gauged = set(), False, False
+            rep.named, rep.listed_since_reading, rep.names_adapters = set(), False, False
             rep.foreign, rep.settle, rep.max_loras = False, False, None
             rep.sampled, rep.others, rep.read_served, rep.seqs, rep.ran, rep.calm = None, 0, 0, None, 0, 0
             if rep.read is not None:  # abandoned: its answer is ignored; its requests fail, or go elsewhere
                 failed += [t for t, _, _, route in rep.read.waiters if route is None]
                 rerouted += [route for _, _, _, route in rep.read.waiters if route is not None]
                 rep.read = None
-            # Idle adapters go (reported ones too); those requests still run on are kept, unseen,
+            # Idle adapters go (those a reading named too); those requests still run on are kept, unseen,
             # until they end.
             for name in [name for name, copy in rep.held.items() if copy.users == 0]:
                 self.drop(rep, name)
@@ -1004,7 +1004,7 @@ class Model:
             leases=len(self.leases),
         )
 
-    def reported(self, replica: str) -> frozenset[str]:
+    def named(self, replica: str) -> frozenset[str]:
         rep = self.replicas.get(replica)
         return frozenset() if rep is None or rep.removed else frozenset(rep.named)
 

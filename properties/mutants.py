@@ -394,8 +394,8 @@ MUTANTS = [
         "read",
         "a request on a replica whose first reading is on its way does not wait for it",
         MACHINE,
-        "        return rep.foreign if rep.gauged else rep.read is not None\n",
-        "        return rep.foreign if rep.gauged else False\n",
+        "        return rep.foreign if rep.names_adapters else rep.read is not None\n",
+        "        return rep.foreign if rep.names_adapters else False\n",
     ),
     Mutant(
         "read-not-after-listing",
@@ -427,8 +427,8 @@ MUTANTS = [
         "read-failed",
         "every failed read ends the last reading, listing or not",
         MACHINE,
-        "        commands = self._report(rep, frozenset(), failed=True) if rep.listed_since_report else []\n",
-        "        commands = self._report(rep, frozenset(), failed=True)\n",
+        "self._new_reading(rep, frozenset(), failed=True) if rep.listed_since_reading else []\n",
+        "self._new_reading(rep, frozenset(), failed=True)\n",
     ),
     Mutant(
         "reading-own-stands",
@@ -449,9 +449,9 @@ MUTANTS = [
     Mutant(
         "read-failed-never-ends",
         "read-failed",
-        "a listing does not mark the report as older than it, so no failed read ends it",
+        "a listing does not mark the reading as older than it, so no failed read ends it",
         MACHINE,
-        "        rep.listed_since_report = True\n",
+        "        rep.listed_since_reading = True\n",
         "",
     ),
     # -- [place], [load], [route], and the settings only they read

@@ -121,15 +121,15 @@ class Probe:
         handle = machine.handle
 
         def probed(event: Event) -> list[Command]:
-            # The reading in effect is the machine's standing report: its answer to reported().
+            # The reading in effect is the machine's last one: its answer to named().
             read = event.read if isinstance(event, ReadingReceived | ReadingFailed) else None
             replica = self._reads.pop(read, None) if read is not None else None
-            standing = machine.reported(replica) if replica is not None else None
+            standing = machine.named(replica) if replica is not None else None
             commands = handle(event)
             if replica is not None and isinstance(event, ReadingReceived):
                 self.readings.setdefault(replica, []).append(sorted(event.adapters or ()))
-            elif replica is not None and standing and not machine.reported(replica):
-                self.readings.setdefault(replica, []).append([])  # [read-failed] ended the report
+            elif replica is not None and standing and not machine.named(replica):
+                self.readings.setdefault(replica, []).append([])  # [read-failed] ended the reading
             # An event's commands see the reading it applied (a reading that frees a queue may evict).
             for command in commands:
                 if isinstance(command, ReadEngine):
@@ -138,7 +138,7 @@ class Probe:
                     decided = {
                         "replica": command.replica,
                         "adapter": command.adapter,
-                        "reading": sorted(machine.reported(command.replica)),
+                        "reading": sorted(machine.named(command.replica)),
                     }
                     (self.unloads if isinstance(command, IssueUnload) else self.loads).append(decided)
             return commands

@@ -215,7 +215,7 @@ async def two_fleets(fleet_type: type[Fleet], target: Target, held: Held) -> Two
                 async with a.acquire(r, "s1", target.adapter("lora-1")) as lease:
                     assert lease.how is How.LOADED
                     # The listing's reading, if s1's load did not wait for it, is in before s1 ends.
-                    await eventually(lambda: a._machine.reported("r0") == {"s0"} and settled(a), timeout=120)
+                    await eventually(lambda: a._machine.named("r0") == {"s0"} and settled(a), timeout=120)
                 over = target.listed()
                 async with a.acquire(r, "s2", target.adapter("lora-2")) as lease:
                     assert lease.how is How.LOADED

@@ -26,7 +26,7 @@ async def test_another_routers_running_adapter_is_not_evicted(
     fleet_type: type[Fleet], standin: StandInServer, adapter_dir: Path, read_engine: bool
 ) -> None:
     """Router B streams on a0 on a replica of limit 1; router A, which knows of a0 only from its
-    listing, needs a1 there: with the engine's report it goes over the limit rather than unload a0
+    listing, needs a1 there: with the engine's reading it goes over the limit rather than unload a0
     once a1 has landed ([settle]); without it, a0 is the excess that goes."""
     r = Replica("r0", standin.url, "tiny", 1)
     async with fleet_type() as b:
@@ -42,7 +42,7 @@ async def test_another_routers_running_adapter_is_not_evicted(
                     await a.sync_unknown([r])
                     if read_engine:
                         await calls_reach(standin, "metrics", metrics_before + 1)
-                        await eventually(lambda: bool(a._machine.reported("r0")))
+                        await eventually(lambda: bool(a._machine.named("r0")))
                     assert a.statistics().replicas["r0"].held == {"a0": 0}
                     async with a.acquire(r, "a1", str(adapter_dir / "a1")):
                         pass
@@ -138,7 +138,7 @@ async def test_a_request_started_after_the_reading_is_not_unloaded_under(
                 # and the excess judged on it while a1 is in use.
                 await eventually(lambda: a.engine_reads()["read"] == 2)
                 await eventually(lambda: settled(a))
-                assert a._machine.reported("r0") == frozenset({"a0", "ax"})
+                assert a._machine.named("r0") == frozenset({"a0", "ax"})
             assert _unloaded(standin) == []
             assert len(standin.app.calls_to("metrics")) == readings + 1
             assert a.statistics().replicas["r0"].held == {"a0": 0, "a1": 0, "ax": 0}  # over its limit
@@ -183,7 +183,7 @@ async def test_adapters_a_reading_named_do_not_keep_a_cold_request_at_the_cap(
                 cold_done.set()
 
             await fleet.sync_unknown([r])
-            await eventually(lambda: fleet._machine.reported("r0") == {"a0", "ax"})
+            await eventually(lambda: fleet._machine.named("r0") == {"a0", "ax"})
             if own == "block":
                 async with fleet.acquire(r, "a0", path) as lease:
                     assert lease.how is How.HIT
@@ -217,7 +217,7 @@ async def _end_both(
         tasks.start_soon(cold)
         await eventually(lambda: _queued(fleet, "r0") == 1)
         # It read before it would evict: a0 (this router's and the other's) and ax (the other's) run.
-        assert fleet._machine.reported("r0") == {"a0", "ax"}
+        assert fleet._machine.named("r0") == {"a0", "ax"}
     standin.app.release()
     await engine_done.wait()
 

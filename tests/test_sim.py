@@ -189,7 +189,7 @@ def test_without_the_running_report_a_router_unloads_under_anothers_request() ->
 
 def test_with_the_running_report_it_goes_over_the_limit_instead() -> None:
     s, figures = run_figures(UNDER_B, attrs.evolve(UNDER_B_FLEET, read_engine=True), "lorafleet")
-    # A's last report named x (B's request on it): no victim, so y's load goes over the limit.
+    # A's last reading named x (B's request on it): no victim, so y's load goes over the limit.
     assert s.evictions == 0
     assert figures.unloads_under_others == figures.unloads_under_own == 0
     assert figures.held_max == 2
@@ -198,10 +198,10 @@ def test_with_the_running_report_it_goes_over_the_limit_instead() -> None:
 
 @pytest.mark.parametrize("read_engine", [False, True])
 def test_an_unload_under_a_routers_own_forgotten_request_is_counted_as_its_own(read_engine: bool) -> None:
-    # A (0) runs x to t=10.1. Without the report, B (1) evicts x at t=1.5 for z (its listing at t=1
+    # A (0) runs x to t=10.1. Without the reading, B (1) evicts x at t=1.5 for z (its listing at t=1
     # showed x, idle for all B knows); A's listing at t=2 no longer names x, so A forgets it, lease
     # and all; A loads x again for its request at t=2.5 and evicts that copy at t=3.5 for w, under
-    # its own first request, still running. With the report B keeps x and A never forgets it.
+    # its own first request, still running. With the reading B keeps x and A never forgets it.
     w = Workload(
         times=(0.0, 0.5, 1.5, 2.5, 3.5),
         adapters=("x", "y", "z", "x", "w"),
@@ -212,7 +212,7 @@ def test_an_unload_under_a_routers_own_forgotten_request_is_counted_as_its_own(r
     figures = run_figures(w, fleet, "lorafleet")[1]
     expected = 0 if read_engine else 1
     assert figures.unloads_under_others == figures.unloads_under_own == expected
-    assert figures.loads == 4 + expected  # x again, without the report
+    assert figures.loads == 4 + expected  # x again, without the reading
 
 
 # B (1) runs w from t=0 to t=1.2 and x from t=0.05 to t=0.25. A (0) lists at t=1: w runs, so A's

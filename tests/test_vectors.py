@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import shutil
@@ -63,6 +64,34 @@ def test_a_difference_names_the_step() -> None:
     assert '"how": "loaded"' in problem
 
 
+NAMED = VECTORS / "hand" / "reading-a-reading-naming-another-adapter-keeps-all-it-names-out-of-idle.json"
+"""A vector that asks what a reading names, and gets an answer that is not empty."""
+
+
+def as_format_1(vector: dict[str, Any]) -> dict[str, Any]:
+    """``vector`` as format /1 wrote it: the query ``named`` was called ``reported`` (SPEC.md 6.3)."""
+    steps = [{**s, "query": "reported"} if s.get("query") == "named" else s for s in vector["steps"]]
+    return {**vector, "format": "lorafleet-vector/1", "steps": steps}
+
+
+def test_a_format_1_vector_still_replays_reading_reported_as_named() -> None:
+    old = as_format_1(load(NAMED))
+    assert {"query": "reported", "replica": "r", "result": ["a", "x"]} in old["steps"]
+    assert replay(old) == []
+    wrong = copy.deepcopy(old)
+    next(s for s in wrong["steps"] if s.get("query") == "reported")["result"] = ["a"]
+    assert replay(wrong) != []  # the alias is asked, not skipped
+
+
+def test_format_2_has_no_query_reported() -> None:
+    vector = {**as_format_1(load(NAMED)), "format": "lorafleet-vector/2"}
+    index = next(i for i, s in enumerate(vector["steps"]) if s.get("query") == "reported")
+    assert replay(vector) == [
+        f"step {index}: lorafleet-vector/2 has no query 'reported', the lorafleet-vector/1 name of 'named'"
+    ]
+    assert not VALIDATOR.is_valid(vector)
+
+
 def node() -> str:
     """The Node.js binary; the test is skipped without it, except in CI, which must run it."""
     found = shutil.which("node")
@@ -73,14 +102,15 @@ def node() -> str:
     return found
 
 
-def run_node(script: str) -> str:
+def run_node(script: str, *folders: Path, ok: bool = True) -> str:
+    """Run ``script`` on ``folders`` (the vectors by default); it must succeed, or with ``ok`` False fail."""
     done = subprocess.run(
-        [node(), str(VECTORS / script), str(VECTORS / "hand"), str(VECTORS / "hypothesis")],
+        [node(), str(VECTORS / script), *map(str, folders or (VECTORS / "hand", VECTORS / "hypothesis"))],
         capture_output=True,
         text=True,
         check=False,
     )
-    assert done.returncode == 0, done.stdout + done.stderr
+    assert (done.returncode == 0) == ok, done.stdout + done.stderr
     return done.stdout
 
 
@@ -101,3 +131,18 @@ def test_every_mutant_of_the_port_fails_a_vector() -> None:
     assert not [line for line in out if line.startswith(("SURVIVED", "BROKEN"))]
     assert caught > 0
     assert out[-1] == f"caught {caught}/{caught}"
+
+
+def test_the_port_and_the_reader_take_format_1_and_refuse_reported_in_format_2(tmp_path: Path) -> None:
+    """SPEC.md 6.3 in another language: /1's query ``reported`` is ``named``; /2 has no such query."""
+    old, new = tmp_path / "old", tmp_path / "new"
+    old.mkdir()
+    new.mkdir()
+    vector = as_format_1(load(NAMED))
+    (old / NAMED.name).write_text(json.dumps(vector))
+    (new / NAMED.name).write_text(json.dumps({**vector, "format": "lorafleet-vector/2"}))
+    assert run_node("port/replay.mjs", old).splitlines()[-1] == "1 passed, 0 failed"
+    assert run_node("check.mjs", old).splitlines()[-1] == "1 passed, 0 failed"
+    refused = run_node("port/replay.mjs", new, ok=False)
+    assert 'lorafleet-vector/2 has no query "reported", the lorafleet-vector/1 name of "named"' in refused
+    assert "query reported in lorafleet-vector/2" in run_node("check.mjs", new, ok=False)

@@ -23,6 +23,11 @@ const COMMANDS = {
   read_listing: ["listing", "replica"], read_engine: ["read", "replica"], assign: ["ticket", "replica", "placed"],
   grant: ["ticket", "how"], fail: ["ticket", "fault", "message"], mark_met: ["replica"],
 };
+// The queries of each format: /1, still accepted, called `named` "reported" (SPEC.md §6.3).
+const QUERIES = {
+  "lorafleet-vector/2": ["view", "statistics", "next_due", "is_met", "named", "reading", "blame", "place"],
+  "lorafleet-vector/1": ["view", "statistics", "next_due", "is_met", "reported", "reading", "blame", "place"],
+};
 const OPERATION = { issue_load: "load", issue_unload: "unload", read_listing: "listing", read_engine: "read" };
 const FINISH = { load_finished: ["load", "issue_load"], unload_finished: ["unload", "issue_unload"],
   listing_received: ["listing", "read_listing"], listing_failed: ["listing", "read_listing"],
@@ -41,14 +46,15 @@ function check(vector) {
   for (const key of ["format", "name", "description", "rules", "config", "steps"]) {
     if (!(key in vector)) throw new Error(`no ${key}`);
   }
-  if (vector.format !== "lorafleet-vector/1") throw new Error(`format ${vector.format}`);
+  if (!Object.hasOwn(QUERIES, vector.format)) throw new Error(`format ${vector.format}`);
+  const queries = QUERIES[vector.format];
   let lastTicket = 0, lastOp = 0;
   const issued = new Map(), finished = new Set(), ended = new Set(), asked = new Set();
   vector.steps.forEach((step, i) => {
     const at = `step ${i}`;
     try {
       if ("query" in step) {
-        if (!["view", "statistics", "next_due", "is_met", "reported", "reading", "blame", "place"].includes(step.query)) throw new Error(`query ${step.query}`);
+        if (!queries.includes(step.query)) throw new Error(`query ${step.query} in ${vector.format}`);
         return;
       }
       if ("hit" in step) {

@@ -265,7 +265,7 @@ class Run:
 
     def send(self, call: Callable[[], list[Command]], tag: str) -> None:
         before = AdapterStateMachine.statistics(self.machine)
-        reported = self.reported()
+        named = self.named()
         handled = len(self.machine.handled)
         commands = call()
         after = AdapterStateMachine.statistics(self.machine)
@@ -290,7 +290,7 @@ class Run:
                         self.tags.append("listing drops adapters")
                 if len(rep.held) + len(rep.loading) > rep.limit:
                     self.tags.append("over the limit")
-            self.tag_reports(tag, commands, reported, before)
+            self.tag_readings(tag, commands, named, before)
             self.tag_settling(tag, commands, before)
         for command in commands:
             if isinstance(command, Assign):
@@ -326,16 +326,16 @@ class Run:
             self.machine.statistics()
             self.machine.next_due()
 
-    def reported(self) -> dict[str, frozenset[str]]:
+    def named(self) -> dict[str, frozenset[str]]:
         """What each replica's reading stands at ([reading]), asked past the recorder: a tag, not a step."""
-        return {rid: AdapterStateMachine.reported(self.machine, rid) for rid in REPLICAS}
+        return {rid: AdapterStateMachine.named(self.machine, rid) for rid in REPLICAS}
 
-    def tag_reports(
-        self, tag: str, commands: list[Command], reported: dict[str, frozenset[str]], before: Statistics
+    def tag_readings(
+        self, tag: str, commands: list[Command], named: dict[str, frozenset[str]], before: Statistics
     ) -> None:
         """Tags for what a reading changed: the steps where [reading] and [read-failed] decide."""
-        now = self.reported()
-        for rid, names in reported.items():
+        now = self.named()
+        for rid, names in named.items():
             if not names or rid not in before.replicas:
                 continue
             idle = {name for name, using in before.replicas[rid].held.items() if using == 0}
@@ -344,7 +344,7 @@ class Run:
             if tag == "reading received" and idle & (names - now.get(rid, frozenset())):
                 self.tags.append("reading received frees an adapter")
             if any(isinstance(c, IssueUnload) and c.replica == rid for c in commands) and idle & names:
-                self.tags.append("evicts beside a reported adapter")
+                self.tags.append("evicts beside an adapter a reading names")
 
     def tag_settling(self, tag: str, commands: list[Command], before: Statistics) -> None:
         """Tags for the steps where [settle] and [load] decide."""
@@ -471,7 +471,7 @@ RULE_OF_TAG = [
     ("reading received", "reading"),
     ("reading failed", "read-failed"),
     ("route", "route"),
-    ("evicts beside a reported adapter", "reading"),
+    ("evicts beside an adapter a reading names", "reading"),
     ("a landed load", "settle"),
     ("a reading settles", "settle"),
     ("route spills", "load"),

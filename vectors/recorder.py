@@ -109,9 +109,9 @@ class Recorder(AdapterStateMachine):
         self.steps.append({"query": "is_met", "replica": replica, "result": result})
         return result
 
-    def reported(self, replica: str) -> frozenset[str]:
-        result = super().reported(replica)
-        self.steps.append({"query": "reported", "replica": replica, "result": sorted(result)})
+    def named(self, replica: str) -> frozenset[str]:
+        result = super().named(replica)
+        self.steps.append({"query": "named", "replica": replica, "result": sorted(result)})
         return result
 
     def blame(self, replica: str, failed: Iterable[str] = ()) -> Fault:  # type: ignore[override]

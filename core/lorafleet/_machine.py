@@ -116,6 +116,7 @@ import bisect
 import functools
 import heapq
 import math
+import warnings
 from collections import OrderedDict
 from collections.abc import Callable, Container, Iterable, Mapping
 from types import MappingProxyType
@@ -348,8 +349,8 @@ class _Replica:
     """Placement avoids the replica while the clock is below this."""
     named: frozenset[str] = frozenset()
     """Adapters the engine last said have requests on it, any router's ([reading]): never idle."""
-    listed_since_report: bool = False
-    """A listing of it was received after its last report: a failed read ends that report ([read-failed])."""
+    listed_since_reading: bool = False
+    """A listing of it was received after its last reading: a failed read ends it ([read-failed])."""
     read: _Read | None = None
     """Its engine's read in flight ([read]): one at a time."""
     sampled: tuple[int, int] | None = None
@@ -367,7 +368,7 @@ class _Replica:
     """The most load a reading found on it with none waiting ([load]): more may fill it ([read])."""
     max_loras: int | None = None
     """Distinct adapters one batch of its engine may use (vLLM's ``--max-loras``), None unknown ([cap])."""
-    gauged: bool = False
+    names_adapters: bool = False
     """Its engine's last answered read named what runs there: it is read before a cold load with no
     free slot ([read])."""
     foreign: bool = False
@@ -1232,7 +1233,7 @@ class AdapterStateMachine:
                 rep.indexed = None  # [evict]'s index finds only later stamps at the end
         rep.base, rep.unseen = len(rep.held) + len(rep.loading), 0  # [share]: shared afresh
         self._touch(rep)
-        rep.listed_since_report = True
+        rep.listed_since_reading = True
         commands.extend(self._admit_queued(rep))
         if self._pins:
             commands.extend(self._ensure_pins())
@@ -1357,7 +1358,7 @@ class AdapterStateMachine:
             self._touch(rep)  # out of [place]'s index
             # What readings said is about the old engine; a re-added one is read afresh.
             rep.named = frozenset()
-            rep.listed_since_report = rep.gauged = rep.foreign = rep.settle = False
+            rep.listed_since_reading = rep.names_adapters = rep.foreign = rep.settle = False
             rep.others = rep.read_served = rep.ran = rep.calm = 0
             rep.seqs = rep.max_loras = rep.sampled = None
             if rep.read is not None:
@@ -1576,13 +1577,23 @@ class AdapterStateMachine:
         rep = self._replicas.get(replica)
         return rep is not None and not rep.removed and rep.met
 
-    def reported(self, replica: str) -> frozenset[str]:
-        """The adapters the standing report of ``replica`` names ([reading], [read-failed]).
+    def named(self, replica: str) -> frozenset[str]:
+        """The adapters the last reading of ``replica``'s engine names ([reading], [read-failed]).
 
-        Empty for a replica not in use, and once a failed read has ended the report.
+        Empty for a replica not in use, and once a failed read has ended the reading.
         """
         rep = self._replicas.get(replica)
         return frozenset() if rep is None or rep.removed else rep.named
+
+    def reported(self, replica: str) -> frozenset[str]:
+        """The old name of ``named``."""
+        warnings.warn(
+            "AdapterStateMachine.reported() is now AdapterStateMachine.named(): "
+            "what a reading names, as the [reading] rule and the replica's named field say",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return self.named(replica)
 
     def reading(self, replica: str) -> Reading | None:
         """What the readings of ``replica``'s engine say ([reading], [load]); None when it is not in use."""
@@ -2000,7 +2011,7 @@ class AdapterStateMachine:
             return []
         rep = op.replica
         self._touch(rep)  # others and max_loras, in its cold key
-        rep.gauged = names is not None
+        rep.names_adapters = names is not None
         rep.read_served = op.served
         if running is not None and waiting is not None:
             # [load]: the engine's own count, and what it says of its capacity: a queue means full.
@@ -2016,7 +2027,7 @@ class AdapterStateMachine:
         rep.max_loras = max_loras if max_loras else rep.max_loras
         # An engine without the gauge cannot tell: an empty reading, and no reads before requests.
         counted = running is not None and waiting is not None
-        commands = self._report(rep, frozenset(names or ()), others=counted and rep.others > 0)
+        commands = self._new_reading(rep, frozenset(names or ()), others=counted and rep.others > 0)
         if raised:
             commands.extend(self._admit_queued(rep))  # [cap]: a higher max_loras may raise the cap
         commands.extend(self._settled(rep))
@@ -2037,15 +2048,15 @@ class AdapterStateMachine:
         if not self._finish_read(op):
             return []
         rep = op.replica
-        commands = self._report(rep, frozenset(), failed=True) if rep.listed_since_report else []
+        commands = self._new_reading(rep, frozenset(), failed=True) if rep.listed_since_reading else []
         commands.extend(self._settled(rep))
         commands.extend(self._unpark(op))
         return commands
 
-    def _report(
+    def _new_reading(
         self, rep: _Replica, names: frozenset[str], *, failed: bool = False, others: bool = False
     ) -> list[Command]:
-        """[reading]: ``names`` replace the replica's last report.
+        """[reading]: ``names`` replace the replica's last reading.
 
         A reading that names only adapters this router's requests run on there, and counts no
         request but this router's (``others`` False), says nothing of another router: it stands as an
@@ -2055,7 +2066,7 @@ class AdapterStateMachine:
         and evictions there wait for a fresh one ([read]). An ended reading ([read-failed]) leaves
         that last judgement as it was.
         """
-        rep.listed_since_report = False
+        rep.listed_since_reading = False
         self._touch(rep)  # idle may change
         if not failed:
             mine = rep.held
@@ -2108,7 +2119,7 @@ class AdapterStateMachine:
         on its way. A router alone, whose readings name only its own requests, never waits."""
         if not self._read_engine:
             return False
-        return rep.foreign if rep.gauged else rep.read is not None
+        return rep.foreign if rep.names_adapters else rep.read is not None
 
     def _stale(self, rep: _Replica, coming: int = 0) -> bool:
         """[read]: whether a request placed on ``rep`` asks for a fresh reading (nothing waits for it):
@@ -2116,7 +2127,7 @@ class AdapterStateMachine:
         found it carry with no queue (a read may show it full, and a hot adapter needs a copy); or
         other routers use it, and this router has sent it ``REFRESH`` requests since its last reading
         (their load moves too). ``coming``: the request is not counted yet (``place_hit``)."""
-        if not self._read_engine or not rep.gauged or rep.read is not None:
+        if not self._read_engine or not rep.names_adapters or rep.read is not None:
             return False
         if rep.foreign and rep.served + coming - rep.read_served >= REFRESH:
             return True

@@ -32,7 +32,7 @@ class Reading:
     """
 
     adapters: frozenset[str]
-    """The standing report: adapters another router's requests run on there ([reading])."""
+    """What the last reading names: adapters another router's requests run on there ([reading])."""
     foreign: bool
     """The last reading named an adapter none of this router's requests ran on there."""
     running: int | None

@@ -1,6 +1,6 @@
 """Conformance vectors: replay a recorded run of the machine against a machine.
 
-A vector (format ``lorafleet-vector/1``; the schema is vectors/schema.json) is a name, a description,
+A vector (format ``lorafleet-vector/2``; the schema is vectors/schema.json) is a name, a description,
 the rule identifiers it exercises (SPEC.md), the machine's configuration and its steps. A step is one of:
 
 - ``{"event": E, "commands": [C, ...]}``: handling E gives exactly these commands, in this order;
@@ -9,10 +9,13 @@ the rule identifiers it exercises (SPEC.md), the machine's configuration and its
 - ``{"hit": {"ticket": T, "replica": R, "adapter": A}, "result": true}``: the ``hit`` shortcut answers
   this (or ``"error"``, as for an event);
 - ``{"query": "view", "replicas": [...], "adapter": "a", "result": {...}}``, and likewise
-  ``"statistics"`` (no arguments), ``"next_due"``, ``"is_met"``, ``"reported"`` and ``"reading"``
+  ``"statistics"`` (no arguments), ``"next_due"``, ``"is_met"``, ``"named"`` and ``"reading"``
   (``"replica"``), ``"blame"`` (``"replica"``, ``"failed"``),
   and ``"place"`` (``"adapter"``, and optionally ``"model"``, ``"exclude"``, ``"load"``): what the
   machine answers at that point.
+
+Format ``lorafleet-vector/1`` is still replayed. It differs only in a query's name: its ``"reported"``
+is ``"named"`` (SPEC.md 6.3), a name a ``/2`` vector may not use.
 """
 
 from __future__ import annotations
@@ -24,7 +27,12 @@ from . import _errors
 from ._json import decode, encode, encode_placement, encode_reading, encode_statistics, encode_view
 from ._machine import AdapterStateMachine
 
-FORMAT = "lorafleet-vector/1"
+FORMAT = "lorafleet-vector/2"
+"""The format vectors are written in."""
+
+OLD_QUERIES = {"lorafleet-vector/1": {"reported": "named"}}
+"""The older formats still replayed, each with its names of queries ``FORMAT`` renamed, old to new."""
+_RETIRED = {old: (format_, new) for format_, names in OLD_QUERIES.items() for old, new in names.items()}
 
 
 def replay(vector: dict[str, Any], machine: AdapterStateMachine | None = None) -> list[str]:
@@ -32,14 +40,24 @@ def replay(vector: dict[str, Any], machine: AdapterStateMachine | None = None) -
 
     Each difference names the step (counting from 0), what the vector expected and what came.
     """
-    if vector.get("format") != FORMAT:
-        return [f"not a {FORMAT} vector: format {vector.get('format')!r}"]
+    format_ = vector.get("format")
+    if format_ != FORMAT and format_ not in OLD_QUERIES:
+        return [f"not a {' or '.join([FORMAT, *OLD_QUERIES])} vector: format {format_!r}"]
+    renamed = OLD_QUERIES.get(format_, {})
     if machine is None:
         machine = AdapterStateMachine(**vector["config"])
     problems: list[str] = []
     for index, step in enumerate(vector["steps"]):
         where = f"step {index}"
         if "query" in step:
+            if step["query"] in renamed:
+                step = {**step, "query": renamed[step["query"]]}
+            elif step["query"] in _RETIRED:
+                old_format, new = _RETIRED[step["query"]]
+                problems.append(
+                    f"{where}: {format_} has no query {step['query']!r}, the {old_format} name of {new!r}"
+                )
+                break
             got = _query(machine, step)
             if got != step["result"]:
                 problems.append(
@@ -110,8 +128,8 @@ def _query(machine: AdapterStateMachine, step: dict[str, Any]) -> Any:
             return machine.next_due()
         case "is_met":
             return machine.is_met(step["replica"])
-        case "reported":
-            return sorted(machine.reported(step["replica"]))
+        case "named":
+            return sorted(machine.named(step["replica"]))
         case "reading":
             return encode_reading(machine.reading(step["replica"]))
         case "blame":

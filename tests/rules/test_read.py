@@ -45,7 +45,7 @@ def test_read_after_each_listing_and_one_at_a_time() -> None:
     # The read of the first listing is still out: no second read.
     s.expect(ListingReceived(listing=listing.listing, adapters=()))
     s.expect(ReadingReceived(read=2, adapters=()))
-    assert s.machine.reported("r") == frozenset()
+    assert s.machine.named("r") == frozenset()
 
 
 def test_read_not_without_the_setting() -> None:
@@ -92,7 +92,7 @@ def test_read_not_by_a_lone_router_whose_readings_name_only_its_own_requests() -
     s = Scenario.reading(("r", 1), headroom=0)
     t = s.load("r", "a")
     read_now(s, "r", "a")
-    assert s.machine.reported("r") == frozenset()  # it stands as an empty reading ([reading])
+    assert s.machine.named("r") == frozenset()  # it stands as an empty reading ([reading])
     s.expect(Released(ticket=t))
     _t, commands = s.request("r", "b")
     (unload,) = commands

@@ -31,7 +31,7 @@ from .helpers import another_routers, held, idle_pair, read_each, read_now
 from scenario import Scenario, landed, loads, unloaded, unloads
 
 
-def queued_behind_a_report() -> Scenario:
+def queued_behind_a_reading() -> Scenario:
     """r (limit 1, headroom 0) holds a, idle here and reported running; a request for b waits at the cap."""
     s = Scenario.reading(("r", 1), headroom=0)
     s.expect(Released(ticket=s.load("r", "a")))
@@ -51,7 +51,7 @@ def test_reading_a_reading_naming_only_this_routers_requests_stands_as_an_empty_
     s = Scenario.reading(("r", 1))
     t = s.load("r", "a")
     read_now(s, "r", "a")
-    assert s.machine.reported("r") == frozenset()
+    assert s.machine.named("r") == frozenset()
     s.expect(Released(ticket=t))
     assert s.machine.place("b") == Placement(replica="r", placed=Placed.EVICT)  # a is idle: a victim
 
@@ -63,7 +63,7 @@ def test_reading_a_reading_counting_others_requests_on_our_adapter_is_another_ro
     s = Scenario.reading(("r", 1))
     t = s.load("r", "a")
     read_each(s, 30.0, r={"adapters": ["a"], "running": 2, "waiting": 0})  # ours, and one more
-    assert s.machine.reported("r") == {"a"}
+    assert s.machine.named("r") == {"a"}
     reading = s.machine.reading("r")
     assert reading is not None
     assert (reading.foreign, reading.others) == (True, 1)
@@ -77,7 +77,7 @@ def test_reading_a_reading_naming_another_adapter_keeps_all_it_names_out_of_idle
     s = Scenario.reading(("r", 1))
     t = s.load("r", "a")
     read_now(s, "r", "a", "x")
-    assert s.machine.reported("r") == {"a", "x"}
+    assert s.machine.named("r") == {"a", "x"}
     s.expect(Released(ticket=t))
     assert s.machine.place("b") == Placement(replica="r", placed=Placed.OVER)  # a runs elsewhere
     read_now(s, "r", now=60.0)
@@ -88,7 +88,7 @@ def test_reading_an_adapter_the_engine_reports_running_is_no_victim() -> None:
     s = Scenario.reading(("r", 2))
     idle_pair(s)
     read_now(s, "r", "a")  # idle here: another router's requests run on it
-    assert s.machine.reported("r") == {"a"}
+    assert s.machine.named("r") == {"a"}
     # a is the least recently used here, but another router runs requests on it: once c has landed,
     # the replica reads its engine again ([settle]), and b goes.
     ticket, commands = s.request("r", "c")
@@ -178,7 +178,7 @@ def test_reading_placement_does_not_count_reported_adapters_as_idle() -> None:
 
 
 def test_reading_at_the_cap_a_report_that_frees_an_adapter_admits_the_queue() -> None:
-    s = queued_behind_a_report()  # a runs elsewhere: no room under the cap
+    s = queued_behind_a_reading()  # a runs elsewhere: no room under the cap
     (unload,) = s.list_and_read(60.0, "r", ["a"], [])
     assert isinstance(unload, IssueUnload)
     assert unload.adapter == "a"
@@ -192,7 +192,7 @@ def test_reading_a_removed_replica_forgets_its_reading() -> None:
     s.expect(Released(ticket=s.load("r", "a")))
     read_now(s, "r", "a")
     s.expect(ReplicasRemoved(replicas=("r",)))
-    assert s.machine.reported("r") == frozenset()
+    assert s.machine.named("r") == frozenset()
     s.expect(TimeAdvanced(now=40.0))
     (listing,) = s(ReplicaAdded(replica="r", model="base", limit=1))
     assert isinstance(listing, ReadListing)
@@ -211,23 +211,23 @@ def test_reading_a_removed_replica_forgets_its_reading() -> None:
 
 
 def test_read_failed_with_no_listing_since_the_report_the_report_stands() -> None:
-    s = queued_behind_a_report()
+    s = queued_behind_a_reading()
     # A release of nothing... the queue waits; read again through a listing that fails.
     (listing,) = s(TimeAdvanced(now=60.0))
     assert isinstance(listing, ReadListing)
     s.expect(ListingFailed(listing=listing.listing, message="HTTP 500"))  # a failed listing is no listing
-    assert s.machine.reported("r") == {"a"}
+    assert s.machine.named("r") == {"a"}
 
 
 def test_read_failed_after_a_listing_ends_the_report_as_an_empty_one_would() -> None:
-    s = queued_behind_a_report()
+    s = queued_behind_a_reading()
     (listing,) = s(TimeAdvanced(now=60.0))
     assert isinstance(listing, ReadListing)
     (read,) = s(ListingReceived(listing=listing.listing, adapters=("a",)))
     assert isinstance(read, ReadEngine)
-    assert s.machine.reported("r") == {"a"}  # a still runs elsewhere, as far as anyone knows
+    assert s.machine.named("r") == {"a"}  # a still runs elsewhere, as far as anyone knows
     (unload,) = s.fail_read("r", "HTTP 503")
-    assert s.machine.reported("r") == frozenset()
+    assert s.machine.named("r") == frozenset()
     assert isinstance(unload, IssueUnload)
     assert unload.adapter == "a"
     (load,) = s(unloaded(unload))
@@ -245,4 +245,4 @@ def test_read_failed_a_report_after_the_listing_stands_through_a_failed_read() -
     (read,) = s(Released(ticket=t))
     assert isinstance(read, ReadEngine)
     s.expect(ReadingFailed(read=read.read, message="no answer within 5 s"))
-    assert s.machine.reported("r") == {"a", "x"}  # no listing since that reading: it stands
+    assert s.machine.named("r") == {"a", "x"}  # no listing since that reading: it stands

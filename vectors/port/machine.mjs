@@ -521,7 +521,7 @@ export class Machine {
     rep.idle = new Map([...idle, ...rep.idle]);
     rep.base = rep.held.size + rep.loading.size; // [share]: the free slots it leaves, shared afresh
     rep.unseen = 0;
-    rep.listedSinceReport = true; // [read-failed]
+    rep.listedSinceReading = true; // [read-failed]
     commands.push(...this.admitQueue(rep), ...this.ensurePins());
     if (this.readEngine && !rep.read) commands.push(this.startRead(rep)); // [read], step 6
     return commands;
@@ -583,8 +583,8 @@ export class Machine {
       rep = {
         id: replica, held: new Map(), idle: new Map(), loading: new Map(), unloading: new Map(),
         listing: null, droppedWhileListing: new Set(), outstanding: 0, inFlight: 0, served: 0,
-        failures: 0, avoidUntil: 0, named: new Set(), listedSinceReport: false, base: 0, unseen: 0,
-        read: null, gauged: false, foreign: false, settle: false,
+        failures: 0, avoidUntil: 0, named: new Set(), listedSinceReading: false, base: 0, unseen: 0,
+        read: null, namesAdapters: false, foreign: false, settle: false,
         others: 0, readServed: 0, seqs: null, ran: 0, calm: 0, maxLoras: null, sampled: null,
       };
       rep.queue = { kind: "queue", replica: rep, waiters: [] };
@@ -609,7 +609,7 @@ export class Machine {
       rep.removed = true;
       // [reading], [load]: what readings said is about the engine before the removal.
       Object.assign(rep, {
-        named: new Set(), listedSinceReport: false, gauged: false, foreign: false, settle: false,
+        named: new Set(), listedSinceReading: false, namesAdapters: false, foreign: false, settle: false,
         others: 0, readServed: 0, seqs: null, ran: 0, calm: 0, maxLoras: null, sampled: null,
       });
       if (rep.read) { // abandoned: requested waiters fail with the others, routed ones are placed again
@@ -741,12 +741,12 @@ export class Machine {
   // or the first is on its way.
   wantsReading(rep) {
     if (!this.readEngine) return false;
-    return rep.gauged ? rep.foreign : rep.read !== null;
+    return rep.namesAdapters ? rep.foreign : rep.read !== null;
   }
 
   // [read]: a request placed there asks for a reading nothing waits for.
   stale(rep) {
-    if (!this.readEngine || !rep.gauged || rep.read !== null) return false;
+    if (!this.readEngine || !rep.namesAdapters || rep.read !== null) return false;
     if (rep.foreign && rep.served - rep.readServed >= 4) return true;
     return rep.sampled !== null && this.capacity(rep) === null && this.load(rep) > rep.calm;
   }
@@ -819,7 +819,7 @@ export class Machine {
     }
     if (!this.finishRead(read)) return [];
     const rep = read.replica;
-    rep.gauged = adapters !== null;
+    rep.namesAdapters = adapters !== null;
     rep.readServed = read.served;
     if (running !== null && waiting !== null) { // [load]
       const [run, wait] = [Number(running), Number(waiting)];
@@ -832,7 +832,7 @@ export class Machine {
     const raised = max_loras !== null && Number(max_loras) > (rep.maxLoras ?? 0);
     if (max_loras !== null && max_loras > 0n) rep.maxLoras = Number(max_loras);
     const counted = running !== null && waiting !== null;
-    const commands = this.report(rep, adapters ?? [], false, counted && rep.others > 0);
+    const commands = this.newReading(rep, adapters ?? [], false, counted && rep.others > 0);
     if (raised) commands.push(...this.admitQueue(rep)); // [cap]: the cap may have risen with it
     return [...commands, ...this.settled(rep), ...this.unpark(read)];
   }
@@ -843,7 +843,7 @@ export class Machine {
     if (typeof message !== "string") throw invalid("message", message);
     if (!this.finishRead(read)) return [];
     const rep = read.replica;
-    const commands = rep.listedSinceReport ? this.report(rep, [], true) : [];
+    const commands = rep.listedSinceReading ? this.newReading(rep, [], true) : [];
     return [...commands, ...this.settled(rep), ...this.unpark(read)];
   }
 
@@ -904,8 +904,8 @@ export class Machine {
   // The reading replaces the last one: named adapters leave idle; ones no longer named, held with no
   // request of ours on them, come back to its end, in name order, and the queue may get the room.
   // One that names only our own running requests stands as an empty one; a failed read keeps `foreign`.
-  report(rep, adapters, failed = false, others = false) {
-    rep.listedSinceReport = false;
+  newReading(rep, adapters, failed = false, others = false) {
+    rep.listedSinceReading = false;
     let names = new Set(adapters);
     if (!failed) {
       rep.foreign = others || [...names].some((name) => !(rep.held.get(name)?.inUse > 0));
@@ -925,7 +925,7 @@ export class Machine {
     return freed ? this.admitQueue(rep) : [];
   }
 
-  // Whether a held adapter with no request of ours on it may be idle: not pinned, not reported.
+  // Whether a held adapter with no request of ours on it may be idle: not pinned, not named by a reading.
   idleable(rep, name) {
     return !this.pins.has(name) && !rep.named.has(name);
   }
@@ -1025,8 +1025,8 @@ export class Machine {
     return Boolean(this.inUse(replica)?.met);
   }
 
-  // [reading]: the standing report, in name order; empty for a replica not in use.
-  reported(replica) {
+  // [reading]: what the last reading names, in name order; empty for a replica not in use.
+  named(replica) {
     return [...(this.inUse(replica)?.named ?? [])].sort(byName);
   }
 

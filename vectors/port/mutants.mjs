@@ -143,7 +143,7 @@ export const MUTANTS = [
   m("reading-own-requests-named", "reading", "a reading that names only our own running requests stands as it is",
     "if (!rep.foreign) names = new Set();", ""),
   m("read-failed-kept", "read-failed", "a failed read after a listing keeps the last reading",
-    "const commands = rep.listedSinceReport ? this.report(rep, [], true) : [];", "const commands = [];"),
+    "const commands = rep.listedSinceReading ? this.newReading(rep, [], true) : [];", "const commands = [];"),
   m("route-stale-not-read", "route", "a routed request on a replica with a stale reading does not ask for one",
     "if (this.stale(rep)) commands.push(this.startRead(rep)); // [read]: nothing waits for it", ""),
   // -- §3.8 queries

@@ -72,7 +72,7 @@ function query(machine, step) {
     case "statistics": return machine.statistics();
     case "next_due": return machine.next_due();
     case "is_met": return machine.is_met(step.replica);
-    case "reported": return machine.reported(step.replica);
+    case "named": return machine.named(step.replica);
     case "reading": return machine.reading(step.replica);
     case "blame": return machine.blame(step.replica, step.failed);
     case "place":
@@ -81,14 +81,25 @@ function query(machine, step) {
   }
 }
 
+// The formats replayed, each with its names of the queries format /2 renamed (SPEC §6.3).
+const FORMATS = {
+  "lorafleet-vector/2": {},
+  "lorafleet-vector/1": { reported: "named" },
+};
+
 // The first difference between the vector and the port, or null when it replays exactly.
 export function replay(vector) {
-  if (vector.format !== "lorafleet-vector/1") return `format ${vector.format}`;
+  if (!Object.hasOwn(FORMATS, vector.format)) return `format ${vector.format}`;
+  const renamed = FORMATS[vector.format];
   const machine = new Machine(vector.config);
   for (const [index, step] of vector.steps.entries()) {
     const at = `step ${index}`;
     if ("query" in step) {
-      const got = query(machine, step);
+      const name = Object.hasOwn(renamed, step.query) ? renamed[step.query] : step.query;
+      if (name === "reported") {
+        return `${at}: ${vector.format} has no query "reported", the lorafleet-vector/1 name of "named"`;
+      }
+      const got = query(machine, { ...step, query: name });
       if (equal(got, step.result)) continue;
       return `${at}: ${step.query} expected ${show(step.result)}, got ${show(got)}`;
     }
