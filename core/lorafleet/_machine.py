@@ -2419,10 +2419,10 @@ _UNLOAD_OUTCOME = _Kind(lambda v: isinstance(v, UnloadOutcome), "{field} must be
 _LISTED = _Kind(
     _is_list, "adapters must be a list of adapter names", "listed adapter names must be non-empty strs"
 )
-_REPORTED = _Kind(
+_READ_NAMES = _Kind(
     lambda v: v is None or _is_list(v),
     "adapters must be a list of adapter names, or null",
-    "reported adapter names must be non-empty strs",
+    "the adapter names of a reading must be non-empty strs",
 )
 _REMOVED = _Kind(_is_list, "replicas must be a list of replica ids", "replica ids must be non-empty strs")
 _FAILED = _Kind(_is_list, "failed must be a list of replica ids", "failed replica ids must be non-empty strs")
@@ -2454,7 +2454,7 @@ _FIELDS: dict[type, tuple[tuple[str, _Kind], ...]] = {
     AdapterUnpinned: (("adapter", _ADAPTER),),
     Routed: (("adapter", _ADAPTER), ("path", _PATH), ("model", _MODEL_OR_NONE), ("exclude", _EXCLUDED)),
     ReadingReceived: (
-        ("adapters", _REPORTED),
+        ("adapters", _READ_NAMES),
         ("running", _AT_LEAST_0_OR_NONE),
         ("waiting", _AT_LEAST_0_OR_NONE),
         ("max_loras", _AT_LEAST_0_OR_NONE),
