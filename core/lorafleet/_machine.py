@@ -460,6 +460,10 @@ class AdapterStateMachine:
         """Halvings of the demand so far: ``_level`` counts from it, so that a halving moves no level."""
         self._dirty: list[_Replica] = []
         """Replicas whose cold key may have changed since [place]'s index last read it (``_reindex``)."""
+        self._reweighed: set[str] = set()
+        """Adapters whose demand weight changed since ``_reindex``: the replicas where one is idle may
+        have another victim. Read then, not as it changes, so that a hit's count stays apart from
+        the fleet's size (a hot adapter may be held on every replica)."""
         self._keys: list[tuple[int, int, int, int, int]] = []
         """The cold keys of the replicas in use, each once, in order: [place]'s index of cold loads."""
         self._groups: dict[tuple[int, int, int, int, int], dict[_Replica, None]] = {}
@@ -766,7 +770,7 @@ class AdapterStateMachine:
         demand[adapter] = count
         if not count & (count - 1):
             # A power of two: its weight rose, and with it the victim of a replica where it is idle.
-            self._touch_holders(adapter)
+            self._reweighed.add(adapter)
         self._requests += 1
         if not self._requests % self._half_life:
             # A halving takes one from every weight but 0: ``_level`` counts the halvings, so that the
@@ -778,7 +782,7 @@ class AdapterStateMachine:
                     demand[name] = count >> 1
                 else:
                     del demand[name]
-                    self._touch_holders(name)
+                    self._reweighed.add(name)
 
     def _touch(self, rep: _Replica) -> None:
         """Something ``rep``'s cold key reads changed: [place]'s index reads it again (``_reindex``)."""
@@ -786,10 +790,6 @@ class AdapterStateMachine:
             rep.dirty = True
             self._dirty.append(rep)
 
-    def _touch_holders(self, adapter: str) -> None:
-        """``adapter``'s weight changed: touch the replicas that hold it (where it may be the victim)."""
-        for rep in self._where.get(adapter, _NOWHERE).values():
-            self._touch(rep)
 
     def _ended(self, rep: _Replica) -> None:
         """A request counted on ``rep`` ended (released, cancelled, failed)."""
@@ -1888,7 +1888,14 @@ class AdapterStateMachine:
         return (2, self._level(victim), max(rep.idle[victim], 0), busy, rep.served)
 
     def _reindex(self) -> None:
-        """Bring [place]'s index up to date: the cold key of each replica touched since (``_touch``)."""
+        """Bring [place]'s index up to date: the cold key of each replica touched since (``_touch``),
+        and of each where an adapter whose weight changed since is idle (its victim may be another)."""
+        if self._reweighed:
+            for name in self._reweighed:
+                for rep in self._where.get(name, _NOWHERE).values():
+                    if name in rep.idle:
+                        self._touch(rep)
+            self._reweighed.clear()
         dirty = self._dirty
         if not dirty:
             return
