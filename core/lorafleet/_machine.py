@@ -707,10 +707,17 @@ class AdapterStateMachine:
         """
         if type(adapter) is not str or not adapter:
             raise _ADAPTER.error("adapter", adapter)
-        self._check_ticket(ticket)
+        if type(ticket) is not int or ticket <= self._last_ticket:
+            self._check_ticket(ticket)
         rep = self._holder(adapter, model, (), None)
-        if rep is None or self._saturated(rep, None) or self._stale(rep, coming=1):
-            return None  # no holder, a full one (placement may spill elsewhere), or one to read
+        if rep is None:
+            return None  # placement would load it somewhere
+        # _saturated and _stale, inline where they are cheap to answer: every routed hit asks both.
+        seqs = self._concurrency if self._concurrency is not None else rep.seqs
+        if seqs is not None and rep.in_flight + rep.others > seqs:
+            return None  # a full holder: placement may spill elsewhere
+        if self._read_engine and self._stale(rep, coming=1):
+            return None  # one to read: Routed sends the read
         held = rep.held.get(adapter)
         if held is None:
             return None  # placement chose a replica loading it: the request joins, through Requested
@@ -1735,7 +1742,8 @@ class AdapterStateMachine:
         The rendezvous weights are computed only for a tie: a warm request's placement is its hot path.
         """
         best: _Replica | None = None
-        best_key: tuple[float, int] = (0.0, 0)
+        best_busy: float = 0
+        best_served = 0
         best_weight = -1
         clock = self._clock
         for rep in self._where.get(adapter, _NOWHERE).values():
@@ -1743,10 +1751,13 @@ class AdapterStateMachine:
                 continue
             if model is not None and rep.model != model:
                 continue
-            key = (self._busy(rep, extra), rep.served)
-            if best is None or key < best_key:
-                best, best_key, best_weight = rep, key, -1
-            elif key == best_key:
+            busy: float = rep.in_flight + rep.others  # _busy, inline, as is the key's comparison
+            if extra:
+                busy += extra.get(rep.id, 0)
+            served = rep.served
+            if best is None or busy < best_busy or (busy == best_busy and served < best_served):
+                best, best_busy, best_served, best_weight = rep, busy, served, -1
+            elif busy == best_busy and served == best_served:
                 if best_weight < 0:
                     best_weight = _rendezvous(adapter, best.id)
                 weight = _rendezvous(adapter, rep.id)
