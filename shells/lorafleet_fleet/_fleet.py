@@ -689,7 +689,11 @@ class Fleet:
         ticket = lease.ticket = machine.next_ticket
         if machine.hit(ticket, replica=replica.id, adapter=lease.adapter):
             lease._how = _HIT
-            self._tallies.hit(lease.adapter)
+            tally = self._tallies.by_adapter.get(lease.adapter)  # Tallies.hit, inline: every hit's
+            if tally is None:
+                self._tallies.hit(lease.adapter)
+            else:
+                tally.fast += 1
             return True
         return False
 
@@ -778,7 +782,11 @@ class Fleet:
             lease._how = _HIT
             self._placed[_HELD] += 1
             self._leased.add(ticket)
-            self._tallies.hit(adapter)
+            tally = self._tallies.by_adapter.get(adapter)  # Tallies.hit, inline, as in _hit
+            if tally is None:
+                self._tallies.hit(adapter)
+            else:
+                tally.fast += 1
             return lease
         lease._path = path
         with self._tallies.waiting(lease):
@@ -867,7 +875,9 @@ class Fleet:
             self._leased.remove(ticket)
         except KeyError:
             return False
-        self._release(ticket)
+        commands = self._machine.release(ticket)  # _release, inline: every routed request's
+        if commands:
+            self._carry_out(commands)
         return True
 
     def _release(self, ticket: int) -> None:
@@ -1286,7 +1296,7 @@ class Lease:
             return
         self._left = True
         self._fleet._release(self.ticket)
-        if served:
+        if served and self._failed:  # only a retry after a server error has a replica to blame
             self._fleet._served(self)
 
     def __repr__(self) -> str:
@@ -1310,9 +1320,14 @@ class Lease:
     ) -> None:
         if not self._left:
             self._left = True
-            self._fleet._release(self.ticket)
-            if exc_type is None:  # an exception out of the block is no answer served
-                self._fleet._served(self)
+            fleet = self._fleet
+            commands = fleet._machine.release(self.ticket)  # Fleet._release, inline: every request's
+            if commands:
+                fleet._carry_out(commands)
+            # An exception out of the block is no answer served; only a retry after a server error
+            # has a replica to blame.
+            if exc_type is None and self._failed:
+                fleet._served(self)
 
 
 class Route(Lease):
@@ -1354,7 +1369,7 @@ class Route(Lease):
         if self._how is None or self._left:
             return
         self._left = True
-        if self._fleet._release_routed(self.ticket) and served:
+        if self._fleet._release_routed(self.ticket) and served and self._failed:
             self._fleet._served(self)
 
     def __del__(self) -> None:
@@ -1370,5 +1385,5 @@ class Route(Lease):
         if not self._left:
             self._left = True
             released = self._fleet._release_routed(self.ticket)
-            if released and exc_type is None:  # an exception out of the block is no answer served
+            if released and exc_type is None and self._failed:  # as Lease.__aexit__
                 self._fleet._served(self)
