@@ -712,7 +712,7 @@ class AdapterStateMachine:
         rep = self._holder(adapter, model, (), None)
         if rep is None:
             return None  # placement would load it somewhere
-        # _saturated and _stale, inline where they are cheap to answer: every routed hit asks both.
+        # _saturated, inline, and _stale only where the machine reads engines: every routed hit asks.
         seqs = self._concurrency if self._concurrency is not None else rep.seqs
         if seqs is not None and rep.in_flight + rep.others > seqs:
             return None  # a full holder: placement may spill elsewhere
