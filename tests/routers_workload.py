@@ -24,7 +24,16 @@ import anyio
 import attrs
 import httpx
 
-from lorafleet import Command, Event, IssueLoad, IssueUnload, ReadEngine, ReadingFailed, ReadingReceived
+from lorafleet import (
+    Command,
+    Event,
+    IssueLoad,
+    IssueUnload,
+    ReadEngine,
+    ReadingFailed,
+    ReadingReceived,
+    Released,
+)
 from lorafleet_fleet import Fleet, FleetError, LoadError, Replica
 from lorafleet_standin import Call
 
@@ -100,8 +109,9 @@ def router_of(call: Call) -> str:
 class Probe:
     """What one fleet's machine decided: its loads and unloads, each with the last reading it applied.
 
-    It wraps the machine's ``handle``, every event's one way in (the fleet sends each input through
-    it), and changes nothing: the commands go on as they came.
+    It wraps the machine's ``handle``, every event's way in (the fleet sends each input through it),
+    and ``release``, which a lease's release calls instead and which skips ``handle`` unless the
+    machine's class overrides it; it changes nothing: the commands go on as they came.
     """
 
     router: str
@@ -144,6 +154,11 @@ class Probe:
             return commands
 
         setattr(machine, "handle", probed)  # noqa: B010 (mypy: a method is not assigned to)
+
+        def probed_release(ticket: int) -> list[Command]:
+            return probed(Released(ticket=ticket))  # the release() the machine spells, probed
+
+        setattr(machine, "release", probed_release)  # noqa: B010 (as handle)
 
 
 @attrs.define

@@ -198,6 +198,12 @@ ORDERS = 32
 """[place]: the adapters whose rendezvous order over every replica is kept (``_order``)."""
 
 _HIT = How.HIT  # looked up once: the hit path is every warm request's
+# attrs' frozen __init__ sets each field through object.__setattr__, from Python: half a hit's cost in
+# the core. A hit's Grant is made the same way from C, through the slots' own setters (``request``);
+# tests/test_hit_grant.py checks that it is the same value and that Grant has no other field.
+_new = object.__new__
+_grant_ticket = Grant.__dict__["ticket"].__set__
+_grant_how = Grant.__dict__["how"].__set__
 _NOWHERE: dict[str, _Replica] = {}
 
 
@@ -556,7 +562,10 @@ class AdapterStateMachine:
         through ``handle`` (or ``hit``): the same state, commands and errors either way.
         """
         if self._direct and type(path) is str and path and self.hit(ticket, replica=replica, adapter=adapter):
-            return [Grant(ticket=ticket, how=_HIT)]
+            grant = _new(Grant)  # Grant(ticket=ticket, how=_HIT), without attrs' __init__ (see _new)
+            _grant_ticket(grant, ticket)
+            _grant_how(grant, _HIT)
+            return [grant]
         return self.handle(Requested(ticket=ticket, replica=replica, adapter=adapter, path=path))
 
     def release(self, ticket: int) -> list[Command]:
@@ -703,10 +712,17 @@ class AdapterStateMachine:
         """
         if type(adapter) is not str or not adapter:
             raise _ADAPTER.error("adapter", adapter)
-        self._check_ticket(ticket)
+        if type(ticket) is not int or ticket <= self._last_ticket:
+            self._check_ticket(ticket)
         rep = self._holder(adapter, model, (), None)
-        if rep is None or self._saturated(rep, None) or self._stale(rep, coming=1):
-            return None  # no holder, a full one (placement may spill elsewhere), or one to read
+        if rep is None:
+            return None  # placement would load it somewhere
+        # _saturated, inline, and _stale only where the machine reads engines: every routed hit asks.
+        seqs = self._concurrency if self._concurrency is not None else rep.seqs
+        if seqs is not None and rep.in_flight + rep.others > seqs:
+            return None  # a full holder: placement may spill elsewhere
+        if self._read_engine and self._stale(rep, coming=1):
+            return None  # one to read: Routed sends the read
         held = rep.held.get(adapter)
         if held is None:
             return None  # placement chose a replica loading it: the request joins, through Requested
@@ -1737,7 +1753,8 @@ class AdapterStateMachine:
         The rendezvous weights are computed only for a tie: a warm request's placement is its hot path.
         """
         best: _Replica | None = None
-        best_key: tuple[float, int] = (0.0, 0)
+        best_busy: float = 0
+        best_served = 0
         best_weight = -1
         clock = self._clock
         for rep in self._where.get(adapter, _NOWHERE).values():
@@ -1745,10 +1762,13 @@ class AdapterStateMachine:
                 continue
             if model is not None and rep.model != model:
                 continue
-            key = (self._busy(rep, extra), rep.served)
-            if best is None or key < best_key:
-                best, best_key, best_weight = rep, key, -1
-            elif key == best_key:
+            busy: float = rep.in_flight + rep.others  # _busy, inline, as is the key's comparison
+            if extra:
+                busy += extra.get(rep.id, 0)
+            served = rep.served
+            if best is None or busy < best_busy or (busy == best_busy and served < best_served):
+                best, best_busy, best_served, best_weight = rep, busy, served, -1
+            elif busy == best_busy and served == best_served:
                 if best_weight < 0:
                     best_weight = _rendezvous(adapter, best.id)
                 weight = _rendezvous(adapter, rep.id)

@@ -3,7 +3,8 @@
 Every decision is the machine's. This module only makes calls, waits, keeps time and logs. Every input
 reaches the machine through ``Fleet._send``, which also carries out what the machine answers; the
 shortcuts are ``AdapterStateMachine.hit`` and ``place_hit``, a warm request's path, which has no
-command to carry out. ``Fleet.route`` sends ``Routed`` and the machine places the request (reading
+command to carry out, and ``release``, whose commands (rarely any) are carried out the same way.
+``Fleet.route`` sends ``Routed`` and the machine places the request (reading
 an engine first when it wants to, [read]); when a replica fails before the lease is granted, the
 request is routed again without it. A retry of a request the router forwarded (``route(after=...)``)
 carries the replicas it tried and those that answered it with a server error, for [blame].
@@ -38,6 +39,7 @@ from lorafleet import (
     AdapterUnpinned,
     Assign,
     Cancelled,
+    Command,
     Event,
     Fail,
     Fault,
@@ -256,9 +258,8 @@ class Fleet:
         """Reads of the engines, by how they ended (``engine_reads``)."""
         self._leased: set[int] = set()
         """Tickets of routed leases granted and not released: the fleet releases them when it closes."""
-        self._orphans: list[tuple[int, str, str]] = []
-        """Routed leases garbage collected unreleased (ticket, replica id, adapter), for the timer task
-        to release."""
+        self._orphans: list[int] = []
+        """Tickets of routed leases garbage collected unreleased, for the timer task to release."""
         self._poke: Callable[[], None] | None = None
         self._client = client
         self._own_client = client is None
@@ -688,7 +689,11 @@ class Fleet:
         ticket = lease.ticket = machine.next_ticket
         if machine.hit(ticket, replica=replica.id, adapter=lease.adapter):
             lease._how = _HIT
-            self._tallies.hit(lease.adapter)
+            tally = self._tallies.by_adapter.get(lease.adapter)  # Tallies.hit, inline: every hit's
+            if tally is None:
+                self._tallies.hit(lease.adapter)
+            else:
+                tally.fast += 1
             return True
         return False
 
@@ -777,7 +782,11 @@ class Fleet:
             lease._how = _HIT
             self._placed[_HELD] += 1
             self._leased.add(ticket)
-            self._tallies.hit(adapter)
+            tally = self._tallies.by_adapter.get(adapter)  # Tallies.hit, inline, as in _hit
+            if tally is None:
+                self._tallies.hit(adapter)
+            else:
+                tally.fast += 1
             return lease
         lease._path = path
         with self._tallies.waiting(lease):
@@ -860,20 +869,25 @@ class Fleet:
         if lease._failed and lease._said is None and self._open:
             self._served_elsewhere(lease.replica.id, lease._failed)
 
-    def _release_routed(self, ticket: int, rid: str, adapter: str) -> bool:
+    def _release_routed(self, ticket: int) -> bool:
         """End a routed lease: False when the fleet had closed and released it then."""
         try:
             self._leased.remove(ticket)
         except KeyError:
             return False
-        self._release(ticket, rid, adapter)
+        commands = self._machine.release(ticket)  # _release, inline: every routed request's
+        if commands:
+            self._carry_out(commands)
         return True
 
-    def _release(self, ticket: int, rid: str, adapter: str) -> None:
-        """End a lease."""
-        self._send(Released(ticket=ticket))
+    def _release(self, ticket: int) -> None:
+        """End a lease: the machine's ``release``, which skips the event where nothing watches events
+        go by, and gives no command at all unless the release lets a waiting request in."""
+        commands = self._machine.release(ticket)
+        if commands:
+            self._carry_out(commands)
 
-    def _orphan(self, ticket: int, rid: str, adapter: str) -> None:
+    def _orphan(self, ticket: int) -> None:
         """A routed lease was garbage collected unreleased: release it soon, from the timer task.
 
         Called from ``__del__``, which may run in the middle of anything: it only notes the ticket
@@ -882,7 +896,7 @@ class Fleet:
         poke = self._poke
         if poke is None:
             return
-        self._orphans.append((ticket, rid, adapter))
+        self._orphans.append(ticket)
         with contextlib.suppress(Exception):  # the loop is ending: closing releases everything
             poke()
 
@@ -893,20 +907,25 @@ class Fleet:
     def _release_orphans(self) -> None:
         orphans = self._orphans
         while orphans:
-            ticket, rid, adapter = orphans.pop()
+            ticket = orphans.pop()
             if ticket in self._leased:
                 log.debug("released the lease of request %d, garbage collected without release()", ticket)
-                self._release_routed(ticket, rid, adapter)
+                self._release_routed(ticket)
 
     # -- the loop: event in, commands out ------------------------------------------------------
 
     def _send(self, event: Event, *, timed_out: float | None = None) -> None:
-        """Feed ``event`` to the machine and carry out the commands it gives: every input's one way in.
+        """Feed ``event`` to the machine and carry out the commands it gives: every input's way in but
+        the warm request's (``hit``, ``place_hit``, ``release``).
 
         Args:
             timed_out: the event answers a call that took longer than this many seconds.
         """
-        for command in self._machine.handle(event):
+        self._carry_out(self._machine.handle(event), timed_out)
+
+    def _carry_out(self, commands: list[Command], timed_out: float | None = None) -> None:
+        """Wake the requests the machine granted or failed, and start the calls it asks for."""
+        for command in commands:
             if isinstance(command, Grant | Fail):
                 waiter = self._waiters.pop(command.ticket, None)
                 if waiter is None:
@@ -1276,8 +1295,8 @@ class Lease:
         if self._how is None or self._left:
             return
         self._left = True
-        self._fleet._release(self.ticket, self.replica.id, self.adapter)
-        if served:
+        self._fleet._release(self.ticket)
+        if served and self._failed:  # only a retry after a server error has a replica to blame
             self._fleet._served(self)
 
     def __repr__(self) -> str:
@@ -1301,9 +1320,14 @@ class Lease:
     ) -> None:
         if not self._left:
             self._left = True
-            self._fleet._release(self.ticket, self.replica.id, self.adapter)
-            if exc_type is None:  # an exception out of the block is no answer served
-                self._fleet._served(self)
+            fleet = self._fleet
+            commands = fleet._machine.release(self.ticket)  # Fleet._release, inline: every request's
+            if commands:
+                fleet._carry_out(commands)
+            # An exception out of the block is no answer served; only a retry after a server error
+            # has a replica to blame.
+            if exc_type is None and self._failed:
+                fleet._served(self)
 
 
 class Route(Lease):
@@ -1345,12 +1369,12 @@ class Route(Lease):
         if self._how is None or self._left:
             return
         self._left = True
-        if self._fleet._release_routed(self.ticket, self.replica.id, self.adapter) and served:
+        if self._fleet._release_routed(self.ticket) and served and self._failed:
             self._fleet._served(self)
 
     def __del__(self) -> None:
         if self._how is not None and not self._left:
-            self._fleet._orphan(self.ticket, self.replica.id, self.adapter)
+            self._fleet._orphan(self.ticket)
 
     def __aenter__(self) -> Coroutine[Any, Any, Route]:
         return self._fleet._route(self)  # the coroutine itself: one frame less on every request
@@ -1360,6 +1384,6 @@ class Route(Lease):
     ) -> None:
         if not self._left:
             self._left = True
-            released = self._fleet._release_routed(self.ticket, self.replica.id, self.adapter)
-            if released and exc_type is None:  # an exception out of the block is no answer served
+            released = self._fleet._release_routed(self.ticket)
+            if released and exc_type is None and self._failed:  # as Lease.__aexit__
                 self._fleet._served(self)
