@@ -806,7 +806,6 @@ class AdapterStateMachine:
             rep.dirty = True
             self._dirty.append(rep)
 
-
     def _ended(self, rep: _Replica) -> None:
         """A request counted on ``rep`` ended (released, cancelled, failed)."""
         rep.in_flight -= 1
