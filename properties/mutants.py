@@ -468,8 +468,8 @@ MUTANTS = [
         "place",
         "holders tied on busy go by the weight alone, not by the requests each has served",
         MACHINE,
-        "            key = (self._busy(rep, extra), rep.served)",
-        "            key = (self._busy(rep, extra), 0)",
+        "            served = rep.served\n",
+        "            served = 0\n",
     ),
     Mutant(
         "place-spill-margin-1",
