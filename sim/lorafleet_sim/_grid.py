@@ -64,6 +64,9 @@ ROWS = (
     Row("90 % busy", {"rate": 115.2}),
     Row("limits 2,2,4,4,4,4,6,6", fleet={"limits": (2, 2, 4, 4, 4, 4, 6, 6)}),
     Row("3 routers", {"routers": 3}, {"routers": 3}),
+    # The same, with every router's machine told how many routers there are ([share]), as
+    # docs/routers.md has an operator set it: Fleet(routers=3), [fleet] routers = 3.
+    Row("3 routers, told", {"routers": 3}, {"routers": 3, "settings": {"routers": 3}}),
 )
 
 
