@@ -689,11 +689,7 @@ class Fleet:
         ticket = lease.ticket = machine.next_ticket
         if machine.hit(ticket, replica=replica.id, adapter=lease.adapter):
             lease._how = _HIT
-            tally = self._tallies.by_adapter.get(lease.adapter)  # Tallies.hit, inline: every hit's
-            if tally is None:
-                self._tallies.hit(lease.adapter)
-            else:
-                tally.fast += 1
+            self._tallies.hit(lease.adapter)
             return True
         return False
 
@@ -782,11 +778,7 @@ class Fleet:
             lease._how = _HIT
             self._placed[_HELD] += 1
             self._leased.add(ticket)
-            tally = self._tallies.by_adapter.get(adapter)  # Tallies.hit, inline, as in _hit
-            if tally is None:
-                self._tallies.hit(adapter)
-            else:
-                tally.fast += 1
+            self._tallies.hit(adapter)
             return lease
         lease._path = path
         with self._tallies.waiting(lease):
@@ -875,9 +867,7 @@ class Fleet:
             self._leased.remove(ticket)
         except KeyError:
             return False
-        commands = self._machine.release(ticket)  # _release, inline: every routed request's
-        if commands:
-            self._carry_out(commands)
+        self._release(ticket)
         return True
 
     def _release(self, ticket: int) -> None:
@@ -1320,14 +1310,11 @@ class Lease:
     ) -> None:
         if not self._left:
             self._left = True
-            fleet = self._fleet
-            commands = fleet._machine.release(self.ticket)  # Fleet._release, inline: every request's
-            if commands:
-                fleet._carry_out(commands)
+            self._fleet._release(self.ticket)
             # An exception out of the block is no answer served; only a retry after a server error
             # has a replica to blame.
             if exc_type is None and self._failed:
-                fleet._served(self)
+                self._fleet._served(self)
 
 
 class Route(Lease):
