@@ -237,7 +237,9 @@ async def test_a_refused_adapter_makes_one_load_call_until_its_record_expires(
 ) -> None:
     server = serve()
     adapters = {"big": str(adapter_dir / "rank64")}
-    async with fleet_type(replicas=replicas([server]), adapters=adapters, refusal=0.3) as fleet:
+    # The refusal lasts long enough for five refused routes on a loaded machine (0.3 s did not, beside
+    # CPU burners: the record expired between them), and short enough to wait out.
+    async with fleet_type(replicas=replicas([server]), adapters=adapters, refusal=2.0) as fleet:
         for _ in range(5):
             with pytest.raises(AdapterError, match="greater than max_lora_rank"):
                 await fleet.route("big")
