@@ -238,17 +238,7 @@ class FleetModel(RuleBasedStateMachine):
             "routers": routers,
         }
         self.machine = type(self).factory(**self.config)
-        self.model = Model(
-            headroom=headroom,
-            refusal=refusal,
-            backoff=backoff,
-            max_backoff=max_backoff,
-            half_life=half_life,
-            read_engine=read_engine,
-            concurrency=concurrency,
-            overflow=overflow,
-            routers=routers,
-        )
+        self.model = Model(**self.config)  # its settings are the machine's, by the same names
         for replica in sorted(REPLICAS):
             self.add(replica, LIMITS[REPLICAS[replica]])
 
