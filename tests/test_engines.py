@@ -165,8 +165,9 @@ async def test_two_fleets_the_others_running_requests_are_never_unloaded(
 
     The engine holds B's request unfinished while A decides (``running_on_engine``), so that what A
     reads is the test's doing, not vLLM's timing. A real vLLM can still finish it before the freeze
-    lands (its ``/pause`` reached the engine 22 s late, the request done, beside two CPU burners):
-    then the premise did not hold, whatever A did, and the scenario runs again on a bare engine.
+    lands (with vLLM's default CPU binding its ``/pause`` reached the engine 22 s late, the request
+    done, beside two CPU burners; ``tests/real_vllm.py`` now starts it unbound): then the premise did
+    not hold, whatever A did, and the scenario runs again on a bare engine.
     """
     unheld: list[str] = []
     for _ in range(PREMISE_ATTEMPTS):

@@ -1,18 +1,11 @@
 """[load], [place]: a hot adapter gets a second copy once its replica's engine queues, with the shipped
-defaults (nothing told of the engines' concurrency), against stand-ins whose queue gauges are vLLM's
-(``test_standin_conformance.py::test_the_stand_in_reports_its_queue_as_vllm_does``: compared with
-the real engine at rest; busy, only the stand-in's batch and queue are checked).
+defaults (nothing told of the engines' concurrency), against a real vLLM and against stand-ins whose
+queue gauges are vLLM's (``test_standin_conformance.py::test_the_stand_in_reports_its_queue_as_vllm_does``).
 
 Two replicas of one model: ``narrow`` runs two requests at once (``--max-num-seqs 2``), ``wide`` many.
 Requests for one adapter go out one at a time, each once the engines count it, and stay unfinished
-until the test ends (the stand-ins hold their streams).
-
-Not against a real vLLM: on this CPU build its API server answers neither ``/metrics`` nor ``/pause``
-while its engine generates (often not until the requests finish), so a test can neither count a
-request that runs nor reliably freeze it there: in 22 tries over three runs beside two CPU burners,
-with the engine frozen and stepped or left to run 2,000-token requests, the premise never held.
-A busy vLLM's queue gauges cannot be read here either, which is why the conformance test compares
-them at rest.
+until the test ends: the stand-ins hold their streams; a real engine generates 1,800 tokens for
+each, far longer than the test takes, and drops them when the test closes the streams.
 
 The fleet learns ``narrow``'s capacity from a reading that shows a queue ([load]); the next request
 goes to ``wide``, which loads the adapter and runs it at once, and the ones after it join it there
@@ -22,6 +15,7 @@ while ``narrow`` stays full.
 from __future__ import annotations
 
 import contextlib
+import time
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
@@ -104,8 +98,10 @@ class Pair:
     let_go: Callable[[], None]
 
 
-@pytest.fixture
-def pair(serve: Callable[..., StandInServer], built_adapters: Path) -> Pair:
+@pytest.fixture(params=["standin", "vllm"])
+def pair(request: pytest.FixtureRequest, serve: Callable[..., StandInServer], built_adapters: Path) -> Pair:
+    if request.param == "vllm":
+        return real_pair(request)
     narrow = serve(max_num_seqs=2, max_model_len=4096)
     wide = serve(api_key=KEY, max_model_len=4096)
     servers = (narrow, wide)
@@ -121,6 +117,30 @@ def pair(serve: Callable[..., StandInServer], built_adapters: Path) -> Pair:
     return Pair(
         Engine("narrow", narrow.url, None), Engine("wide", wide.url, KEY), built_adapters, hold, let_go
     )
+
+
+def real_pair(request: pytest.FixtureRequest) -> Pair:
+    """The open vLLM (``--max-num-seqs 2``) as ``narrow`` and the keyed one as ``wide``, idle and bare."""
+    servers = request.getfixturevalue("vllm_servers")
+    engine = request.getfixturevalue("real_engine")
+    narrow, wide = servers["open"], servers["keyed"]
+    for server in (narrow, wide):
+        server.resume()  # a test that failed while the engine was paused leaves it so
+        server.unload_everything()
+    pair = Pair(
+        Engine("narrow", narrow.url, None),
+        Engine("wide", wide.url, KEY),
+        engine.build / "adapters",
+        lambda: None,
+        lambda: None,
+    )
+    for server in (narrow, wide):  # requests an earlier test dropped may still be aborting
+        with server.client() as client:
+            deadline = time.monotonic() + 300
+            while (now := vllm.engine_queue(client.get("/metrics").content)) != (0, 0):
+                assert time.monotonic() < deadline, f"{server.url} never idle: {now}"
+                time.sleep(0.05)
+    return pair
 
 
 @attrs.define
