@@ -583,8 +583,8 @@ MUTANTS = [
         "evict",
         "demand is halved one request after every half_life",
         MACHINE,
-        "        self._to_halving = self._half_life\n",
-        "        self._to_halving = self._half_life + 1\n",
+        "        self._half_life = half_life\n",
+        "        self._half_life = half_life + 1\n",
     ),
     # -- the wire
     Mutant(

@@ -476,7 +476,7 @@ class AdapterStateMachine:
         self._half_life = half_life
         self._demand: dict[str, int] = {}
         """Adapter name to its decayed request count: +1 a request, all halved every half_life."""
-        self._to_halving = half_life
+        self._to_halving = self._half_life
         """Requests until the next halving of the demand."""
         self._epoch = 0
         """Halvings of the demand so far: ``_level`` counts from it, so that a halving moves no level."""
