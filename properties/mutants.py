@@ -54,17 +54,19 @@ MUTANTS = [
     Mutant(
         "hit-keeps-ticket",
         "hit",
-        "hit() does not advance the highest ticket seen",
+        "a hit does not advance the highest ticket seen",
         MACHINE,
-        "            return False\n        self._last_ticket = ticket\n",
-        "            return False\n",
+        "        self._last_ticket = ticket\n        rep.in_flight += 1\n",
+        "        rep.in_flight += 1\n",
     ),
     Mutant(
         "hit-uncounted",
         "hit",
         "a hit is not counted in the statistics",
         MACHINE,
+        "            rep.idle.pop(adapter, None)\n        held.in_use += 1\n"
         "        self._leases[ticket] = held\n        self._hits += 1",
+        "            rep.idle.pop(adapter, None)\n        held.in_use += 1\n"
         "        self._leases[ticket] = held",
     ),
     Mutant(
@@ -581,8 +583,8 @@ MUTANTS = [
         "evict",
         "demand is halved one request after every half_life",
         MACHINE,
-        "        if not self._requests % self._half_life:",
-        "        if not self._requests % (self._half_life + 1):",
+        "        self._half_life = half_life\n",
+        "        self._half_life = half_life + 1\n",
     ),
     # -- the wire
     Mutant(

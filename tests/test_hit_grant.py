@@ -24,3 +24,12 @@ def test_a_hits_grant_from_request_is_the_value_grant_makes() -> None:
     assert (hash(grant), repr(grant), attrs.asdict(grant)) == (hash(made), repr(made), attrs.asdict(made))
     with pytest.raises(attrs.exceptions.FrozenInstanceError):
         grant.ticket = 2  # type: ignore[misc]
+
+
+def test_the_machine_keeps_its_own_state_in_slots() -> None:
+    """Every attribute ``__init__`` sets is a slot (the hit path reads them): none lands in the dict,
+    which stays for what a caller sets on an instance."""
+    m = AdapterStateMachine()
+    assert vars(m) == {}
+    m.handle = m.handle  # type: ignore[method-assign]
+    assert list(vars(m)) == ["handle"]
