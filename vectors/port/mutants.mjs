@@ -181,7 +181,9 @@ function main(argv) {
     try {
       writeFileSync(join(dir, "machine.mjs"), source.replace(mutant.old, () => mutant.new));
       writeFileSync(join(dir, "replay.mjs"), replay);
-      const done = spawnSync(process.execPath, [join(dir, "replay.mjs"), ...paths], { encoding: "utf8", timeout: 20000 });
+      // The bound is for a mutant that loops forever. A replay takes about 1.5 s, far longer on a
+      // machine loaded well past its cores, where a test run failed once with a bound of 20 s.
+      const done = spawnSync(process.execPath, [join(dir, "replay.mjs"), ...paths], { encoding: "utf8", timeout: 120000 });
       const last = done.error ? "" : done.stdout.trimEnd().split("\n").at(-1);
       if (/^\d+ passed, [1-9]\d* failed$/.test(last)) {
         caught += 1;
