@@ -372,12 +372,20 @@ def at(
     """``queue_gauges`` once they count ``counts`` (running, waiting); None if ``going`` stops being
     true first."""
     deadline = time.monotonic() + within
-    while (found := queue_gauges(side))[2] != counts:
+    found: Any = "no answer"
+    while True:
+        try:
+            found = queue_gauges(side)
+        except httpx.TransportError as error:
+            # A busy API server may close a kept-alive connection as the next read goes out on it.
+            found = repr(error)
+        else:
+            if found[2] == counts:
+                return found
         assert time.monotonic() < deadline, f"never {counts}: {found}"
         if going is not None and not going():
             return None
         time.sleep(0.02)
-    return found
 
 
 def test_the_stand_in_reports_its_queue_as_vllm_does(
