@@ -25,7 +25,7 @@ import httpx
 import pytest
 
 from lorafleet import vllm
-from lorafleet_fleet import Fleet, How, Lease, Replica
+from lorafleet_fleet import Fleet, How, Lease, Reading, Replica
 from lorafleet_standin import StandInServer
 
 from conftest import KEY, quiet, settled
@@ -35,6 +35,15 @@ pytestmark = [pytest.mark.anyio, pytest.mark.usefixtures("no_task_left_running")
 MODEL = "tiny"
 ADAPTER = "lora-0"
 TOKENS = 1800
+
+
+PREMISE_ATTEMPTS = 3
+"""Runs of the scenario a real engine gets: on a machine loaded far past its cores, a request can
+reach vLLM's engine only once the one before it has finished (1 run in 15 beside two CPU burners)."""
+
+
+class PremiseLostError(Exception):
+    """An engine finished a request before it counted the one sent after it: nothing was ever busy."""
 
 
 @attrs.frozen
@@ -59,6 +68,13 @@ class Engine:
             while sum(now := await self.requests()) < requests:
                 if not seen or seen[-1] != now:
                     seen.append(now)
+                ended = [
+                    state
+                    for state in streams()
+                    if state.startswith(f"{self.id}: ") and state.endswith(", ended")
+                ]
+                if ended:
+                    raise PremiseLostError(f"{self.id} finished {ended} before it had {requests} for {what}")
                 await anyio.sleep(0.02)
             return
         raise AssertionError(
@@ -96,6 +112,8 @@ class Pair:
     hold: Callable[[], None]
     """Keep the requests about to go out unfinished on their engines."""
     let_go: Callable[[], None]
+    reset: Callable[[], None] = lambda: None
+    """Bring both engines back to idle with no adapter, for another run of the scenario."""
 
 
 @pytest.fixture(params=["standin", "vllm"])
@@ -114,8 +132,12 @@ def pair(request: pytest.FixtureRequest, serve: Callable[..., StandInServer], bu
         for server in servers:
             server.app.release()
 
+    def reset() -> None:
+        for server in servers:
+            server.app.restart()  # it forgets its adapters
+
     return Pair(
-        Engine("narrow", narrow.url, None), Engine("wide", wide.url, KEY), built_adapters, hold, let_go
+        Engine("narrow", narrow.url, None), Engine("wide", wide.url, KEY), built_adapters, hold, let_go, reset
     )
 
 
@@ -124,23 +146,27 @@ def real_pair(request: pytest.FixtureRequest) -> Pair:
     servers = request.getfixturevalue("vllm_servers")
     engine = request.getfixturevalue("real_engine")
     narrow, wide = servers["open"], servers["keyed"]
-    for server in (narrow, wide):
-        server.resume()  # a test that failed while the engine was paused leaves it so
-        server.unload_everything()
-    pair = Pair(
+
+    def reset() -> None:
+        for server in (narrow, wide):
+            server.resume()  # a test that failed while the engine was paused leaves it so
+            server.unload_everything()
+        for server in (narrow, wide):  # requests dropped before may still be aborting
+            with server.client() as client:
+                deadline = time.monotonic() + 300
+                while (now := vllm.engine_queue(client.get("/metrics").content)) != (0, 0):
+                    assert time.monotonic() < deadline, f"{server.url} never idle: {now}"
+                    time.sleep(0.05)
+
+    reset()
+    return Pair(
         Engine("narrow", narrow.url, None),
         Engine("wide", wide.url, KEY),
         engine.build / "adapters",
         lambda: None,
         lambda: None,
+        reset,
     )
-    for server in (narrow, wide):  # requests an earlier test dropped may still be aborting
-        with server.client() as client:
-            deadline = time.monotonic() + 300
-            while (now := vllm.engine_queue(client.get("/metrics").content)) != (0, 0):
-                assert time.monotonic() < deadline, f"{server.url} never idle: {now}"
-                time.sleep(0.05)
-    return pair
 
 
 @attrs.define
@@ -198,9 +224,48 @@ async def streams(pair: Pair) -> AsyncIterator[Streams]:
             tasks.cancel_scope.cancel()
 
 
+@attrs.frozen
+class Spilled:
+    """What one run of the scenario saw."""
+
+    placed: list[tuple[str, How]]
+    learned_at: int | None
+    narrow_queue: tuple[int, int]
+    wide_queue: tuple[int, int]
+    reading: Reading | None
+
+
 async def test_a_hot_adapter_spills_to_a_second_replica_when_its_engine_queues(
     fleet_type: type[Fleet], pair: Pair
 ) -> None:
+    lost: list[str] = []
+    for _ in range(PREMISE_ATTEMPTS):
+        try:
+            run = await spill(fleet_type, pair)
+        except* PremiseLostError as group:
+            lost += [str(error) for error in group.exceptions]
+            await anyio.to_thread.run_sync(pair.reset)
+        else:
+            break
+    else:
+        pytest.fail(f"each run, an engine finished a request before it counted the next: {lost}")
+    placed, learned_at, reading = run.placed, run.learned_at, run.reading
+    seen = f"placed {placed}, narrow's engine {run.narrow_queue}, wide's {run.wide_queue}, reading {reading}"
+    assert learned_at is not None, seen
+    assert reading is not None, seen
+    assert reading.capacity == 2, seen
+    # Until the fleet knew narrow's capacity it sent every request there; the next went to wide and
+    # loaded the adapter there, and those after it ran there too.
+    before, after = placed[:learned_at], placed[learned_at:]
+    assert all(replica == "narrow" for replica, _ in before), seen
+    assert after[0] == ("wide", How.LOADED), seen
+    assert all(replica == "wide" for replica, _ in after), seen
+    assert run.wide_queue[1] == 0, seen  # nothing waited on wide: no request waited for a load behind a queue
+    assert run.narrow_queue[0] == 2, seen
+
+
+async def spill(fleet_type: type[Fleet], pair: Pair) -> Spilled:
+    """The scenario, once."""
     await anyio.to_thread.run_sync(pair.hold)
     leases: list[Lease] = []
     learned_at: int | None = None
@@ -238,15 +303,4 @@ async def test_a_hot_adapter_spills_to_a_second_replica_when_its_engine_queues(
             while not settled(fleet) or fleet.statistics().leases:
                 await anyio.sleep(0.01)
         quiet(fleet)
-    seen = f"placed {placed}, narrow's engine {narrow_queue}, wide's {wide_queue}, reading {reading}"
-    assert learned_at is not None, seen
-    assert reading is not None, seen
-    assert reading.capacity == 2, seen
-    # Until the fleet knew narrow's capacity it sent every request there; the next went to wide and
-    # loaded the adapter there, and those after it ran there too.
-    before, after = placed[:learned_at], placed[learned_at:]
-    assert all(replica == "narrow" for replica, _ in before), seen
-    assert after[0] == ("wide", How.LOADED), seen
-    assert all(replica == "wide" for replica, _ in after), seen
-    assert wide_queue[1] == 0, seen  # nothing waited on wide: no request waited for a load behind a queue
-    assert narrow_queue[0] == 2, seen
+    return Spilled(placed, learned_at, narrow_queue, wide_queue, reading)
