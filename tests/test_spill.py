@@ -112,7 +112,7 @@ class Pair:
     hold: Callable[[], None]
     """Keep the requests about to go out unfinished on their engines."""
     let_go: Callable[[], None]
-    reset: Callable[[], None] = lambda: None
+    reset: Callable[[], None]
     """Bring both engines back to idle with no adapter, for another run of the scenario."""
 
 
