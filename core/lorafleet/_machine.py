@@ -1639,6 +1639,8 @@ class AdapterStateMachine:
         holders: list[str] = []
         with_room: list[str] = []
         known = self._replicas
+        clock = self._clock
+        alone = self._routers == 1  # _line is the limit: read in place, since a view asks per candidate
         for replica in replicas:
             rep = known.get(replica)
             if rep is None or rep.removed:
@@ -1648,7 +1650,8 @@ class AdapterStateMachine:
             loading = rep.loading
             if adapter in held or adapter in loading:
                 holders.append(replica)
-            if len(held) + len(loading) < self._line(rep) and rep.avoid_until <= self._clock:
+            line = rep.limit if alone else self._line(rep)
+            if len(held) + len(loading) < line and rep.avoid_until <= clock:
                 with_room.append(replica)
         return View(holders=frozenset(holders), with_room=frozenset(with_room))
 
