@@ -329,8 +329,8 @@ MUTANTS = [
         "view",
         "a replica at its limit counts as having room",
         MACHINE,
-        "if len(held) + len(loading) < self._line(rep) and",
-        "if len(held) + len(loading) <= self._line(rep) and",
+        "if len(held) + len(loading) < line and",
+        "if len(held) + len(loading) <= line and",
     ),
     # -- [refuse], [health], [cap]
     Mutant(
