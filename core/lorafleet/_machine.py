@@ -156,6 +156,8 @@ from ._events import (
     TimeAdvanced,
     UnloadFinished,
 )
+from ._rendezvous import Orders
+from ._rendezvous import weight as _rendezvous
 from ._snapshots import Placement, Reading, ReplicaStatistics, Statistics, View
 from ._values import Fault, How, LoadOutcome, Placed, UnloadOutcome
 
@@ -193,9 +195,8 @@ _FULL = frozenset({Placed.EVICT, Placed.OVER, Placed.WAIT})
 _PLACED = (Placed.FREE, Placed.OVER, Placed.EVICT, Placed.OVER, Placed.WAIT)
 """[place]: a cold load's placement by its kind (``_cold_key``)."""
 TIES = 16
-"""[place]: past this many replicas tied on a cold key, read them in the adapter's rendezvous order."""
-ORDERS = 32
-"""[place]: the adapters whose rendezvous order over every replica is kept (``_order``)."""
+"""[place]: past this many replicas tied on a cold key (and past the square root of the replicas known,
+so that few are passed over), read them in the adapter's rendezvous order."""
 
 _HIT = How.HIT  # looked up once: the hit path is every warm request's
 # attrs' frozen __init__ sets each field through object.__setattr__, from Python: half a hit's cost in
@@ -490,9 +491,9 @@ class AdapterStateMachine:
         """The cold keys of the replicas in use, each once, in order: [place]'s index of cold loads."""
         self._groups: dict[tuple[int, int, int, int, int], dict[_Replica, None]] = {}
         """Cold key to the replicas that have it (ties that the rendezvous weight breaks)."""
-        self._orders: OrderedDict[str, list[_Replica]] = OrderedDict()
-        """Adapter to every replica known, highest rendezvous weight first: the last ``ORDERS`` adapters
-        placed among many tied replicas. Emptied when a replica is added or forgotten."""
+        self._orders: Orders[_Replica] | None = None
+        """Every replica known in an adapter's rendezvous order (``_order``); None when a replica was
+        added or forgotten since, to be made again."""
         self._interval = float(listing_interval)
         self._headroom = headroom
         self._backoff = float(backoff)
@@ -1115,7 +1116,7 @@ class AdapterStateMachine:
         """Forget a removed replica once no call to it is out and no request runs on it."""
         if not rep.outstanding and not rep.held and self._replicas.get(rep.id) is rep:
             del self._replicas[rep.id]
-            self._orders.clear()  # they list every replica known
+            self._orders = None  # they list every replica known
 
     # -- §3.3 the end of a request: [release], [cancel] ------------------------------------------------
 
@@ -1409,7 +1410,7 @@ class AdapterStateMachine:
         if rep is None:
             rep = _Replica(replica, model, limit, self._clock + self._interval)
             self._replicas[replica] = rep
-            self._orders.clear()  # they list every replica known
+            self._orders = None  # they list every replica known
         else:
             # Back while calls or requests from before its removal are still out: keep them, so
             # that a new load never crosses an old one and a running request's adapter stays held.
@@ -1924,11 +1925,9 @@ class AdapterStateMachine:
                 break  # at its cap: the request would wait for room, while others may have some
             group = groups[key]
             chosen: _Replica | None = None
-            if len(group) > TIES:
-                for rep in self._order(adapter):
-                    if rep.cold == key and self._candidate(rep, adapter, model, skip, spread, busy, clock):
-                        chosen = rep
-                        break
+            if len(group) > TIES and len(group) * len(group) > len(self._replicas):
+                take = functools.partial(self._in_group, key, adapter, model, skip, spread, clock)
+                chosen = self._first(adapter, take)
             else:
                 weight = -1
                 for rep in group:
@@ -1960,6 +1959,19 @@ class AdapterStateMachine:
             if seqs is not None and busy >= max(1, 3 * seqs // 4):
                 return False
         return True
+
+    def _in_group(
+        self,
+        key: tuple[int, int, int, int, int],
+        adapter: str,
+        model: str | None,
+        skip: Container[str],
+        spread: bool,
+        clock: float,
+        rep: _Replica,
+    ) -> bool:
+        """[place]: whether ``rep`` has the cold key ``key`` and is a candidate there (``_candidate``)."""
+        return rep.cold == key and self._candidate(rep, adapter, model, skip, spread, key[3], clock)
 
     def _cold_key(self, rep: _Replica) -> tuple[int, int, int, int, int]:
         """[place] What a cold load would cost on ``rep``, whatever the adapter: (kind, a, b, busy,
@@ -2012,20 +2024,12 @@ class AdapterStateMachine:
                     group[rep] = None
         dirty.clear()
 
-    def _order(self, adapter: str) -> list[_Replica]:
-        """Every replica known, highest rendezvous weight for ``adapter`` first (cached, ``ORDERS``)."""
+    def _first(self, adapter: str, accept: Callable[[_Replica], bool]) -> _Replica | None:
+        """The replica of highest rendezvous weight for ``adapter`` that ``accept`` takes, if any."""
         orders = self._orders
-        order = orders.get(adapter)
-        if order is not None:
-            orders.move_to_end(adapter)
-            return order
-        start = _fnv(_FNV_OFFSET, f"{adapter}\0".encode())
-        weights = {rep: _fnv(start, rep.id.encode()) for rep in self._replicas.values()}
-        order = sorted(weights, key=weights.__getitem__, reverse=True)
-        orders[adapter] = order
-        if len(orders) > ORDERS:
-            orders.popitem(last=False)
-        return order
+        if orders is None:
+            orders = self._orders = Orders((rep.id, rep) for rep in self._replicas.values())
+        return orders.first(adapter, accept)
 
     def _weight(self, adapter: str) -> int:
         """[evict] An adapter's demand class: the bit length of its decayed request count."""
@@ -2433,26 +2437,6 @@ class AdapterStateMachine:
     def _tick(self) -> int:
         self._logical += 1
         return self._logical
-
-
-@functools.lru_cache(maxsize=4096)  # pure, and a tie among a hot adapter's holders is every request's
-def _rendezvous(adapter: str, replica: str) -> int:
-    """FNV-1a (64 bits) of the UTF-8 bytes of ``adapter``, a zero byte, and ``replica``.
-
-    The rendezvous weight of a replica for an adapter: any language computes the same number, so
-    independent routers break ties alike.
-    """
-    return _fnv(_FNV_OFFSET, f"{adapter}\0{replica}".encode())
-
-
-_FNV_OFFSET = 0xCBF29CE484222325
-
-
-def _fnv(h: int, data: bytes) -> int:
-    """FNV-1a (64 bits) of ``data``, from the state ``h`` (``_FNV_OFFSET`` to start)."""
-    for byte in data:
-        h = ((h ^ byte) * 0x100000001B3) & 0xFFFFFFFFFFFFFFFF
-    return h
 
 
 def _is_finite(value: float) -> bool:

@@ -18,6 +18,7 @@ from lorafleet import (
     ReplicasRemoved,
     TicketOrderError,
 )
+from lorafleet._rendezvous import weight as _rendezvous
 
 from .helpers import held, read_each
 from scenario import Scenario
@@ -200,3 +201,36 @@ def test_place_only_among_replicas_of_the_model_and_never_a_removed_one() -> Non
     assert s.machine.place("a", model="other") == Placement(replica="q", placed=Placed.FREE)
     s(ReplicasRemoved(replicas=("r0",)))
     assert s.machine.place("a", model="base") == Placement(replica=None, placed=None)
+
+
+def _highest(name: str, replicas: list[str]) -> str:
+    return max(replicas, key=lambda replica: _rendezvous(name, replica))
+
+
+def test_place_gives_a_tie_among_many_replicas_to_the_highest_weight() -> None:
+    """[place] However many replicas tie on the least cold key, a cold load goes to the candidate of
+    highest rendezvous weight, computed over the UTF-8 bytes of each name (ids of three byte lengths
+    here, one of two characters and three bytes)."""
+    ids = [f"r{i}" for i in range(37)] + ["ré", "replica-a", "replica-b"]
+    s = Scenario.with_replicas(*((replica, 2) for replica in ids))
+    for name in [f"adapter-{i}" for i in range(10)] + ["é", "a" * 40]:
+        by_weight = sorted(ids, key=lambda replica: _rendezvous(name, replica), reverse=True)
+        assert s.machine.place(name) == Placement(replica=by_weight[0], placed=Placed.FREE)
+        skip = set(by_weight[:5])
+        assert s.machine.place(name, exclude=skip) == Placement(replica=by_weight[5], placed=Placed.FREE)
+
+
+def test_place_weighs_a_replica_added_since_and_forgets_one_removed() -> None:
+    """[place] The weights cover every replica in use: one added after placements counts, one removed
+    no longer does."""
+    ids = [f"r{i}" for i in range(40)]
+    s = Scenario.with_replicas(*((replica, 2) for replica in ids))
+    names = [f"adapter-{i}" for i in range(24)]
+    assert [s.machine.place(name).replica for name in names] == [_highest(name, ids) for name in names]
+    s.expect(ReplicaAdded(replica="late", model="base", limit=2), ReadListing(listing=41, replica="late"))
+    s.expect(ListingReceived(listing=41, adapters=()), MarkMet(replica="late"))
+    wanted = [_highest(name, [*ids, "late"]) for name in names]
+    assert "late" in wanted  # the new replica is the highest weight for some
+    assert [s.machine.place(name).replica for name in names] == wanted
+    s.expect(ReplicasRemoved(replicas=("late",)))
+    assert [s.machine.place(name).replica for name in names] == [_highest(name, ids) for name in names]

@@ -36,7 +36,7 @@ from lorafleet import (
     UnloadFinished,
     UnloadOutcome,
 )
-from lorafleet._machine import _rendezvous
+from lorafleet._rendezvous import weight as _rendezvous
 
 from scenario import Scenario, landed, loads
 
