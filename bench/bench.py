@@ -654,6 +654,7 @@ class Bench:
         self.settings = settings
         self.rows: dict[str, Row] = {}
         self.placements: list[dict[str, Any]] = []
+        self.warmups: list[Warmup] = []
 
     def core(
         self,
@@ -872,6 +873,7 @@ KEYS = (
     "routed",
     "scaling",
     "placements",
+    "warmup",
     "shell-asyncio",
     "shell-trio",
     "loopback-asyncio",
@@ -998,6 +1000,43 @@ def machine_info() -> str:
     )
 
 
+@dataclass
+class Warmup:
+    """A fleet just started, its requests in batches from the first: each batch's cold requests and
+    hits, and the lru floor timed just before it."""
+
+    replicas: int
+    batch: int
+    mixes: list[Mix]
+    floors: list[float]
+
+
+def warmup_rows(bench: Bench) -> None:
+    """Cold requests by ``route()`` on a fleet just listed, batch by batch from its first request.
+
+    On such a fleet every replica ties on its cold key until its listed adapters are used or evicted,
+    so that [place]'s rendezvous weight decides among most of the fleet; the placement rows above
+    average over the first few thousand requests, and this says how that cost falls as the fleet warms.
+    """
+    settings = bench.settings
+    clock = settings.clock
+    sizes, batches, per_batch = ((100,), 3, 100) if settings.quick else ((1_000, 10_000), 12, 1_000)
+    floor = timed(floor_lru, clock)
+    for replicas in sizes:
+        mixes: list[Mix] = []
+        floors: list[float] = []
+        run = routed_requests(replicas, clock, mixes)
+        for _ in range(batches):
+            floors.append(floor(20_000) / 20_000)
+            run(per_batch)
+        warmup = Warmup(replicas, per_batch, mixes, floors)
+        bench.warmups.append(warmup)
+        colds = ", ".join(f"{m.cold_seconds / m.colds * 1e6:.0f}" for m in mixes if m.colds)
+        print(
+            f"    {replicas:,} replicas just listed, µs per cold request by batch of {per_batch:,}: {colds}"
+        )
+
+
 def write(
     out: Path,
     bench: Bench,
@@ -1068,6 +1107,31 @@ def write(
                 f"{1 - p['hit share']:.1%} | {p['per request'] * 1e6:.1f} | {1 / p['per request']:,.0f} | "
                 f"{p['hit'].seconds * 1e6:.1f} | {p['cold'].seconds * 1e6:.1f} | {p['ratio']:.0f} |"
             )
+    if bench.warmups:
+        lines += [
+            "",
+            "## A fleet just started",
+            "",
+            "The same workload from the first request after the listings, in batches: on a fleet just",
+            "listed every replica ties on its cold key (its listed adapters idle since the listing, no",
+            "request served), so [place]'s rendezvous weight chooses among most of the fleet until the",
+            "listed adapters are used or evicted. The rows above average over the first few thousand",
+            "requests; this is how a cold request's cost falls as the fleet warms. x lru: the batch's",
+            "µs per cold request over the lru floor timed just before the batch.",
+            "",
+            "| replicas | requests | cold | µs per cold | x lru | µs per hit |",
+            "| ---: | ---: | ---: | ---: | ---: | ---: |",
+        ]
+        for w in bench.warmups:
+            done = 0
+            for mix, floor in zip(w.mixes, w.floors, strict=True):
+                begun, done = done + 1, done + mix.hits + mix.colds
+                cold = mix.cold_seconds / mix.colds if mix.colds else float("nan")
+                hit = mix.hit_seconds / mix.hits if mix.hits else float("nan")
+                lines.append(
+                    f"| {w.replicas:,} | {begun:,}-{done:,} | {mix.colds:,} | {cold * 1e6:.1f} | "
+                    f"{cold / floor:.0f} | {hit * 1e6:.1f} |"
+                )
     lines += ["", "## Targets", "", "| target | figure | |", "| --- | ---: | --- |"]
     for what, figure, ok in results:
         lines.append(f"| {what} | {figure} | {'' if ok is None else ('met' if ok else 'missed')} |")
@@ -1111,6 +1175,8 @@ def main(argv: list[str] | None = None) -> int:
     core_rows(bench, only)
     if only("placements"):
         placement_rows(bench)
+    if only("warmup"):
+        warmup_rows(bench)
     shell_rows(bench, only)
     load_end = os.getloadavg()
     results = verdicts(bench.rows)

@@ -29,7 +29,7 @@ def load(name: str) -> ModuleType:
 def test_bench_quick_writes_every_section(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     bench = load("bench")
     out = tmp_path / "results.md"
-    only = "hit,victim,routed,placements,shell-asyncio,loopback-trio"
+    only = "hit,victim,routed,placements,warmup,shell-asyncio,loopback-trio"
     assert bench.main(["--quick", "--only", only, "--out", str(out)]) == 0
     text = out.read_text()
     assert "How to read it" in text
@@ -37,6 +37,8 @@ def test_bench_quick_writes_every_section(tmp_path: Path, capsys: pytest.Capture
     assert "| core hit path (request + release), 1 replica, 4 held" in text
     assert "routed cold request by route(), 100 replicas" in text
     assert "## Placements per second per core" in text
+    assert "## A fleet just started" in text
+    assert "| 100 | 1-100 |" in text  # the first batch of the warm-up table
     assert "trio shell cold load + eviction via the stand-in (loopback)" in text
     assert "| victim choice, 256 held vs 4, ≤ 1.5x |" in text
     assert "x floor" in capsys.readouterr().out
