@@ -74,8 +74,14 @@ class _Length(Generic[T]):
         found = self.tables.get(low)
         if found is None:
             base = low * self.power
-            pairs = sorted(((fnv(low, rid) - base) & _MASK, i) for i, rid in enumerate(self.ids))
-            found = self.tables[low] = (array("Q", [c for c, _ in pairs]), array("I", [i for _, i in pairs]))
+            cs: list[int] = []
+            for rid in self.ids:  # fnv(low, rid), inline: a table costs a hash of every replica
+                h = low
+                for byte in rid:
+                    h = ((h ^ byte) * _PRIME) & _MASK
+                cs.append((h - base) & _MASK)
+            order = sorted(range(len(cs)), key=cs.__getitem__)
+            found = self.tables[low] = (array("Q", [cs[i] for i in order]), array("I", order))
         return found
 
     def descending(self, start: int) -> Iterator[tuple[int, T]]:
