@@ -1926,8 +1926,8 @@ class AdapterStateMachine:
             group = groups[key]
             chosen: _Replica | None = None
             if len(group) > TIES and len(group) * len(group) > len(self._replicas):
-                take = functools.partial(self._in_group, key, adapter, model, skip, spread, clock)
-                chosen = self._first(adapter, take)
+                take = functools.partial(self._candidate_last, adapter, model, skip, spread, busy, clock)
+                chosen = self._first(adapter, group, take)
             else:
                 weight = -1
                 for rep in group:
@@ -1960,18 +1960,18 @@ class AdapterStateMachine:
                 return False
         return True
 
-    def _in_group(
+    def _candidate_last(
         self,
-        key: tuple[int, int, int, int, int],
         adapter: str,
         model: str | None,
         skip: Container[str],
         spread: bool,
+        busy: int,
         clock: float,
         rep: _Replica,
     ) -> bool:
-        """[place]: whether ``rep`` has the cold key ``key`` and is a candidate there (``_candidate``)."""
-        return rep.cold == key and self._candidate(rep, adapter, model, skip, spread, key[3], clock)
+        """``_candidate`` with the replica last, for a ``functools.partial`` that binds the rest."""
+        return self._candidate(rep, adapter, model, skip, spread, busy, clock)
 
     def _cold_key(self, rep: _Replica) -> tuple[int, int, int, int, int]:
         """[place] What a cold load would cost on ``rep``, whatever the adapter: (kind, a, b, busy,
@@ -2024,12 +2024,14 @@ class AdapterStateMachine:
                     group[rep] = None
         dirty.clear()
 
-    def _first(self, adapter: str, accept: Callable[[_Replica], bool]) -> _Replica | None:
-        """The replica of highest rendezvous weight for ``adapter`` that ``accept`` takes, if any."""
+    def _first(
+        self, adapter: str, among: Container[_Replica], accept: Callable[[_Replica], bool]
+    ) -> _Replica | None:
+        """The replica of ``among`` of highest rendezvous weight for ``adapter`` that ``accept`` takes."""
         orders = self._orders
         if orders is None:
             orders = self._orders = Orders((rep.id, rep) for rep in self._replicas.values())
-        return orders.first(adapter, accept)
+        return orders.first(adapter, among, accept)
 
     def _weight(self, adapter: str) -> int:
         """[evict] An adapter's demand class: the bit length of its decayed request count."""

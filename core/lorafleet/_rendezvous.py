@@ -23,7 +23,7 @@ import functools
 import heapq
 from array import array
 from bisect import bisect_left
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Container, Iterable, Iterator
 from operator import itemgetter
 from typing import Generic, TypeVar
 
@@ -123,11 +123,12 @@ class Orders(Generic[T]):
             return (item for _, item in runs[0])
         return (item for _, item in heapq.merge(*runs, key=itemgetter(0), reverse=True))
 
-    def first(self, adapter: str, accept: Callable[[T], bool]) -> T | None:
-        """The first item of ``self(adapter)`` that ``accept`` takes, or None.
+    def first(self, adapter: str, among: Container[T], accept: Callable[[T], bool]) -> T | None:
+        """The first item of ``self(adapter)`` that is in ``among`` and that ``accept`` takes, or None.
 
         Each id length is read in its own order only while its weights stay above the best found in
-        another, so nothing is merged: a walk past many items ``accept`` refuses stays cheap.
+        another, so nothing is merged; ``among`` (a set, a dict) is asked first, so that a walk past
+        many items outside it costs a lookup each.
         """
         start = _start(adapter)
         best: T | None = None
@@ -141,7 +142,7 @@ class Orders(Generic[T]):
                 if k + cs[i] <= best_weight:
                     break
                 item = items[index[i]]
-                if accept(item):
+                if item in among and accept(item):
                     best, best_weight = item, k + cs[i]
                     break
             else:
@@ -149,7 +150,7 @@ class Orders(Generic[T]):
                     if k + cs[i] - _WRAP <= best_weight:
                         break
                     item = items[index[i]]
-                    if accept(item):
+                    if item in among and accept(item):
                         best, best_weight = item, k + cs[i] - _WRAP
                         break
         return best
