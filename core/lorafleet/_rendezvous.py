@@ -3,7 +3,7 @@
 The weight of a replica for an adapter is FNV-1a (64 bits) over the UTF-8 bytes of the adapter, a zero
 byte and the replica (SPEC §3.12). A cold load among many tied replicas goes to the one of highest
 weight, so an adapter never placed before would hash every replica: on a fleet just started, where
-every replica ties, that was most of a millisecond at 1,000 replicas and 7 ms at 10,000, per request.
+every replica ties, most of a millisecond at 1,000 replicas and 7 ms at 10,000, per request.
 
 ``Orders`` reads the order from sorted tables instead. FNV-1a's step ``h -> (h ^ b) * P`` (mod 2**64)
 moves ``h ^ b`` away from ``h`` by an amount that depends only on ``h``'s low byte, and a product's low
@@ -20,11 +20,9 @@ and low byte, built the first time an adapter needs it (at most 256 per length),
 from __future__ import annotations
 
 import functools
-import heapq
 from array import array
 from bisect import bisect_left
-from collections.abc import Callable, Container, Iterable, Iterator
-from operator import itemgetter
+from collections.abc import Callable, Container, Iterable
 from typing import Generic, TypeVar
 
 T = TypeVar("T")
@@ -84,23 +82,11 @@ class _Length(Generic[T]):
             found = self.tables[low] = (array("Q", [cs[i] for i in order]), array("I", order))
         return found
 
-    def descending(self, start: int) -> Iterator[tuple[int, T]]:
-        """(weight, item) for every item, highest weight first, for the adapter whose state is ``start``."""
-        k = (start * self.power) & _MASK
-        cs, index = self.table(start & 255)
-        items = self.items
-        cut = bisect_left(cs, _WRAP - k)  # from here on k + c wraps past 2**64, to below every other
-        for i in range(cut - 1, -1, -1):
-            yield k + cs[i], items[index[i]]
-        for i in range(len(cs) - 1, cut - 1, -1):
-            yield k + cs[i] - _WRAP, items[index[i]]
-
 
 class Orders(Generic[T]):
-    """Every one of ``replicas`` (id, item) in an adapter's rendezvous order, highest weight first.
+    """``replicas`` (id, item) in each adapter's rendezvous order, highest ``weight(adapter, id)`` first.
 
-    The same order as sorting the items by ``weight(adapter, id)``, descending (weights are distinct,
-    as SPEC assumes). Made for one set of replicas: another set needs new ``Orders``.
+    Weights are distinct, as SPEC assumes. Made for one set of replicas: another set needs new ``Orders``.
     """
 
     __slots__ = ("_lengths",)
@@ -116,18 +102,11 @@ class Orders(Generic[T]):
             length.items.append(item)
         self._lengths = list(lengths.values())
 
-    def __call__(self, adapter: str) -> Iterator[T]:
-        start = _start(adapter)
-        runs = [length.descending(start) for length in self._lengths]
-        if len(runs) == 1:
-            return (item for _, item in runs[0])
-        return (item for _, item in heapq.merge(*runs, key=itemgetter(0), reverse=True))
-
     def first(self, adapter: str, among: Container[T], accept: Callable[[T], bool]) -> T | None:
-        """The first item of ``self(adapter)`` that is in ``among`` and that ``accept`` takes, or None.
+        """The item of highest weight for ``adapter`` that is in ``among`` and that ``accept`` takes.
 
-        Each id length is read in its own order only while its weights stay above the best found in
-        another, so nothing is merged; ``among`` (a set, a dict) is asked first, so that a walk past
+        None when there is none. Each id length is read in its own order only while its weights stay
+        above the best found in another; ``among`` (a set, a dict) is asked first, so that a walk past
         many items outside it costs a lookup each.
         """
         start = _start(adapter)
@@ -137,7 +116,7 @@ class Orders(Generic[T]):
             k = (start * length.power) & _MASK
             cs, index = length.table(start & 255)
             items = length.items
-            cut = bisect_left(cs, _WRAP - k)
+            cut = bisect_left(cs, _WRAP - k)  # from here on k + c wraps past 2**64, to below every other
             for i in range(cut - 1, -1, -1):
                 if k + cs[i] <= best_weight:
                     break
