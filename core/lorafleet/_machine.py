@@ -195,8 +195,8 @@ _FULL = frozenset({Placed.EVICT, Placed.OVER, Placed.WAIT})
 _PLACED = (Placed.FREE, Placed.OVER, Placed.EVICT, Placed.OVER, Placed.WAIT)
 """[place]: a cold load's placement by its kind (``_cold_key``)."""
 TIES = 16
-"""[place]: past this many replicas tied on a cold key (and past the square root of the replicas known,
-so that few are passed over), read them in the adapter's rendezvous order."""
+"""[place]: past this many replicas tied on a cold key, and past the square root of the replicas known
+(so that a walk passes few over), read them in the adapter's rendezvous order rather than weigh each."""
 
 _HIT = How.HIT  # looked up once: the hit path is every warm request's
 # attrs' frozen __init__ sets each field through object.__setattr__, from Python: half a hit's cost in
@@ -492,7 +492,7 @@ class AdapterStateMachine:
         self._groups: dict[tuple[int, int, int, int, int], dict[_Replica, None]] = {}
         """Cold key to the replicas that have it (ties that the rendezvous weight breaks)."""
         self._orders: Orders[_Replica] | None = None
-        """Every replica known in an adapter's rendezvous order (``_order``); None when a replica was
+        """Every replica known in an adapter's rendezvous order (``_first``); None when a replica was
         added or forgotten since, to be made again."""
         self._interval = float(listing_interval)
         self._headroom = headroom
@@ -1914,7 +1914,7 @@ class AdapterStateMachine:
         the least cold key that has a candidate, the one with the highest weight among the replicas
         tied there: the cold keys are read in order, and each group of tied replicas filtered as the
         scan filters them, until one has a candidate. A large group is read in the adapter's
-        rendezvous order (``_order``), highest weight first, so that the first candidate is the answer.
+        rendezvous order (``_first``), highest weight first, so that the first candidate is the answer.
         """
         self._reindex()
         clock = self._clock
