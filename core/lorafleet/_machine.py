@@ -1926,12 +1926,12 @@ class AdapterStateMachine:
             group = groups[key]
             chosen: _Replica | None = None
             if len(group) > TIES and len(group) * len(group) > len(self._replicas):
-                take = functools.partial(self._candidate_last, adapter, model, skip, spread, busy, clock)
+                take = functools.partial(self._candidate, adapter, model, skip, spread, busy, clock)
                 chosen = self._first(adapter, group, take)
             else:
                 weight = -1
                 for rep in group:
-                    if self._candidate(rep, adapter, model, skip, spread, busy, clock):
+                    if self._candidate(adapter, model, skip, spread, busy, clock, rep):
                         mine = _rendezvous(adapter, rep.id)
                         if mine > weight:
                             chosen, weight = rep, mine
@@ -1941,15 +1941,18 @@ class AdapterStateMachine:
 
     def _candidate(
         self,
-        rep: _Replica,
         adapter: str,
         model: str | None,
         skip: Container[str],
         spread: bool,
         busy: int,
         clock: float,
+        rep: _Replica,
     ) -> bool:
-        """[place]: whether ``rep`` (in use, in the index) is a candidate for a cold load of ``adapter``."""
+        """[place]: whether ``rep`` (in use, in the index) is a candidate for a cold load of ``adapter``.
+
+        The replica comes last, so that a ``functools.partial`` binds the rest for a walk (``_first``).
+        """
         if not rep.met or rep.avoid_until > clock or rep.id in skip:
             return False
         if (model is not None and rep.model != model) or adapter in rep.held or adapter in rep.loading:
@@ -1959,19 +1962,6 @@ class AdapterStateMachine:
             if seqs is not None and busy >= max(1, 3 * seqs // 4):
                 return False
         return True
-
-    def _candidate_last(
-        self,
-        adapter: str,
-        model: str | None,
-        skip: Container[str],
-        spread: bool,
-        busy: int,
-        clock: float,
-        rep: _Replica,
-    ) -> bool:
-        """``_candidate`` with the replica last, for a ``functools.partial`` that binds the rest."""
-        return self._candidate(rep, adapter, model, skip, spread, busy, clock)
 
     def _cold_key(self, rep: _Replica) -> tuple[int, int, int, int, int]:
         """[place] What a cold load would cost on ``rep``, whatever the adapter: (kind, a, b, busy,
