@@ -23,6 +23,7 @@ import functools
 from array import array
 from bisect import bisect_left
 from collections.abc import Callable, Container, Iterable
+from itertools import chain
 from typing import Generic, TypeVar
 
 T = TypeVar("T")
@@ -117,19 +118,12 @@ class Orders(Generic[T]):
             cs, index = length.table(start & 255)
             items = length.items
             cut = bisect_left(cs, _WRAP - k)  # from here on k + c wraps past 2**64, to below every other
-            for i in range(cut - 1, -1, -1):
-                if k + cs[i] <= best_weight:
-                    break
+            for i in chain(range(cut - 1, -1, -1), range(len(cs) - 1, cut - 1, -1)):
+                mine = k + cs[i] if i < cut else k + cs[i] - _WRAP
+                if mine <= best_weight:
+                    break  # the rest of this length weighs less still
                 item = items[index[i]]
                 if item in among and accept(item):
-                    best, best_weight = item, k + cs[i]
+                    best, best_weight = item, mine
                     break
-            else:
-                for i in range(len(cs) - 1, cut - 1, -1):
-                    if k + cs[i] - _WRAP <= best_weight:
-                        break
-                    item = items[index[i]]
-                    if item in among and accept(item):
-                        best, best_weight = item, k + cs[i] - _WRAP
-                        break
         return best
