@@ -1006,7 +1006,6 @@ class Warmup:
     hits, and the lru floor timed just before it."""
 
     replicas: int
-    batch: int
     mixes: list[Mix]
     floors: list[float]
 
@@ -1029,7 +1028,7 @@ def warmup_rows(bench: Bench) -> None:
         for _ in range(batches):
             floors.append(floor(20_000) / 20_000)
             run(per_batch)
-        warmup = Warmup(replicas, per_batch, mixes, floors)
+        warmup = Warmup(replicas, mixes, floors)
         bench.warmups.append(warmup)
         colds = ", ".join(f"{m.cold_seconds / m.colds * 1e6:.0f}" for m in mixes if m.colds)
         print(
