@@ -5,9 +5,9 @@ replica, the same answer."""
 from __future__ import annotations
 
 import pytest
+from rules.helpers import ties_go_by_weight
 
-from lorafleet import Placed, Placement, ReadListing, ReplicaAdded
-from lorafleet._rendezvous import weight
+from lorafleet import ReadListing, ReplicaAdded
 
 from scenario import Scenario
 
@@ -21,8 +21,4 @@ def test_placement_reads_the_order_or_weighs_the_tied_alike(met: int, unmet: int
     for i in range(unmet):
         (listing,) = s(ReplicaAdded(replica=f"unmet-{i}", model="base", limit=2))
         assert isinstance(listing, ReadListing)  # never answered: not in use, yet known
-    for name in [f"adapter-{i}" for i in range(40)] + ["é", "a" * 300]:
-        by_weight = sorted(ids, key=lambda replica: weight(name, replica), reverse=True)
-        assert s.machine.place(name) == Placement(replica=by_weight[0], placed=Placed.FREE)
-        skip = set(by_weight[:5])
-        assert s.machine.place(name, exclude=skip) == Placement(replica=by_weight[5], placed=Placed.FREE)
+    ties_go_by_weight(s, ids, [f"adapter-{i}" for i in range(40)] + ["é", "a" * 300])

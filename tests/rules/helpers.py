@@ -18,8 +18,21 @@ from lorafleet import (
     Routed,
     TimeAdvanced,
 )
+from lorafleet._rendezvous import weight
 
 from scenario import Scenario
+
+
+def ties_go_by_weight(s: Scenario, ids: list[str], names: list[str]) -> None:
+    """Every one of ``ids`` tied on a free slot: each adapter of ``names`` goes to the replica of highest
+    rendezvous weight, and past the first five (excluded) to the sixth."""
+    for name in names:
+        by_weight = sorted(ids, key=lambda replica: weight(name, replica), reverse=True)
+        assert s.machine.place(name) == lf.Placement(replica=by_weight[0], placed=lf.Placed.FREE)
+        skip = set(by_weight[:5])
+        assert s.machine.place(name, exclude=skip) == lf.Placement(
+            replica=by_weight[5], placed=lf.Placed.FREE
+        )
 
 
 def held(s: Scenario, replica: str) -> dict[str, int]:

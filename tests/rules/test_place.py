@@ -20,7 +20,7 @@ from lorafleet import (
 )
 from lorafleet._rendezvous import weight as _rendezvous
 
-from .helpers import held, read_each
+from .helpers import held, read_each, ties_go_by_weight
 from scenario import Scenario
 
 # -- [load] ----------------------------------------------------------------------------------------
@@ -213,11 +213,7 @@ def test_place_gives_a_tie_among_many_replicas_to_the_highest_weight() -> None:
     here, one of two characters and three bytes)."""
     ids = [f"r{i}" for i in range(37)] + ["ré", "replica-a", "replica-b"]
     s = Scenario.with_replicas(*((replica, 2) for replica in ids))
-    for name in [f"adapter-{i}" for i in range(10)] + ["é", "a" * 40]:
-        by_weight = sorted(ids, key=lambda replica: _rendezvous(name, replica), reverse=True)
-        assert s.machine.place(name) == Placement(replica=by_weight[0], placed=Placed.FREE)
-        skip = set(by_weight[:5])
-        assert s.machine.place(name, exclude=skip) == Placement(replica=by_weight[5], placed=Placed.FREE)
+    ties_go_by_weight(s, ids, [f"adapter-{i}" for i in range(10)] + ["é", "a" * 40])
 
 
 def test_place_weighs_a_replica_added_since_and_forgets_one_removed() -> None:
