@@ -10,8 +10,10 @@ Where the machine dates things with a logical clock, the model says what the rul
 drops the adapters that were held *when it started* (``at_listing_start``, by identity), and keeps
 out of its additions those dropped *while it was out* (``dropped_while_listing``).
 
-It follows [refuse], [health], [cap] (a queue per replica, raised by the engine's ``max_loras``),
-[evict]'s demand weights and its bound, [settle], [read] (the reads it asks for, and the requests that
+It follows [refuse], [health], [cap] (a queue per replica, raised by the engine's ``max_loras``, and
+closed to a load that would take a victim while more adapters are in use than one batch runs),
+[evict] (least recently used victims, unloaded once their load lands, held again if it fails),
+[settle], [read] (the reads it asks for, and the requests that
 wait for them), [reading] (a reading of only this router's own requests stands as empty),
 [read-failed], [share] (each replica's line, from its last listing and what the engine lost since),
 [load] (the engine's counts as readings gave them) and [route]. Its [place] is SPEC §3.12 read
@@ -101,17 +103,19 @@ class Load:
     path: str
     waiters: list[int]
     starter: int | None
-    waits_for: set[int]
-    """The victims' unloads still out; the load goes out when none is left."""
-    issued: bool = False
+    victims: list[Unload] = attrs.field(factory=list)
+    """The adapters whose room it takes: unloaded once it lands, held again if it fails ([evict])."""
 
 
 @attrs.define(eq=False)
 class Unload:
-    op: int
+    op: int | None
+    """None while it is a victim whose load is out."""
     adapter: str
     waiters: list[tuple[int, str]] = attrs.field(factory=list)
-    room_for: Load | None = None
+    copy: Copy | None = None
+    """A victim's copy and its idle stamp, to hold it again as it was."""
+    stamp: int = 0
 
 
 @attrs.define(eq=False)
@@ -155,7 +159,9 @@ class Replica:
     lru: list[str] = attrs.field(factory=list)
     """The idle held adapters, least recently used first."""
     stamps: dict[str, int] = attrs.field(factory=dict)
-    """The idle stamp each adapter took as it last entered ``lru`` (0 at the front, from a listing)."""
+    """The idle stamp each adapter took as it last entered ``lru`` (below 0 at the front, from a
+    listing: counting down from ``front``)."""
+    front: int = 0
     loading: dict[str, Load] = attrs.field(factory=dict)
     unloading: dict[str, Unload] = attrs.field(factory=dict)
     listing: Listing | None = None
@@ -386,8 +392,8 @@ class Model:
         return self.read_engine and (rep.foreign if rep.names_adapters else rep.read is not None)
 
     def needs_reading(self, rep: Replica) -> bool:
-        """[read]: a cold load here would evict before it goes out, and the replica wants a reading."""
-        return self.wants_reading(rep) and rep.count() + 1 > self.bound(rep)
+        """[read]: a cold load here would take a victim, and the replica wants a reading."""
+        return self.wants_reading(rep) and rep.count() + 1 > self.line(rep)
 
     def stale(self, rep: Replica) -> bool:
         """[read]: a request assigned here asks for a fresh reading, and does not wait for it."""
@@ -408,13 +414,15 @@ class Model:
             return max(1, rep.base + -(-free // self.routers) - rep.unseen)
         return max(1, rep.limit - rep.unseen)
 
-    def bound(self, rep: Replica) -> float:
-        """[evict]: past this count a load unloads before it goes out; none without a cap."""
-        return float("inf") if self.headroom is None else self.line(rep) + self.headroom
-
-    def cap(self, rep: Replica) -> int:
-        """[cap]: what the adapters no request could give up may reach."""
-        return max(self.line(rep) + (self.headroom or 0), rep.max_loras or 0)
+    def at_cap(self, rep: Replica) -> bool:
+        """[cap]: the adapters no request could give up reach the cap, or a load would take a victim
+        while more are in use than one batch of the engine runs."""
+        if self.headroom is None:
+            return False
+        in_use = rep.count() - len(rep.lru)
+        if in_use >= max(self.line(rep) + self.headroom, rep.max_loras or 0):
+            return True
+        return rep.max_loras is not None and rep.count() >= self.line(rep) and in_use > rep.max_loras
 
     def start_read(self, rep: Replica) -> ReadEngine:
         rep.read = Read(self.new_op(rep), rep.in_flight, rep.served)
@@ -483,50 +491,43 @@ class Model:
         self.grants[How.HIT.value] += 1
 
     def cold(self, ticket: int, rep: Replica, adapter: str, path: str) -> list[Command]:
-        """[cold] and [evict]: past the bound, unload idle adapters until the load fits in it, else load
-        at once; [cap]: wait for room instead when even that would take the replica past its cap."""
-        if self.headroom is not None and rep.count() - len(rep.lru) >= self.cap(rep):
+        """[cold] and [evict]: the load goes out at once, taking the room of the least recently used
+        idle adapters past the line; [cap]: wait for room instead when the replica is at its cap."""
+        if self.at_cap(rep):
             rep.queue.append((ticket, adapter, path))
             self.waiting[ticket] = rep
             return []
-        unloads = self.evict(rep, rep.count() + 1 - self.bound(rep))
-        commands: list[Command] = [
-            IssueUnload(unload=unload.op, replica=rep.id, adapter=unload.adapter) for unload in unloads
-        ]
-        load = Load(self.new_op(), adapter, path, [ticket], ticket, {u.op for u in unloads})
-        for unload in unloads:
-            unload.room_for = load
+        load = Load(self.new_op(rep), adapter, path, [ticket], ticket)
         rep.loading[adapter] = load
         self.ops[load.op] = (rep, load)
         self.waiting[ticket] = load
-        if not unloads:
-            commands.append(self.issue(rep, load))
-        return commands
-
-    def evict(self, rep: Replica, excess: float) -> list[Unload]:
-        """[evict]: ``excess`` idle adapters, or all, each the least recently used of those in least
-        demand (weight: its count's bit length)."""
-        unloads = []
+        excess = rep.count() - self.line(rep)
         while excess > 0 and rep.lru:
             excess -= 1
-            victim = min(rep.lru, key=lambda name: self.demand.get(name, 0).bit_length())
-            rep.lru.remove(victim)
+            victim = rep.lru.pop(0)
+            unload = Unload(None, victim, copy=rep.held[victim], stamp=rep.stamps[victim])
             self.drop(rep, victim)
-            unload = Unload(self.new_op(rep), victim)
             rep.unloading[victim] = unload
-            self.ops[unload.op] = (rep, unload)
-            unloads.append(unload)
-        return unloads
+            load.victims.append(unload)
+        return [IssueLoad(load=load.op, replica=rep.id, adapter=adapter, path=path)]
+
+    def issue_unload(self, rep: Replica, unload: Unload) -> IssueUnload:
+        unload.op = self.new_op(rep)
+        self.ops[unload.op] = (rep, unload)
+        return IssueUnload(unload=unload.op, replica=rep.id, adapter=unload.adapter)
 
     def unload_excess(self, rep: Replica) -> list[Command]:
-        """[settle]: down to the limit, idle adapters only; loads still out do not count."""
-        unloads = self.evict(rep, len(rep.held) - self.line(rep))
-        return [IssueUnload(unload=unload.op, replica=rep.id, adapter=unload.adapter) for unload in unloads]
-
-    def issue(self, rep: Replica, load: Load) -> IssueLoad:
-        load.issued = True
-        rep.out.add(load.op)
-        return IssueLoad(load=load.op, replica=rep.id, adapter=load.adapter, path=load.path)
+        """[settle]: down to the line, idle adapters least recently used first; loads still out do not
+        count."""
+        commands: list[Command] = []
+        excess = len(rep.held) - self.line(rep)
+        while excess > 0 and rep.lru:
+            excess -= 1
+            victim = rep.lru.pop(0)
+            self.drop(rep, victim)
+            rep.unloading[victim] = Unload(None, victim)
+            commands.append(self.issue_unload(rep, rep.unloading[victim]))
+        return commands
 
     def release(self, ticket: int) -> list[Command]:
         copy = self.leases.pop(ticket, None)
@@ -559,11 +560,6 @@ class Model:
             waited.waiters.remove(ticket)
             if waited.starter == ticket:
                 waited.starter = None
-            # [cancel] keeps a pinned adapter's load for its pin; the properties send no pins.
-            if not waited.waiters and not waited.issued:
-                rep, _ = self.ops[waited.op]
-                self.abandon(waited)
-                return self.admit_queued(rep)
         elif isinstance(waited, Unload):
             waited.waiters = [(t, p) for t, p in waited.waiters if t != ticket]
         elif isinstance(waited, Replica):
@@ -575,25 +571,15 @@ class Model:
     def admit_queued(self, rep: Replica) -> list[Command]:
         """[cap]: the requests waiting for room, in order, while there is room (or their adapter is known)."""
         commands: list[Command] = []
-        cap = self.cap(rep)
         while rep.queue:
             ticket, adapter, path = rep.queue[0]
             known = adapter in rep.held or adapter in rep.loading or adapter in rep.unloading
-            if not known and rep.count() - len(rep.lru) >= cap:
+            if not known and self.at_cap(rep):
                 break
             rep.queue.pop(0)
             del self.waiting[ticket]
             commands += self.admit(ticket, rep, adapter, path)
         return commands
-
-    def abandon(self, load: Load) -> None:
-        """A load not yet issued that no one waits for: never issued; its victims' unloads go on."""
-        rep, _ = self.ops.pop(load.op)
-        del rep.loading[load.adapter]
-        for op in load.waits_for:
-            _, unload = self.ops[op]
-            assert isinstance(unload, Unload)
-            unload.room_for = None
 
     # -- answers ------------------------------------------------------------------------------------
 
@@ -634,6 +620,7 @@ class Model:
                 how = How.LOADED if ticket == load.starter else How.JOINED
                 self.grants[how.value] += 1
                 commands.append(Grant(ticket=ticket, how=how))
+            commands += [self.issue_unload(rep, victim) for victim in load.victims]  # [evict]
             if len(rep.held) > self.line(rep) and rep.lru:  # [settle]
                 if self.wants_reading(rep):
                     rep.settle = True
@@ -647,6 +634,20 @@ class Model:
             for ticket in load.waiters:
                 del self.waiting[ticket]
                 commands.append(self.fail(ticket, fault, message))
+            # [evict]: the engine took no room for it: its victims are held again, where they were.
+            for victim in load.victims:
+                del rep.unloading[victim.adapter]
+                assert victim.copy is not None
+                victim.copy.current = True
+                rep.held[victim.adapter] = victim.copy
+                if victim.adapter not in rep.named:
+                    rep.stamps[victim.adapter] = victim.stamp
+                    rep.lru.append(victim.adapter)
+                    rep.lru.sort(key=lambda name: rep.stamps[name])
+            for victim in load.victims:
+                for ticket, path in victim.waiters:
+                    del self.waiting[ticket]
+                    commands += self.admit(ticket, rep, victim.adapter, path)
         return commands + self.admit_queued(rep)
 
     def unload_finished(self, event: UnloadFinished) -> list[Command]:
@@ -660,20 +661,8 @@ class Model:
         if rep.listing is not None:
             rep.dropped_while_listing.add(unload.adapter)
         commands: list[Command] = []
-        load = unload.room_for
         if self.routers > 1 and event.outcome is UnloadOutcome.NOT_FOUND:
-            # [share]: another router's adapter took the slot; a load this unload made room for
-            # evicts again, its new victims' unloads first.
-            rep.unseen += 1
-            if load is not None:
-                for victim in self.evict(rep, rep.count() - self.bound(rep)):
-                    victim.room_for = load
-                    load.waits_for.add(victim.op)
-                    commands.append(IssueUnload(unload=victim.op, replica=rep.id, adapter=victim.adapter))
-        if load is not None:
-            load.waits_for.discard(unload.op)
-            if not load.waits_for:
-                commands.append(self.issue(rep, load))
+            rep.unseen += 1  # [share]: another router's adapter took the slot
         for ticket, path in unload.waiters:
             del self.waiting[ticket]
             commands += self.admit(ticket, rep, unload.adapter, path)
@@ -726,9 +715,10 @@ class Model:
         known = rep.held.keys() | rep.loading.keys() | rep.unloading.keys() | rep.dropped_while_listing
         added = sorted(listed - known)
         self.tick()  # one for the whole listing: what it adds became held then
-        for name in added:
+        for name in reversed(added):
             rep.held[name] = Copy(rep, name, 0)
-            rep.stamps[name] = 0  # at the front: older than anything
+            rep.front -= 1  # at the front: older than anything, the stamps still rising along lru
+            rep.stamps[name] = rep.front
         rep.lru = [name for name in added if name not in rep.named] + rep.lru
         rep.dropped_while_listing = set()
         rep.base, rep.unseen = rep.count(), 0  # [share]: shared afresh
@@ -811,15 +801,16 @@ class Model:
             for name in [name for name, copy in rep.held.items() if copy.users == 0]:
                 self.drop(rep, name)
             rep.lru = []
-            for load in list(rep.loading.values()):
+            for load in rep.loading.values():
                 failed += load.waiters
                 load.waiters = []
                 load.starter = None
-                if not load.issued:
-                    self.abandon(load)
-            for unload in rep.unloading.values():
+                load.victims = []
+            for name, unload in list(rep.unloading.items()):
                 failed += [t for t, _ in unload.waiters]
                 unload.waiters = []
+                if unload.op is None:  # a victim whose load is out: never unloaded now
+                    del rep.unloading[name]
             failed += [t for t, _, _ in rep.queue]
             rep.queue = []
             rep.listing = None
@@ -875,15 +866,14 @@ class Model:
 
     def kind(self, rep: Replica, adapter: str) -> tuple[int, int, int]:
         """[place]: what a cold load of ``adapter`` would cost on ``rep``: (kind, a, b)."""
-        if self.headroom is not None and rep.count() - len(rep.lru) >= self.cap(rep):
+        if self.at_cap(rep):
             return 4, 0, 0
         if rep.count() < self.line(rep):
             return 0, 0, 0
         if not rep.lru:
             return (1 if rep.count() < self.line(rep) + self.overflow else 3), 0, 0
-        weight = min(self.demand.get(name, 0).bit_length() for name in rep.lru)
-        victim = next(name for name in rep.lru if self.demand.get(name, 0).bit_length() == weight)
-        return 2, weight, max(rep.stamps[victim], 0)
+        victim = rep.lru[0]
+        return 2, self.demand.get(victim, 0).bit_length(), max(rep.stamps[victim], 0)
 
     def place(
         self,

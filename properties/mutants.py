@@ -81,34 +81,42 @@ MUTANTS = [
     Mutant(
         "evict-most-recent",
         "evict",
-        "the victim is the most recently used of the idle adapters in least demand",
+        "the victim is the most recently used idle adapter",
         MACHINE,
-        "            stamp, name = heap[0]\n",
-        "            stamp, name = max(heap)\n",
+        "            victim, stamp = next(iter(rep.idle.items()))\n",
+        "            victim, stamp = next(reversed(rep.idle.items()))\n",
     ),
     Mutant(
         "evict-one-short",
         "evict",
         "victims are chosen as if the new load did not count",
         MACHINE,
-        "self._evict(rep, len(rep.held) + len(rep.loading) + 1 - self._bound(rep))",
-        "self._evict(rep, len(rep.held) + len(rep.loading) - self._bound(rep))",
+        "self._doom(rep, len(rep.held) + len(rep.loading) + 1 - self._line(rep))",
+        "self._doom(rep, len(rep.held) + len(rep.loading) - self._line(rep))",
     ),
     Mutant(
         "evict-unloads-reversed",
         "evict",
         "the unloads of several victims come out last victim first",
         MACHINE,
-        "for unload in victims\n        ]",
-        "for unload in reversed(victims)\n        ]",
+        "commands.extend(self._unload(unload) for unload in op.victims)",
+        "commands.extend(self._unload(unload) for unload in reversed(op.victims))",
     ),
     Mutant(
-        "evict-before-every-load",
+        "evict-fails-and-unloads",
         "evict",
-        "a load unloads its victims first even when it fits in the headroom",
+        "a load that failed still unloads its victims, though the engine took no room for it",
         MACHINE,
-        "        return math.inf if self._headroom is None else self._line(rep) + self._headroom\n",
-        "        return self._line(rep)\n",
+        "            commands.extend(self._spare(op))\n",
+        "            commands.extend(self._unload(unload) for unload in op.victims)\n",
+    ),
+    Mutant(
+        "spare-at-the-end",
+        "load-outcome",
+        "a victim held again goes to the end of idle, most recently used, not back where it was",
+        MACHINE,
+        "                _idle_at(rep.idle, unload.adapter, unload.stamp)\n",
+        "                rep.idle[unload.adapter] = self._tick()\n",
     ),
     # -- [settle]
     Mutant(
@@ -124,8 +132,8 @@ MUTANTS = [
         "settle",
         "loads still out count in the excess, so one that fails later has evicted already",
         MACHINE,
-        "[self._start_read(rep)]\n        victims = self._evict(rep, len(rep.held) - self._line(rep))",
-        "[self._start_read(rep)]\n        victims = self._evict(rep, len(rep.held)"
+        "[self._start_read(rep)]\n        return self._evict(rep, len(rep.held) - self._line(rep))",
+        "[self._start_read(rep)]\n        return self._evict(rep, len(rep.held)"
         " + len(rep.loading) - self._line(rep))",
     ),
     Mutant(
@@ -239,20 +247,15 @@ MUTANTS = [
     ),
     # -- answers, releases, cancels
     Mutant(
-        "waiters-before-load",
-        "unload-outcome",
-        "an unload's waiters are admitted before the load it made room for goes out",
+        "spare-waiters-first",
+        "load-outcome",
+        "the waiters of a failed load's victims are admitted before the victims are held again",
         MACHINE,
-        "        if load is not None:\n"
-        "            load.waits_for.discard(event.unload)\n"
-        "            if not load.waits_for:\n                commands.append(self._issue(load))\n"
-        "        for ticket, path in op.waiters:\n            del self._waiting[ticket]\n"
-        "            commands.extend(self._admit(ticket, rep, op.adapter, path))\n",
-        "        for ticket, path in op.waiters:\n            del self._waiting[ticket]\n"
-        "            commands.extend(self._admit(ticket, rep, op.adapter, path))\n"
-        "        if load is not None:\n"
-        "            load.waits_for.discard(event.unload)\n"
-        "            if not load.waits_for:\n                commands.append(self._issue(load))\n",
+        "        for unload in load.victims:\n            del rep.unloading[unload.adapter]\n",
+        "        for unload in load.victims:\n            for ticket, path in unload.waiters:\n"
+        "                del self._waiting[ticket]\n"
+        "                commands.extend(self._admit(ticket, rep, unload.adapter, path))\n"
+        "            unload.waiters.clear()\n            del rep.unloading[unload.adapter]\n",
     ),
     Mutant(
         "loaded-goes-to-first-waiter",
@@ -263,12 +266,12 @@ MUTANTS = [
         "                if ticket == op.waiters[0]:",
     ),
     Mutant(
-        "abandon-keeps-room",
-        "cancel",
-        "an abandoned load is still issued when its victims' unloads finish",
+        "cap-ignores-the-batch",
+        "cap",
+        "a load takes a victim while more adapters are in use than one batch of the engine runs",
         MACHINE,
-        "            unload.makes_room_for = None",
-        "            pass",
+        " or (count >= line and in_use > batch)\n",
+        "\n",
     ),
     # -- [replicas]
     Mutant(
@@ -354,8 +357,8 @@ MUTANTS = [
         "cap",
         "idle adapters count against the cap, so a request waits though evicting one would make room",
         MACHINE,
-        "        return len(rep.held) + len(rep.loading) - len(rep.idle) >= cap\n",
-        "        return len(rep.held) + len(rep.loading) >= cap\n",
+        "        in_use = count - len(rep.idle)\n",
+        "        in_use = count\n",
     ),
     # -- [share]
     Mutant(
@@ -379,8 +382,8 @@ MUTANTS = [
         "share",
         "a victim another router unloaded first counts as room made",
         MACHINE,
-        "            rep.unseen += 1\n            self._touch(rep)\n            if load is not None:",
-        "            self._touch(rep)\n            if load is not None:",
+        "            rep.unseen += 1\n            self._touch(rep)\n        for ticket, path in op.waiters:",
+        "            self._touch(rep)\n        for ticket, path in op.waiters:",
     ),
     # -- [read], [reading], [read-failed]
     Mutant(
@@ -410,10 +413,10 @@ MUTANTS = [
     Mutant(
         "read-free-slot-too",
         "read",
-        "a cold request reads the engine even when its load fits in the headroom",
+        "a cold request reads the engine even when its load has a free slot",
         MACHINE,
         "        return self._wants_reading(rep) and len(rep.held) + len(rep.loading) + 1 > "
-        "self._bound(rep)\n",
+        "self._line(rep)\n",
         "        return self._wants_reading(rep)\n",
     ),
     Mutant(
@@ -445,8 +448,8 @@ MUTANTS = [
         "cap",
         "the cap stays at the line plus the headroom below what one batch of the engine may use",
         MACHINE,
-        "        if rep.max_loras is not None and rep.max_loras > cap:\n",
-        "        if False:\n",
+        "        return in_use >= max(line + headroom, batch) or",
+        "        return in_use >= line + headroom or",
     ),
     Mutant(
         "read-failed-never-ends",

@@ -14,23 +14,23 @@ each). The table is every way out of each state; anything else leaves the state 
 ==============  ==========================================  ===================================  ========
 state           event                                       next state                           rule
 ==============  ==========================================  ===================================  ========
-absent          requested                                   loading (issued at once; pending     cold,
-                                                            behind its victims' unloads only     evict
-                                                            past the bound, line + headroom)
+absent          requested                                   loading (issued at once)             cold
 absent          listing_received names it                   held, idle (front of ``idle``)       listing
 loading         load_finished, loaded or already_loaded     held, in use by every waiter (idle   load-
                                                             if none is left)                     outcome
 loading         load_finished, a fault                      absent; every waiter fails           load-
                                                                                                  outcome
-loading         cancelled, the last waiter of a load        absent (the load is never issued)    cancel
-                not yet issued
 held, idle      requested (or ``hit``)                      held, in use                         hit
 held, in use    released or cancelled, the last lease       held, idle (end of ``idle``)         release
 held, idle      load_finished of another adapter leaves     unloading                            settle
-                the replica over its line; it is in least
-                demand (then least recently used)
-held, idle      requested for another adapter, at the       unloading                            evict
-                bound; it is in least demand
+                the replica over its line; it is the
+                least recently used
+held, idle      requested for another adapter past the      unloading, not issued until that     evict
+                line; it is the least recently used         load lands
+unloading, not  load_finished of its load, loaded or        unloading (issued)                   evict
+issued          already_loaded
+unloading, not  load_finished of its load, a fault          held, idle (where it was)            load-
+issued                                                                                           outcome
 held, any       listing_received does not name it, and      absent (dropped: no unload; leases   listing
                 it was held before the listing started      on it go dead)
 held, any       adapter_missing                             absent (dropped)                     forget
@@ -63,10 +63,13 @@ an adapter the engine refused as its own fault, for a while; [cap] makes a cold 
 replica's queue, rather than take it past ``line + headroom`` (or the engine's ``max_loras``), until
 an adapter goes idle or room comes otherwise.
 
-Load first ([cold], [evict], [settle]). A cold load goes out at once, into the headroom, and the
-replica unloads its excess over its line once the load has landed: no request waits for an unload,
-and a load the engine refuses costs no adapter. Only a replica at its bound (``line + headroom``)
-unloads first, as much as the load needs.
+The engine's memory ([cold], [evict], SPEC.md §3.16). vLLM keeps ``--max-cpu-loras`` adapters in
+memory and a load into a full memory drops the one a step used least recently; its unload forgets
+only the name. So a replica's limit is that memory, and a cold load past the line takes the least
+recently used idle adapter as its victim: the victim takes no request from then on (it stays the
+engine's least recently used, the one the engine drops for the load), the load goes out at once, and
+the victim's name is unloaded once the load has landed. No request waits for an unload, and a load
+the engine refuses evicts nothing: its victims are held again where they were.
 
 Several routers ([share]). With ``routers=R`` above 1, every rule that asks whether a load has room
 ([evict], [settle], [cap], [place], [view]) compares the replica's count with its *line* instead of
@@ -74,22 +77,19 @@ its limit:
 ``max(1, base + ceil(f / R) - unseen)``, where ``base`` is its count once its last listing was applied and
 ``f = limit - base`` the free slots that listing left (the limit itself when ``f <= 0``), and
 ``unseen`` the adapters the engine lost since without this router's unload (an unload answered
-``not_found``, an ``adapter_missing``): another router's adapter took their slot, so a load waiting on
-such an unload evicts again. Past its line a landed load settles, or with nothing idle the replica
-stays over as past the limit. R routers whose last listings saw ``c`` adapters then hold a replica to
-``max(c, limit + R - 1 + R * headroom)`` until their next listings, as they count it: an adapter whose
-unload is out is gone, and the engine itself holds one more for each [settle] unload not yet answered,
-since no load waits for one (SPEC.md §3.14 gives the exceptions, and the bound when listings are read
-at different moments). With one router the line is the limit, and nothing here applies.
+``not_found``, an ``adapter_missing``): another router's adapter took their slot. Past its line a cold
+load takes a victim, or with nothing idle the replica goes over as past the limit. R routers whose last
+listings saw ``c`` adapters then hold a replica to ``max(c, limit + R - 1 + R * headroom)`` until
+their next listings, as they count it (SPEC.md §3.14 gives the exceptions, and the bound when
+listings are read at different moments). With one router the line is the limit, and nothing here
+applies.
 
 A request that finds its adapter loading joins the load ([join]); one that finds it unloading waits
 for the unload and is then handled afresh ([wait-unload]), so a load and an unload of one adapter on
 one replica are never outstanding together.
 
-Operation numbers. Loads, unloads and listings take their numbers from one counter when the machine
-decides on them. A load that must wait for its victims' unloads is numbered after them, in the same
-event, but goes out only when they are answered: a listing decided meanwhile can carry a higher number
-and go out first. Numbers order decisions, not calls on the wire.
+Operation numbers. Loads, unloads, listings and reads take their numbers from one counter as they go
+out: a victim's unload is numbered when its load lands and it is issued, not when it is chosen.
 
 Order and time. Least recently used order is the order of ``idle``: an adapter joins its end when its
 last request ends (or when a load lands with no one waiting), leaves it when a request uses it, and a
@@ -170,12 +170,12 @@ DEFAULT_MAX_BACKOFF = 300.0
 DEFAULT_OVERFLOW = 2
 """How far past its limit placement prefers to take a replica whose adapters are all in use."""
 DEFAULT_HALF_LIFE = 500
-"""Requests between two halvings of the demand counts: after a popularity shift, 4,000 kept the old
-favourites long enough to cost 12 % more loads than least recently used in the shift's window, 500 none
-(``lorafleet simulate --grid``, sim/grid.md)."""
-FLEET_DEFAULTS: Mapping[str, Any] = MappingProxyType({"headroom": 2, "read_engine": True})
+"""Requests between two halvings of the demand counts, which [place] reads to choose where a cold load
+evicts (``lorafleet simulate --grid``, sim/grid.md)."""
+FLEET_DEFAULTS: Mapping[str, Any] = MappingProxyType({"headroom": 0, "read_engine": True})
 """The settings a ``Fleet`` (and so ``lorafleet serve``) gives its machine unless told otherwise, the
-others as here: what ``lorafleet simulate`` runs lorafleet with, and what sim/grid.md measures."""
+others as here: what ``lorafleet simulate`` runs lorafleet with, and what sim/grid.md measures. With
+headroom 0 a replica's limit is its engine's whole memory (``--max-cpu-loras``, SPEC.md §3.16)."""
 DEFAULT_REFUSAL = 900.0
 """Seconds an adapter the engine refused as the adapter's fault is refused without a call (ModelMesh
 keeps load failures 15 minutes)."""
@@ -241,19 +241,21 @@ class _Load:
     waiters: list[int]
     starter: int | None
     """The ticket granted "loaded"; every other waiter joined."""
-    waits_for: set[int]
-    """Operation numbers of the victims' unloads that must be answered before the load goes out."""
-    issued: bool = False
+    victims: list[_Unload] = attrs.field(factory=list)
+    """The adapters it takes the room of ([evict]): unloaded once it lands, held again if it fails."""
 
 
 @attrs.define(eq=False)
 class _Unload:
     replica: _Replica
     adapter: str
-    op: int
+    op: int | None
+    """None while it waits for the load it makes room for to land: not issued yet ([evict])."""
     waiters: list[tuple[int, str]] = attrs.field(factory=list)
     """(ticket, path) of requests to handle afresh when the unload finishes."""
-    makes_room_for: _Load | None = None
+    since: int = 0
+    """A victim's: when it became held, and (``stamp``) its place in ``idle``, should it be held again."""
+    stamp: int = 0
 
 
 @attrs.define(eq=False)
@@ -320,18 +322,6 @@ class _Replica:
     """
     front: int = 0
     """The stamp of the last adapter a listing put at the front of ``idle``."""
-    levels: dict[int, list[tuple[int, str]]] = attrs.field(factory=dict)
-    """[evict]'s index of ``idle`` (``_victim``): heaps of (stamp, name) by demand level (``_level``).
-
-    Entries are checked against ``idle`` when read, so that a hit, which takes an adapter off
-    ``idle``, need not find its entry; a victim then costs a heap's head, not a scan of ``idle``.
-    """
-    indexed: int | None = None
-    """The newest stamp of ``idle`` that ``levels`` holds (later ones are at its end); None: build anew."""
-    entries: int = 0
-    """Entries in ``levels``, live or not: past twice ``idle``'s size it is built anew."""
-    merged: int = 0
-    """The halvings (``_epoch``) as of which no level of ``levels`` but 0 means a weight of 0."""
     cold: tuple[int, int, int, int, int] | None = None
     """Its key in [place]'s index of cold loads (``_cold_key``); None while not in it."""
     dirty: bool = False
@@ -917,7 +907,7 @@ class AdapterStateMachine:
         return self._start_load(ticket, rep, adapter, path)
 
     def _start_load(self, ticket: int | None, rep: _Replica, adapter: str, path: str) -> list[Command]:
-        """[cold]: start a load, unloading the [evict] victims first; ``ticket`` None is a [pin]'s."""
+        """[cold]: start a load, taking the room of the [evict] victims; ``ticket`` None is a [pin]'s."""
         if self._at_cap(rep):
             # [cap] Even with every idle adapter unloaded the load would take the replica past its
             # cap: wait for room, first come first served.
@@ -927,58 +917,61 @@ class AdapterStateMachine:
             rep.queue.waiters.append((ticket, adapter, path))
             self._waiting[ticket] = rep.queue
             return []
-        # [evict] The load goes into the headroom, and the replica unloads its excess once it has
-        # landed ([settle]): a load that fails evicts nothing, and no unload delays the request. Only
-        # a replica at its bound (line + headroom) unloads first, as much as the load needs.
-        victims = self._evict(rep, len(rep.held) + len(rep.loading) + 1 - self._bound(rep))
-        commands: list[Command] = [
-            IssueUnload(unload=unload.op, replica=rep.id, adapter=unload.adapter) for unload in victims
-        ]
         waiters = [] if ticket is None else [ticket]
-        load = _Load(rep, adapter, path, self._new_op(), waiters, ticket, {u.op for u in victims})
-        for unload in victims:
-            unload.makes_room_for = load
+        load = _Load(rep, adapter, path, self._new_op(), waiters, ticket)
+        # [evict] The engine makes room for the load by dropping the adapter it used least recently,
+        # which is the machine's least recently used idle one: that victim takes no request from now
+        # on, so that it stays the engine's least recently used, and its name is unloaded once the
+        # load has landed. A load that fails evicts nothing, and no request waits for an unload.
+        load.victims = self._doom(rep, len(rep.held) + len(rep.loading) + 1 - self._line(rep))
         rep.loading[adapter] = load
         self._where.setdefault(adapter, {})[rep.id] = rep
         self._touch(rep)
         self._ops[load.op] = load
         if ticket is not None:
             self._waiting[ticket] = load
-        if not victims:
-            commands.append(self._issue(load))
-        return commands
+        rep.outstanding += 1
+        return [IssueLoad(load=load.op, replica=rep.id, adapter=adapter, path=path)]
 
-    def _bound(self, rep: _Replica) -> float:
-        """[evict]: the most adapters (held and loading) ``rep`` may have at once: its line plus the
-        headroom ([share] makes the line), no bound without a cap."""
-        return math.inf if self._headroom is None else self._line(rep) + self._headroom
-
-    def _evict(self, rep: _Replica, excess: float) -> list[_Unload]:
-        """[evict] Unload ``excess`` idle adapters, in least demand, least recently used first among
-        equals (``_victim``), or as many as are idle."""
+    def _doom(self, rep: _Replica, excess: int) -> list[_Unload]:
+        """[evict] Take ``excess`` idle adapters, least recently used first (or as many as are idle),
+        out of ``held`` into ``unloading``, their unloads not issued yet."""
         victims: list[_Unload] = []
         while excess > 0 and rep.idle:
-            victim = self._victim(rep)
+            victim, stamp = next(iter(rep.idle.items()))
+            since = rep.held[victim].since
             self._drop(rep, victim)
-            unload = _Unload(rep, victim, self._new_op())
+            unload = _Unload(rep, victim, None, since=since, stamp=stamp)
             rep.unloading[victim] = unload
-            rep.outstanding += 1
-            self._ops[unload.op] = unload
             victims.append(unload)
             excess -= 1
         return victims
 
-    def _issue(self, load: _Load) -> IssueLoad:
-        load.issued = True
-        load.replica.outstanding += 1
-        return IssueLoad(load=load.op, replica=load.replica.id, adapter=load.adapter, path=load.path)
+    def _unload(self, unload: _Unload) -> IssueUnload:
+        """Issue ``unload``: a number, and the command."""
+        unload.op = self._new_op()
+        unload.replica.outstanding += 1
+        self._ops[unload.op] = unload
+        return IssueUnload(unload=unload.op, replica=unload.replica.id, adapter=unload.adapter)
+
+    def _evict(self, rep: _Replica, excess: int) -> list[Command]:
+        """[settle] Unload ``excess`` idle adapters now, least recently used first, or as many as are idle."""
+        commands: list[Command] = []
+        while excess > 0 and rep.idle:
+            victim = next(iter(rep.idle))
+            self._drop(rep, victim)
+            unload = _Unload(rep, victim, None)
+            rep.unloading[victim] = unload
+            commands.append(self._unload(unload))
+            excess -= 1
+        return commands
 
     # -- §3.2 the engine's answers: [load-outcome], [settle], [unload-outcome] -------------------------
 
     def _load_finished(self, event: LoadFinished) -> list[Command]:
         """[load-outcome]: success grants every waiter; a failure fails every waiter with its fault."""
         op = self._ops.get(event.load) if type(event.load) is int else None
-        if not isinstance(op, _Load) or not op.issued:
+        if not isinstance(op, _Load):
             raise UnknownOperationError(
                 f"load {event.load!r} is not an issued load awaiting its answer",
                 operation=event.load,
@@ -1020,6 +1013,7 @@ class AdapterStateMachine:
                 else:
                     self._joined += 1
                     commands.append(Grant(ticket=ticket, how=How.JOINED))
+            commands.extend(self._unload(unload) for unload in op.victims)  # [evict]: room it took
             commands.extend(self._settle(rep))
         else:
             fault = Fault.ADAPTER if outcome is LoadOutcome.ADAPTER_FAULT else Fault.REPLICA
@@ -1027,14 +1021,33 @@ class AdapterStateMachine:
             for ticket in op.waiters:
                 del self._waiting[ticket]
                 commands.append(self._fail(ticket, rep, fault, text))
+            commands.extend(self._spare(op))
         commands.extend(self._admit_queued(rep))
         if self._pins and not outcome.succeeded:
             commands.extend(self._ensure_pins())
         return commands
 
+    def _spare(self, load: _Load) -> list[Command]:
+        """[evict]: a load that failed took no room: its victims are held again, idle where they were,
+        and the requests that waited for their unloads are admitted afresh."""
+        rep = load.replica
+        commands: list[Command] = []
+        for unload in load.victims:
+            del rep.unloading[unload.adapter]
+            rep.held[unload.adapter] = _Held(rep, unload.adapter, 0, unload.since)
+            self._where.setdefault(unload.adapter, {})[rep.id] = rep
+            if unload.adapter not in self._pins and unload.adapter not in rep.named:
+                _idle_at(rep.idle, unload.adapter, unload.stamp)
+            self._touch(rep)
+        for unload in load.victims:
+            for ticket, path in unload.waiters:
+                del self._waiting[ticket]
+                commands.extend(self._admit(ticket, rep, unload.adapter, path))
+        return commands
+
     def _settle(self, rep: _Replica) -> list[Command]:
-        """[settle]: a replica holding more than its line unloads the excess, idle adapters in least
-        demand first ([evict]), once a reading says which run on the engine ([read]): now, when no
+        """[settle]: a replica holding more than its line unloads the excess, idle adapters least
+        recently used first, once a reading says which run on the engine ([read]): now, when no
         other router's requests run there. Loads still out are not counted: one that fails evicts
         nothing."""
         if len(rep.held) <= self._line(rep) or not rep.idle:
@@ -1042,8 +1055,7 @@ class AdapterStateMachine:
         if self._wants_reading(rep):
             rep.settle = True
             return [] if rep.read is not None else [self._start_read(rep)]
-        victims = self._evict(rep, len(rep.held) - self._line(rep))
-        return [IssueUnload(unload=unload.op, replica=rep.id, adapter=unload.adapter) for unload in victims]
+        return self._evict(rep, len(rep.held) - self._line(rep))
 
     def _settled(self, rep: _Replica) -> list[Command]:
         """[settle]: the reading a landed load waited for has come: unload the excess now."""
@@ -1052,8 +1064,7 @@ class AdapterStateMachine:
         rep.settle = False
         if len(rep.held) <= self._line(rep):
             return []
-        victims = self._evict(rep, len(rep.held) - self._line(rep))
-        return [IssueUnload(unload=unload.op, replica=rep.id, adapter=unload.adapter) for unload in victims]
+        return self._evict(rep, len(rep.held) - self._line(rep))
 
     def _unload_finished(self, event: UnloadFinished) -> list[Command]:
         """[unload-outcome]: whatever the answer, the adapter is gone from the machine's view.
@@ -1063,7 +1074,7 @@ class AdapterStateMachine:
         afresh.
         """
         op = self._ops.get(event.unload) if type(event.unload) is int else None
-        if not isinstance(op, _Unload):
+        if not isinstance(op, _Unload):  # an unload not yet issued is not in the operations
             raise UnknownOperationError(
                 f"unload {event.unload!r} is not an issued unload awaiting its answer",
                 operation=event.unload,
@@ -1080,22 +1091,11 @@ class AdapterStateMachine:
         if rep.listing is not None:
             rep.dropped_while_listing.add(op.adapter)
         commands: list[Command] = []
-        load = op.makes_room_for
         if self._routers > 1 and event.outcome is UnloadOutcome.NOT_FOUND:
             # [share] Another router unloaded it first, most likely to make room for an adapter this
-            # one does not see: count that one until the next listing, and make room again.
+            # one does not see: count that one until the next listing.
             rep.unseen += 1
             self._touch(rep)
-            if load is not None:
-                more = self._evict(rep, len(rep.held) + len(rep.loading) - self._bound(rep))
-                for unload in more:
-                    unload.makes_room_for = load
-                    load.waits_for.add(unload.op)
-                    commands.append(IssueUnload(unload=unload.op, replica=rep.id, adapter=unload.adapter))
-        if load is not None:
-            load.waits_for.discard(event.unload)
-            if not load.waits_for:
-                commands.append(self._issue(load))
         for ticket, path in op.waiters:
             del self._waiting[ticket]
             commands.extend(self._admit(ticket, rep, op.adapter, path))
@@ -1158,8 +1158,7 @@ class AdapterStateMachine:
     def _cancelled(self, ticket: int) -> list[Command]:
         """[cancel]: a waiting request gets no grant; a granted one is released.
 
-        The load it waited on goes on for the others; a load not yet issued that no one waits for
-        any more is not issued at all, unless its adapter is pinned (the pin still wants it).
+        The load it waited on goes on for the others, and lands idle if no one waits for it any more.
         """
         if type(ticket) is int and ticket in self._leases:
             return self._released(ticket)
@@ -1179,9 +1178,6 @@ class AdapterStateMachine:
             waited.waiters.remove(ticket)
             if waited.starter == ticket:
                 waited.starter = None
-            if not waited.waiters and not waited.issued and waited.adapter not in self._pins:
-                self._abandon_pending(waited)
-                return self._admit_queued(rep)
         elif isinstance(waited, _Unload):
             waited.waiters = [(t, p) for t, p in waited.waiters if t != ticket]
         else:
@@ -1200,16 +1196,6 @@ class AdapterStateMachine:
             raise UnknownTicketError(
                 f"cannot {what} ticket {ticket!r}: no request ever had it", ticket=ticket
             )
-
-    def _abandon_pending(self, load: _Load) -> None:
-        del load.replica.loading[load.adapter]
-        self._touch(load.replica)
-        self._unwhere(load.replica, load.adapter)
-        del self._ops[load.op]
-        for op in load.waits_for:
-            unload = self._ops[op]
-            assert isinstance(unload, _Unload)
-            unload.makes_room_for = None
 
     # -- §3.4 listings: [time], [listing] --------------------------------------------------------------
 
@@ -1314,7 +1300,6 @@ class AdapterStateMachine:
                 rep.front -= 1  # older than anything, and the stamps still rise along idle
                 rep.idle[name] = rep.front
                 rep.idle.move_to_end(name, last=False)
-                rep.indexed = None  # [evict]'s index finds only later stamps at the end
         rep.base, rep.unseen = len(rep.held) + len(rep.loading), 0  # [share]: shared afresh
         self._touch(rep)
         rep.listed_since_reading = True
@@ -1459,15 +1444,16 @@ class AdapterStateMachine:
                 self._drop(rep, name)  # idle ones, and pinned ones no request runs on
             for name in list(rep.held) + list(rep.loading):
                 self._unwhere(rep, name)  # unseen: placement never chooses a removed replica
-            for load in list(rep.loading.values()):
+            for load in rep.loading.values():
                 failed.extend(load.waiters)
                 load.waiters.clear()
                 load.starter = None
-                if not load.issued:
-                    self._abandon_pending(load)
-            for unload in rep.unloading.values():
+                load.victims = []  # never unloaded: the replica is not in use
+            for name, unload in list(rep.unloading.items()):
                 failed.extend(t for t, _ in unload.waiters)
                 unload.waiters.clear()
+                if unload.op is None:
+                    del rep.unloading[name]  # a victim whose load is still out: never issued
             if rep.queue is not None:
                 failed.extend(t for t, _, _ in rep.queue.waiters)
                 rep.queue = None
@@ -1542,18 +1528,23 @@ class AdapterStateMachine:
     # -- §3.9 waiting for room: [cap] ------------------------------------------------------------------
 
     def _at_cap(self, rep: _Replica) -> bool:
-        """[cap]: whether the adapters in use on ``rep`` (held or loading, and not idle) fill its line
-        plus the headroom, so that one more load would pass the cap even with every idle one unloaded.
-
-        ``_place_cold`` makes the same test inline: it runs for every replica.
+        """[cap]: whether a cold load on ``rep`` waits for room: the adapters in use there (held or
+        loading, and not idle) fill its line plus the headroom, so that it would pass the cap even
+        with every idle one unloaded; or the load would take a victim while more adapters are in use
+        than one batch of the engine runs, so that one of them may wait in the engine's queue, unused,
+        and be what the engine drops instead of the victim (SPEC.md §3.16).
         """
         headroom = self._headroom
         if headroom is None:
             return False
-        cap = self._line(rep) + headroom
-        if rep.max_loras is not None and rep.max_loras > cap:
-            cap = rep.max_loras  # never below what one batch of the engine can run
-        return len(rep.held) + len(rep.loading) - len(rep.idle) >= cap
+        count = len(rep.held) + len(rep.loading)
+        in_use = count - len(rep.idle)
+        line = self._line(rep)
+        batch = rep.max_loras
+        if batch is None:
+            return in_use >= line + headroom
+        # The cap is never below what one batch of the engine can run.
+        return in_use >= max(line + headroom, batch) or (count >= line and in_use > batch)
 
     def _admit_queued(self, rep: _Replica) -> list[Command]:
         """[cap]: admit the requests waiting for room on ``rep``, in order, while there is room."""
@@ -1586,8 +1577,7 @@ class AdapterStateMachine:
         return self._ensure_pins()
 
     def _adapter_unpinned(self, event: AdapterUnpinned) -> list[Command]:
-        """[pin]: the adapter's copies no request runs on become idle, most recently used; its loads
-        still waiting for their victims that no request waits for are abandoned, as by [cancel]."""
+        """[pin]: the adapter's copies no request runs on become idle, most recently used."""
         _check_fields(event)
         adapter = event.adapter
         if self._pins.pop(adapter, None) is None:
@@ -1599,10 +1589,6 @@ class AdapterStateMachine:
                 rep.idle[adapter] = self._tick()
                 self._touch(rep)
                 commands.extend(self._admit_queued(rep))
-            load = rep.loading.get(adapter)
-            if load is not None and not load.issued and not load.waiters:
-                self._abandon_pending(load)  # a pin's load still waiting for its victims
-                commands.extend(self._admit_queued(rep))  # room came, as after [cancel]
         return commands
 
     def _ensure_pins(self) -> list[Command]:
@@ -1624,6 +1610,8 @@ class AdapterStateMachine:
                 if rep.avoid_until <= clock and (pin.model is None or rep.model == pin.model)
             }
             skip = set(self._where.get(adapter, {}))
+            # Nor where it is being unloaded: a load and an unload of one adapter never cross.
+            skip.update(rep.id for rep in self._replicas.values() if adapter in rep.unloading)
             for _ in range(pin.copies - len(have)):
                 placement = self._place_cold(adapter, pin.model, skip, {}, spread=False)
                 if placement.placed not in (Placed.FREE, Placed.EVICT) or placement.replica is None:
@@ -1871,7 +1859,6 @@ class AdapterStateMachine:
         chosen_key: tuple[Any, ...] = ()
         chosen_kind = 0
         clock = self._clock
-        headroom = self._headroom
         shared = self._routers > 1
         for rep in self._replicas.values():
             if rep.removed or not rep.met or rep.id in skip or rep.avoid_until > clock:
@@ -1885,7 +1872,7 @@ class AdapterStateMachine:
                     continue
             count = len(rep.held) + len(rep.loading)
             line = self._line(rep) if shared else rep.limit
-            if headroom is not None and count - len(rep.idle) >= max(line + headroom, rep.max_loras or 0):
+            if self._at_cap(rep):
                 if spread:
                     continue  # at its cap: the request would wait for room, while others may have some
                 kind, cost = 4, (0, 0)
@@ -1970,7 +1957,7 @@ class AdapterStateMachine:
         line = self._line(rep)
         headroom = self._headroom
         busy = rep.in_flight + rep.others
-        if headroom is not None and count - len(rep.idle) >= max(line + headroom, rep.max_loras or 0):
+        if headroom is not None and self._at_cap(rep):
             return (4, 0, 0, busy, rep.served)
         if count < line:
             return (0, 0, 0, busy, rep.served)
@@ -2034,63 +2021,10 @@ class AdapterStateMachine:
         count = self._demand.get(adapter, 0)
         return count.bit_length() + self._epoch if count else 0
 
-    def _victim(self, rep: _Replica) -> str:
-        """[evict] The idle adapter in least demand, the least recently used of those (``idle`` not empty).
-
-        The least (level, stamp) of ``idle``, from ``levels``: the heads of its heaps, lowest level
-        first. An entry is left behind where it was put, and read lazily: one whose stamp is no longer
-        in ``idle`` is gone (taken, dropped), and one whose adapter's level rose since is moved up.
-        A level only rises, but for a halving that takes a weight of 1 to 0: then its level (the
-        halvings so far) goes into level 0 with the others of weight 0. So no entry sits below its
-        level, and the first head that is where it belongs is the least of all.
-        """
-        levels = self._index_idle(rep)
-        idle = rep.idle
-        if rep.merged != self._epoch:
-            rep.merged = epoch = self._epoch
-            for level in [level for level in levels if 0 < level <= epoch]:
-                floor = levels.setdefault(0, [])
-                floor.extend(levels.pop(level))
-                heapq.heapify(floor)
-        while True:
-            low = min(levels)
-            heap = levels[low]
-            stamp, name = heap[0]
-            if idle.get(name) == stamp:
-                level = self._level(name)
-                if level == low:
-                    return name
-                heapq.heappush(levels.setdefault(level, []), (stamp, name))
-                rep.entries += 1
-            heapq.heappop(heap)
-            rep.entries -= 1
-            if not heap:
-                del levels[low]
-
-    def _index_idle(self, rep: _Replica) -> dict[int, list[tuple[int, str]]]:
-        """``rep.levels`` with every adapter of ``idle``: those that went idle since the last call are
-        at its end, the newest stamps (a listing's, at its front, have it built anew)."""
-        idle = rep.idle
-        levels = rep.levels
-        if rep.indexed is None or rep.entries > 2 * len(idle) + 16:
-            levels.clear()
-            for name, stamp in idle.items():
-                levels.setdefault(self._level(name), []).append((stamp, name))
-            for heap in levels.values():
-                heapq.heapify(heap)
-            rep.entries = len(idle)
-            rep.merged = self._epoch
-        else:
-            newest = rep.indexed
-            for name in reversed(idle):
-                stamp = idle[name]
-                if stamp <= newest:
-                    break
-                heapq.heappush(levels.setdefault(self._level(name), []), (stamp, name))
-                rep.entries += 1
-        if idle:
-            rep.indexed = idle[next(reversed(idle))]
-        return levels
+    @staticmethod
+    def _victim(rep: _Replica) -> str:
+        """[evict] The idle adapter used least recently (``idle`` not empty): the engine's own victim."""
+        return next(iter(rep.idle))
 
     # -- §3.13 several routers: [reading], [read-failed] ---------------------------------------------
 
@@ -2204,7 +2138,7 @@ class AdapterStateMachine:
         engine names what runs there, or is being read: a fresh reading may spare a victim another
         router runs on, or show room an ended request left.
         """
-        return self._wants_reading(rep) and len(rep.held) + len(rep.loading) + 1 > self._bound(rep)
+        return self._wants_reading(rep) and len(rep.held) + len(rep.loading) + 1 > self._line(rep)
 
     def _wants_reading(self, rep: _Replica) -> bool:
         """[read]: whether an eviction on ``rep`` waits for a fresh reading: its last reading named an
@@ -2347,8 +2281,7 @@ class AdapterStateMachine:
             assert operation.op == op, op
             rep = operation.replica
             assert self._replicas.get(rep.id) is rep, f"operation {op} of a forgotten replica"
-            if not isinstance(operation, _Load) or operation.issued:
-                outstanding[rep.id] = outstanding.get(rep.id, 0) + 1
+            outstanding[rep.id] = outstanding.get(rep.id, 0) + 1
         in_flight: dict[int, int] = {}  # by the replica object: a forgotten one's id can come back
         for held in self._leases.values():
             in_flight[id(held.replica)] = in_flight.get(id(held.replica), 0) + 1
@@ -2389,22 +2322,22 @@ class AdapterStateMachine:
                 assert held.replica is rep, (rid, name)
                 assert held.adapter == name, (rid, name)
                 assert held.in_use == uses.get(id(held), 0), (rid, name, held.in_use)
+            doomed = [u for load in rep.loading.values() for u in load.victims]
             for name, load in rep.loading.items():
                 assert self._ops.get(load.op) is load, (rid, name)
                 assert load.adapter == name, (rid, name)
-                assert load.issued == (not load.waits_for), (rid, name)
-                assert load.issued or load.waiters or name in self._pins, (rid, name)
                 assert all(self._waiting.get(t) is load for t in load.waiters), (rid, name)
+                assert all(rep.unloading.get(u.adapter) is u for u in load.victims), (rid, name)
             for name, unload in rep.unloading.items():
-                assert self._ops.get(unload.op) is unload, (rid, name)
+                if unload.op is None:  # a victim: its load still out ([evict])
+                    assert sum(u is unload for u in doomed) == 1, (rid, name)
+                else:
+                    assert self._ops.get(unload.op) is unload, (rid, name)
                 assert unload.adapter == name, (rid, name)
                 assert all(self._waiting.get(t) is unload for t, _ in unload.waiters), (rid, name)
+            assert len(doomed) == sum(u.op is None for u in rep.unloading.values()), rid
             stamps = list(rep.idle.values())
-            assert stamps == sorted(set(stamps)), rid  # they rise along idle: [evict]'s index needs it
-            if rep.idle:  # [evict]'s index against the rule: the first of idle in least demand
-                least = min(self._weight(name) for name in rep.idle)
-                first = next(name for name in rep.idle if self._weight(name) == least)
-                assert self._victim(rep) == first, (rid, first)
+            assert stamps == sorted(set(stamps)), rid  # they rise along idle: a victim goes back by it
             if rep.listing is None:
                 assert not rep.dropped_while_listing, rid
             else:
@@ -2415,7 +2348,8 @@ class AdapterStateMachine:
             if rep.removed:
                 assert rep.outstanding or rep.held, f"removed replica {rid} kept for nothing"
                 assert not rep.idle, rid
-                assert all(load.issued and not load.waiters for load in rep.loading.values()), rid
+                assert all(not load.waiters and not load.victims for load in rep.loading.values()), rid
+                assert all(unload.op is not None for unload in rep.unloading.values()), rid
                 assert rep.listing is None, rid
                 assert rep.read is None, rid
             else:
@@ -2429,6 +2363,14 @@ class AdapterStateMachine:
     def _tick(self) -> int:
         self._logical += 1
         return self._logical
+
+
+def _idle_at(idle: OrderedDict[str, int], name: str, stamp: int) -> None:
+    """Put ``name`` back into ``idle`` where its ``stamp`` places it (the stamps rise along ``idle``)."""
+    idle[name] = stamp
+    later = [other for other, at in idle.items() if at > stamp]
+    for other in later:
+        idle.move_to_end(other)
 
 
 def _is_finite(value: float) -> bool:

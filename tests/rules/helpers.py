@@ -39,6 +39,11 @@ def held(s: Scenario, replica: str) -> dict[str, int]:
     return dict(s.machine.statistics().replicas[replica].held)
 
 
+def victims(s: Scenario, replica: str) -> tuple[str, ...]:
+    """What ``replica`` is unloading, in name order: its victims whose loads are out among them."""
+    return s.machine.statistics().replicas[replica].unloading
+
+
 def refused(s: Scenario, event: Event, error: type[lf.UsageError]) -> None:
     """Feed ``event`` and expect it refused with ``error``, before anything changed."""
     before = s.machine.statistics(), s.machine.next_due()

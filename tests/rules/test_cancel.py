@@ -7,13 +7,14 @@ from lorafleet import (
     Grant,
     How,
     IssueLoad,
+    IssueUnload,
     LoadFinished,
     LoadOutcome,
     Released,
 )
 
 from .helpers import held
-from scenario import Scenario, unloaded, unloads
+from scenario import Scenario, landed, loads, unloaded, unloads
 
 
 def test_cancel_a_waiter_the_load_goes_on_for_the_others() -> None:
@@ -42,25 +43,30 @@ def test_cancel_a_granted_request_releases_it() -> None:
 
 
 def test_cancel_a_request_waiting_out_an_unload() -> None:
-    """With headroom 0 the load of b waits for a's unload, and a request for a waits it out too."""
+    """A request for a victim waits out its unload, and may go away meanwhile; the load goes on."""
     s = Scenario.with_replicas(("r", 1), headroom=0)
     s.expect(Released(ticket=s.load("r", "a")))
-    _, commands = s.request("r", "b")
-    (unload,) = unloads(commands)
-    waiter, _ = s.request("r", "a")
+    _b, commands = s.request("r", "b")
+    (load,) = loads(commands)
+    waiter, commands = s.request("r", "a")  # a is b's victim
+    assert commands == []
     s.expect(Cancelled(ticket=waiter))
-    s.expect(unloaded(unload), IssueLoad(load=4, replica="r", adapter="b", path="/adapters/b"))
-    assert s.machine.statistics().waiting == 1
+    (unload,) = unloads(s(landed(load)))
+    s.expect(unloaded(unload))  # no one to admit afresh
+    assert s.machine.statistics().waiting == 0
+    assert held(s, "r") == {"b": 1}
 
 
-def test_fault_7_a_request_cancelled_before_its_load_is_issued_does_not_load() -> None:
-    """Headroom 0: b's load waits for a's unload before it goes out."""
+def test_fault_7_a_load_is_never_waiting_to_be_asked_for() -> None:
+    """In the seed a request cancelled before its load was asked for (it waited for a victim's unload)
+    still had its adapter loaded. Here no load waits for an unload: it goes out as it is decided, and
+    a cancel leaves it to land idle, its victims unloaded as for any load."""
     s = Scenario.with_replicas(("r", 1), headroom=0)
     s.expect(Released(ticket=s.load("r", "a")))
     t, commands = s.request("r", "b")
-    (unload,) = unloads(commands)
-    s(Cancelled(ticket=t))
-    s.expect(unloaded(unload))  # no IssueLoad: no one wants b any more
-    assert s.machine.statistics().replicas["r"].loading == ()
-    _t2, commands = s.request("r", "b")
-    assert commands == [IssueLoad(load=5, replica="r", adapter="b", path="/adapters/b")]
+    assert commands == [IssueLoad(load=3, replica="r", adapter="b", path="/adapters/b")]
+    s.expect(Cancelled(ticket=t))
+    s.expect(
+        LoadFinished(load=3, outcome=LoadOutcome.LOADED), IssueUnload(unload=4, replica="r", adapter="a")
+    )
+    assert held(s, "r") == {"b": 0}

@@ -44,17 +44,15 @@ def test_cap_a_cold_request_waits_for_room_instead_of_going_past_the_cap() -> No
     d, commands = s.request("r", "c")
     assert commands == []
     assert s.machine.statistics().replicas["r"].queued == 2
-    # a ends: it is idle, so room; c's load goes out after a's unload, and d joins it.
-    s.expect(Released(ticket=a), IssueUnload(unload=4, replica="r", adapter="a"))
+    # a ends: it is idle, so room; c's load goes out with a as its victim, and d joins it.
+    s.expect(Released(ticket=a), IssueLoad(load=4, replica="r", adapter="c", path="/adapters/c"))
     s.expect(
-        UnloadFinished(unload=4, outcome=UnloadOutcome.UNLOADED),
-        IssueLoad(load=5, replica="r", adapter="c", path="/adapters/c"),
-    )
-    s.expect(
-        LoadFinished(load=5, outcome=LoadOutcome.LOADED),
+        LoadFinished(load=4, outcome=LoadOutcome.LOADED),
         Grant(ticket=c, how=How.LOADED),
         Grant(ticket=d, how=How.JOINED),
+        IssueUnload(unload=5, replica="r", adapter="a"),
     )
+    s.expect(UnloadFinished(unload=5, outcome=UnloadOutcome.UNLOADED))
     assert held(s, "r") == {"b": 1, "c": 2}
     e, commands = s.request("r", "e")
     assert commands == []
@@ -109,3 +107,23 @@ def test_cap_raised_by_a_reading_admits_the_queue_first_come_first_served() -> N
     assert s.machine.statistics().replicas["r"].queued == 0
     assert s.machine.reading("r") is not None
     assert s.machine.reading("r").max_loras == 3  # type: ignore[union-attr]
+
+
+def test_cap_a_load_takes_no_victim_while_more_adapters_are_in_use_than_one_batch_runs() -> None:
+    """[cap], SPEC.md §3.16. With more adapters in use than the engine's ``max_loras``, one of them may
+    wait in the engine's queue, unused, and the engine would drop it rather than a victim: a load that
+    would take a victim waits then. A load into a free slot drops nothing and goes."""
+    s = Scenario.configured(read_engine=True, headroom=0)
+    s(ReplicaAdded(replica="r", model="base", limit=3))
+    s.expect(ListingReceived(listing=1, adapters=()), MarkMet(replica="r"), ReadEngine(read=2, replica="r"))
+    assert s.answer_read("r", (), max_loras=1) == []
+    a, b = s.load("r", "a"), s.load("r", "b")  # two in use, one batch runs one
+    s.expect(Released(ticket=s.load("r", "c")))  # a free slot: it goes; the count is at the line
+    assert s.machine.place("d") == Placement(replica="r", placed=Placed.WAIT)
+    d, commands = s.request("r", "d")
+    assert commands == []  # c would be its victim, with a and b in use: it waits
+    # b alone in use now: one batch runs it, so c is the engine's least recently used, d's victim.
+    s.expect(Released(ticket=a), IssueLoad(load=6, replica="r", adapter="d", path="/adapters/d"))
+    assert s.machine.statistics().replicas["r"].unloading == ("c",)
+    assert d == s.ticket
+    s.expect(Released(ticket=b))

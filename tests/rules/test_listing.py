@@ -22,6 +22,8 @@ from lorafleet import (
     ReplicaAdded,
     ReplicasRemoved,
     TimeAdvanced,
+    UnloadFinished,
+    UnloadOutcome,
     View,
 )
 from lorafleet._machine import REPLICA_REMOVED
@@ -75,7 +77,8 @@ def test_listing_puts_what_it_adds_before_what_an_earlier_listing_added() -> Non
     assert isinstance(cmd, ReadListing)
     s.expect(ListingReceived(listing=cmd.listing, adapters=("new", "old")))
     _ticket, commands = s.request("r", "x")
-    assert [u.adapter for u in unloads(commands)] == ["new"]
+    assert loads(commands) == commands
+    assert s.machine.statistics().replicas["r"].unloading == ("new",)
 
 
 def test_listing_drops_unlisted_adapters_held_before_it_started_in_use_or_not() -> None:
@@ -112,19 +115,20 @@ def test_listing_of_an_adapter_lost_under_overlapping_requests_loads_it_again() 
 
 
 def test_listing_leaves_loading_and_unloading_adapters_to_their_outcome() -> None:
-    """With headroom 0, b's load waits for a's unload: the listing sees one, then the other, out."""
+    """b's load takes a's room: the listings see a on its way out (a victim, then its unload out) and
+    b loading, and hold neither."""
     s = Scenario.with_replicas(("r", 1), headroom=0)
     s.expect(Released(ticket=s.load("r", "a")))
     t, commands = s.request("r", "b")
-    (unload,) = unloads(commands)
-    s.expect(TimeAdvanced(now=30.0), ReadListing(listing=5, replica="r"))
-    s.expect(ListingReceived(listing=5, adapters=("a",)))  # a's unload is in flight: not held again
+    (load,) = loads(commands)
+    s.expect(TimeAdvanced(now=30.0), ReadListing(listing=4, replica="r"))
+    s.expect(ListingReceived(listing=4, adapters=("a", "b")))  # a a victim, b loading
     assert held(s, "r") == {}
-    s.expect(unloaded(unload), IssueLoad(load=4, replica="r", adapter="b", path="/adapters/b"))
+    s.expect(landed(load), Grant(ticket=t, how=How.LOADED), IssueUnload(unload=5, replica="r", adapter="a"))
     s.expect(TimeAdvanced(now=60.0), ReadListing(listing=6, replica="r"))
-    s.expect(ListingReceived(listing=6, adapters=("b",)))  # b is loading: not held, not counted twice
-    assert held(s, "r") == {}
-    s.expect(LoadFinished(load=4, outcome=LoadOutcome.LOADED), Grant(ticket=t, how=How.LOADED))
+    s.expect(ListingReceived(listing=6, adapters=("a", "b")))  # a's unload in flight: not held again
+    assert held(s, "r") == {"b": 1}
+    s.expect(UnloadFinished(unload=5, outcome=UnloadOutcome.UNLOADED))
     assert held(s, "r") == {"b": 1}
 
 

@@ -7,6 +7,7 @@ from lorafleet import (
     AdapterUnpinned,
     Grant,
     How,
+    IssueLoad,
     ListingReceived,
     LoadFinished,
     LoadOutcome,
@@ -73,3 +74,19 @@ def test_pin_waits_while_the_adapter_is_refused() -> None:
     (load,) = loads(s(AdapterPinned(adapter="bad", path="/adapters/bad")))
     s.expect(LoadFinished(load=load.load, outcome=LoadOutcome.ADAPTER_FAULT, message="No adapter found"))
     s.expect(TimeAdvanced(now=30.0), ReadListing(listing=3, replica="r0"))  # refused: no new load yet
+
+
+def test_pin_is_never_loaded_where_its_adapter_is_being_unloaded() -> None:
+    """[pin] A load and an unload of one adapter on one replica never cross: a replica unloading the
+    pinned adapter (here x, the victim of y's load) is no place for the pin's copy."""
+    s = Scenario.with_replicas(("r0", 1), ("r1", 1))
+    s.expect(Released(ticket=s.load("r1", "x")))
+    s.expect(Released(ticket=s.load("r0", "w")))
+    y, _ = s.request("r1", "y")  # x is y's victim
+    assert s.machine.statistics().replicas["r1"].unloading == ("x",)
+    s.expect(
+        AdapterPinned(adapter="x", path="/adapters/x", copies=1, model=None),
+        IssueLoad(load=6, replica="r0", adapter="x", path="/adapters/x"),
+    )
+    assert s.machine.statistics().replicas["r0"].unloading == ("w",)
+    assert y == s.ticket

@@ -18,7 +18,7 @@ from lorafleet import (
     View,
 )
 
-from scenario import Scenario, unloaded, unloads
+from scenario import Scenario, loads
 
 # -- [view] ----------------------------------------------------------------------------------------
 
@@ -36,23 +36,23 @@ def test_view_says_who_holds_and_who_has_room() -> None:
 
 
 def test_statistics_count_loads_evictions_grants_and_what_each_replica_holds() -> None:
-    """With headroom 0, b's load goes out after a's unload, and then fails."""
+    """b's load takes a's room and fails: a is held again, and nothing was evicted."""
     s = Scenario.with_replicas(("r", 1), headroom=0)
     a = s.load("r", "a")
     s.expect(Released(ticket=s.hit("r", "a")))
     s.expect(Released(ticket=a))
     _t, commands = s.request("r", "b")
     _joined, _ = s.request("r", "b")
-    s(unloaded(unloads(commands)[0]))
-    s(LoadFinished(load=4, outcome=LoadOutcome.REPLICA_FAULT, message="500"))
+    assert s.machine.statistics().replicas["r"].unloading == ("a",)
+    s(LoadFinished(load=loads(commands)[0].load, outcome=LoadOutcome.REPLICA_FAULT, message="500"))
     stats = s.machine.statistics()
     assert stats.loads == {("base", "loaded"): 1, ("base", "replica_fault"): 1}
-    assert stats.evictions == {("base", "unloaded"): 1}
+    assert stats.evictions == {}
     assert stats.grants == {"hit": 1, "joined": 0, "loaded": 1}
     assert stats.failures == {"replica": 2}
     assert stats.replicas == {
         "r": ReplicaStatistics(
-            model="base", limit=1, met=True, held={}, loading=(), unloading=(), failing_until=5.0
+            model="base", limit=1, met=True, held={"a": 0}, loading=(), unloading=(), failing_until=5.0
         )
     }
     assert (stats.waiting, stats.leases) == (0, 0)

@@ -31,7 +31,7 @@ from lorafleet import (
 )
 from lorafleet._machine import REFRESH, REPLICA_REMOVED
 
-from .helpers import another_routers, idle_pair, read_each, read_now, routed
+from .helpers import another_routers, idle_pair, read_each, read_now, routed, victims
 from scenario import Scenario, landed, loads, unloaded
 
 
@@ -50,20 +50,19 @@ def test_read_after_each_listing_and_one_at_a_time() -> None:
 
 def test_read_not_without_the_setting() -> None:
     """[read] Without ``read_engine`` no engine is read: not after a listing, not before a load that
-    evicts first (headroom 0), not before a landed load's excess goes ([settle])."""
-    s = Scenario.with_replicas(("r", 1), headroom=0)
-    s.expect(Released(ticket=s.load("r", "a")))
-    _t, commands = s.request("r", "b")
-    assert [type(c) for c in commands] == [IssueUnload]
-    s = Scenario.with_replicas(("r", 1))
-    s.expect(Released(ticket=s.load("r", "a")))
-    _t, commands = s.request("r", "b")
-    assert [type(c) for c in s(landed(loads(commands)[0]))] == [Grant, IssueUnload]
+    takes a victim, with a cap or without."""
+    for headroom in (0, None):
+        s = Scenario.with_replicas(("r", 1), headroom=headroom)
+        s.expect(Released(ticket=s.load("r", "a")))
+        _t, commands = s.request("r", "b")
+        assert [type(c) for c in commands] == [IssueLoad]
+        assert victims(s, "r") == ("a",)
+        assert [type(c) for c in s(landed(loads(commands)[0]))] == [Grant, IssueUnload]
 
 
-def test_read_before_evicting_first_where_another_router_runs_the_request_waits_for_it() -> None:
-    """[read] A cold load that must evict first (at the bound: headroom 0 here) on a replica whose last
-    reading named another router's adapter waits for a fresh reading, which may spare a victim."""
+def test_read_before_taking_a_victim_where_another_router_runs_the_request_waits_for_it() -> None:
+    """[read] A cold load that would take a victim on a replica whose last reading named another
+    router's adapter waits for a fresh reading, which may spare a victim."""
     s = Scenario.reading(("r", 2), headroom=0)
     idle_pair(s)
     another_routers(s)
@@ -75,14 +74,19 @@ def test_read_before_evicting_first_where_another_router_runs_the_request_waits_
     s.expect(Released(ticket=s.hit("r", "b")))
     # The reading names a (another router's requests run on it): b is c's victim though a was idle
     # longer, and d, admitted next, finds nothing idle left: it waits at the cap.
-    (unload,) = s.answer_read("r", ["a"])
-    assert isinstance(unload, IssueUnload)
-    assert unload.adapter == "b"
-    (load_c,) = s(unloaded(unload))
+    (load_c,) = s.answer_read("r", ["a"])
     assert isinstance(load_c, IssueLoad)
     assert load_c.adapter == "c"
-    s.expect(LoadFinished(load=load_c.load, outcome=LoadOutcome.LOADED), Grant(ticket=ticket, how=How.LOADED))
+    assert victims(s, "r") == ("b",)
     assert s.machine.statistics().replicas["r"].queued == 1  # d
+    (_, unload) = s.expect(
+        LoadFinished(load=load_c.load, outcome=LoadOutcome.LOADED),
+        Grant(ticket=ticket, how=How.LOADED),
+        IssueUnload(unload=load_c.load + 1, replica="r", adapter="b"),
+    )
+    assert isinstance(unload, IssueUnload)
+    s.expect(unloaded(unload))  # [unload-outcome] admits no queue: d waits on
+    assert s.machine.statistics().replicas["r"].queued == 1
     s.expect(Cancelled(ticket=other))
 
 
@@ -95,19 +99,18 @@ def test_read_not_by_a_lone_router_whose_readings_name_only_its_own_requests() -
     assert s.machine.named("r") == frozenset()  # it stands as an empty reading ([reading])
     s.expect(Released(ticket=t))
     _t, commands = s.request("r", "b")
-    (unload,) = commands
-    assert isinstance(unload, IssueUnload)
-    assert unload.adapter == "a"
+    assert [type(c) for c in commands] == [IssueLoad]
+    assert victims(s, "r") == ("a",)
 
 
-def test_read_not_before_a_load_into_the_headroom() -> None:
-    """[read] Below its bound a cold load evicts nothing first, so nothing waits for a reading, even
-    where another router runs: the [settle] after it lands does."""
+def test_read_before_taking_a_victim_without_a_cap_too() -> None:
+    """[read] With no cap (headroom None) a cold load past the line takes a victim all the same, so it
+    waits for a reading where another router runs."""
     s = Scenario.reading(("r", 1))
     s.expect(Released(ticket=s.load("r", "a")))
     another_routers(s)
     _t, commands = s.request("r", "b")
-    assert [type(c) for c in commands] == [IssueLoad]
+    assert [type(c) for c in commands] == [ReadEngine]
 
 
 def test_read_not_before_a_load_into_a_free_slot() -> None:
@@ -118,17 +121,17 @@ def test_read_not_before_a_load_into_a_free_slot() -> None:
 
 
 def test_read_not_of_an_engine_without_the_gauge() -> None:
-    """[read] An engine that cannot tell what runs there is not read before an eviction: not before a
-    load that evicts first (headroom 0), not before a landed load's excess goes ([settle])."""
-    for headroom, kinds in ((0, [IssueUnload]), (None, [IssueLoad])):
+    """[read] An engine that cannot tell what runs there is not read before an eviction, with a cap or
+    without."""
+    for headroom in (0, None):
         s = Scenario.configured(read_engine=True, headroom=headroom)
         s(ReplicaAdded(replica="r", model="base", limit=1))
         s(ListingReceived(listing=1, adapters=("a",)))
         s.expect(ReadingReceived(read=2, adapters=None))  # it cannot tell what runs there
         _t, commands = s.request("r", "b")
-        assert [type(c) for c in commands] == kinds  # a is evicted without a read
-    # Headroom None: b's load went out, and once it lands a goes, without a read.
-    assert [type(c) for c in s(landed(loads(commands)[0]))] == [Grant, IssueUnload]
+        assert [type(c) for c in commands] == [IssueLoad]  # a is b's victim without a read
+        assert victims(s, "r") == ("a",)
+        assert [type(c) for c in s(landed(loads(commands)[0]))] == [Grant, IssueUnload]
 
 
 def test_read_a_request_before_the_first_reading_waits_for_it() -> None:
@@ -149,9 +152,9 @@ def test_read_a_failed_read_lets_the_waiting_request_go_on() -> None:
     another_routers(s)
     _t, commands = s.request("r", "b")
     assert [type(c) for c in commands] == [ReadEngine]
-    (unload,) = s.fail_read("r", "no answer within 5 s")
-    assert isinstance(unload, IssueUnload)
-    assert unload.adapter == "a"
+    (load,) = s.fail_read("r", "no answer within 5 s")
+    assert isinstance(load, IssueLoad)
+    assert victims(s, "r") == ("a",)
 
 
 def test_read_at_the_cap_a_release_of_a_reported_adapter_reads_again() -> None:
@@ -164,9 +167,10 @@ def test_read_at_the_cap_a_release_of_a_reported_adapter_reads_again() -> None:
     # This router's request on a ends; the reading still names it, so read again.
     (read,) = s(Released(ticket=t))
     assert read == ReadEngine(read=s.reads["r"], replica="r")
-    (unload,) = s.answer_read("r", [])
-    assert isinstance(unload, IssueUnload)
-    assert unload.adapter == "a"
+    (load,) = s.answer_read("r", [])
+    assert isinstance(load, IssueLoad)
+    assert load.adapter == "b"
+    assert victims(s, "r") == ("a",)
 
 
 def test_read_at_the_cap_a_release_reads_not_once_the_queue_was_cancelled() -> None:

@@ -23,12 +23,10 @@ from lorafleet import (
     ReplicaAdded,
     ReplicasRemoved,
     TimeAdvanced,
-    UnloadFinished,
-    UnloadOutcome,
 )
 
-from .helpers import another_routers, held, idle_pair, read_each, read_now
-from scenario import Scenario, landed, loads, unloaded, unloads
+from .helpers import another_routers, held, idle_pair, read_each, read_now, victims
+from scenario import Scenario, landed, loads, unloads
 
 
 def queued_behind_a_reading() -> Scenario:
@@ -89,14 +87,13 @@ def test_reading_an_adapter_the_engine_reports_running_is_no_victim() -> None:
     idle_pair(s)
     read_now(s, "r", "a")  # idle here: another router's requests run on it
     assert s.machine.named("r") == {"a"}
-    # a is the least recently used here, but another router runs requests on it: once c has landed,
-    # the replica reads its engine again ([settle]), and b goes.
-    ticket, commands = s.request("r", "c")
-    assert [type(c) for c in commands] == [IssueLoad]
-    commands = s(landed(loads(commands)[0]))
-    assert commands == [Grant(ticket=ticket, how=How.LOADED), ReadEngine(read=s.reads["r"], replica="r")]
-    commands = s.answer_read("r", ["a"])
-    assert [u.adapter for u in unloads(commands)] == ["b"]
+    # a is the least recently used here, but another router runs requests on it: before c takes a
+    # victim the replica's engine is read again ([read]), and b is the one.
+    _ticket, commands = s.request("r", "c")
+    assert commands == [ReadEngine(read=s.reads["r"], replica="r")]
+    (load,) = s.answer_read("r", ["a"])
+    assert isinstance(load, IssueLoad)
+    assert victims(s, "r") == ("b",)
 
 
 def test_reading_when_every_idle_adapter_is_reported_the_load_goes_over_the_limit() -> None:
@@ -104,9 +101,11 @@ def test_reading_when_every_idle_adapter_is_reported_the_load_goes_over_the_limi
     idle_pair(s)
     another_routers(s)
     ticket, commands = s.request("r", "c")
-    commands = s(landed(loads(commands)[0]))
-    assert commands == [Grant(ticket=ticket, how=How.LOADED), ReadEngine(read=s.reads["r"], replica="r")]
-    assert s.answer_read("r", ["b", "a", "zz"]) == []  # zz: not held here
+    assert commands == [ReadEngine(read=s.reads["r"], replica="r")]
+    (load,) = s.answer_read("r", ["b", "a", "zz"])  # zz: not held here
+    assert isinstance(load, IssueLoad)
+    assert victims(s, "r") == ()  # nothing idle: c goes over the limit (no cap)
+    s.expect(landed(load), Grant(ticket=ticket, how=How.LOADED))
     assert held(s, "r") == {"a": 0, "b": 0, "c": 1}
 
 
@@ -114,12 +113,12 @@ def test_reading_the_next_report_replaces_it_and_frees_the_rest_most_recently_us
     s = Scenario.reading(("r", 2))
     idle_pair(s)
     read_now(s, "r", "a")
-    ticket, commands = s.request("r", "c")
-    commands = s(landed(loads(commands)[0]))
-    assert commands == [Grant(ticket=ticket, how=How.LOADED), ReadEngine(read=s.reads["r"], replica="r")]
+    _ticket, commands = s.request("r", "c")
+    assert commands == [ReadEngine(read=s.reads["r"], replica="r")]
     # a ran last (on the engine, for someone): b is now the least recently used.
-    commands = s.answer_read("r", [])
-    assert [u.adapter for u in unloads(commands)] == ["b"]
+    (load,) = s.answer_read("r", [])
+    assert isinstance(load, IssueLoad)
+    assert victims(s, "r") == ("b",)
 
 
 def test_reading_an_adapter_in_use_here_stays_in_use_when_the_report_drops_it() -> None:
@@ -129,11 +128,12 @@ def test_reading_an_adapter_in_use_here_stays_in_use_when_the_report_drops_it() 
     _ticket, commands = s.request("r", "b")
     assert [type(c) for c in commands] == [ReadEngine]
     commands = s.answer_read("r", [])
-    assert unloads(commands) == []  # a's request has not ended: b waits at the cap
+    assert commands == []  # a's request has not ended: b waits at the cap
     assert held(s, "r") == {"a": 1}
-    (unload,) = s(Released(ticket=t))
-    assert isinstance(unload, IssueUnload)
-    assert unload.adapter == "a"
+    (load,) = s(Released(ticket=t))
+    assert isinstance(load, IssueLoad)
+    assert load.adapter == "b"
+    assert victims(s, "r") == ("a",)
 
 
 def test_reading_a_release_or_a_load_leaves_a_reported_adapter_out_of_idle() -> None:
@@ -156,11 +156,11 @@ def test_reading_a_listing_brings_in_reported_adapters_not_idle() -> None:
     read_now(s, "r", "x")
     s.list_and_read(60.0, "r", ["x", "y"], ["x"])
     # y is the only victim: x runs on the engine.
-    ticket, commands = s.request("r", "c")
-    commands = s(landed(loads(commands)[0]))
-    assert commands == [Grant(ticket=ticket, how=How.LOADED), ReadEngine(read=s.reads["r"], replica="r")]
-    commands = s.answer_read("r", ["x"])
-    assert [u.adapter for u in unloads(commands)] == ["y"]
+    _ticket, commands = s.request("r", "c")
+    assert commands == [ReadEngine(read=s.reads["r"], replica="r")]
+    (load,) = s.answer_read("r", ["x"])
+    assert isinstance(load, IssueLoad)
+    assert victims(s, "r") == ("y",)
 
 
 def test_reading_placement_does_not_count_reported_adapters_as_idle() -> None:
@@ -179,12 +179,10 @@ def test_reading_placement_does_not_count_reported_adapters_as_idle() -> None:
 
 def test_reading_at_the_cap_a_report_that_frees_an_adapter_admits_the_queue() -> None:
     s = queued_behind_a_reading()  # a runs elsewhere: no room under the cap
-    (unload,) = s.list_and_read(60.0, "r", ["a"], [])
-    assert isinstance(unload, IssueUnload)
-    assert unload.adapter == "a"
-    (load,) = s(UnloadFinished(unload=unload.unload, outcome=UnloadOutcome.UNLOADED))
+    (load,) = s.list_and_read(60.0, "r", ["a"], [])
     assert isinstance(load, IssueLoad)
     assert load.adapter == "b"
+    assert victims(s, "r") == ("a",)
 
 
 def test_reading_a_removed_replica_forgets_its_reading() -> None:
@@ -226,13 +224,11 @@ def test_read_failed_after_a_listing_ends_the_report_as_an_empty_one_would() -> 
     (read,) = s(ListingReceived(listing=listing.listing, adapters=("a",)))
     assert isinstance(read, ReadEngine)
     assert s.machine.named("r") == {"a"}  # a still runs elsewhere, as far as anyone knows
-    (unload,) = s.fail_read("r", "HTTP 503")
+    (load,) = s.fail_read("r", "HTTP 503")
     assert s.machine.named("r") == frozenset()
-    assert isinstance(unload, IssueUnload)
-    assert unload.adapter == "a"
-    (load,) = s(unloaded(unload))
     assert isinstance(load, IssueLoad)
     assert load.adapter == "b"
+    assert victims(s, "r") == ("a",)
 
 
 def test_read_failed_a_report_after_the_listing_stands_through_a_failed_read() -> None:

@@ -9,7 +9,6 @@ from lorafleet import (
     Grant,
     How,
     IssueLoad,
-    IssueUnload,
     LimitSet,
     ListingFailed,
     ListingReceived,
@@ -22,13 +21,11 @@ from lorafleet import (
     ReplicasRemoved,
     ReplicaStatistics,
     TimeAdvanced,
-    UnloadFinished,
-    UnloadOutcome,
 )
 from lorafleet._machine import REPLICA_REMOVED
 
 from .helpers import held, refused, requested
-from scenario import Scenario, loads, unloaded, unloads
+from scenario import Scenario, landed, loads, unloads
 
 
 def removed(ticket: int) -> Fail:
@@ -36,11 +33,12 @@ def removed(ticket: int) -> Fail:
 
 
 def test_replicas_removed_fail_their_waiters_and_ignore_later_answers() -> None:
-    """With headroom 0, b's load waits for a's unload, and a request for a waits that unload out."""
+    """A removal fails the requests waiting on the replica (on a load, on a victim of that load), and
+    the load's later answer is ignored: no grant, no unload of its victim."""
     s = Scenario.with_replicas(("r", 1), ("q", 1), headroom=0)
     s.expect(Released(ticket=s.load("r", "a")))
     t1, commands = s.request("r", "b")
-    (unload,) = unloads(commands)
+    (load,) = loads(commands)  # a is its victim
     t2, _ = s.request("r", "a")  # waits out a's unload
     _t3, commands = s.request("q", "c")
     s.expect(
@@ -48,7 +46,7 @@ def test_replicas_removed_fail_their_waiters_and_ignore_later_answers() -> None:
         Fail(ticket=t1, fault=Fault.REPLICA, message=REPLICA_REMOVED),
         Fail(ticket=t2, fault=Fault.REPLICA, message=REPLICA_REMOVED),
     )
-    s.expect(unloaded(unload))  # ignored, and b's load is never issued
+    s.expect(landed(load))  # ignored: a is not unloaded, b not held
     assert "r" not in s.machine.statistics().replicas
     assert s.machine.statistics().replicas["q"].loading == ("c",)
 
@@ -120,38 +118,38 @@ def test_replicas_added_again_with_the_same_model_set_the_limit_and_start_no_lis
     s.expect(TimeAdvanced(now=30.0), ReadListing(listing=2, replica="r"))
 
 
-def test_replicas_removed_drop_idle_adapters_and_abandon_loads_not_yet_issued() -> None:
-    """A removal keeps only the adapters requests run on: idle ones are dropped, and a load still
-    waiting for its victims is abandoned, so answering the victim's unload after a re-add issues
-    nothing, and a new request loads afresh. Headroom 0: a load past the limit waits for its victims."""
+def test_replicas_removed_drop_idle_adapters_and_the_victims_of_loads_out() -> None:
+    """A removal keeps only the adapters requests run on: idle ones are dropped, and so are the victims
+    of loads still out, whose unloads are then never issued. A load out stays out, and lands on the
+    replica added back; a listing brings back what the engine has."""
     s = Scenario.with_replicas(("r", 3), headroom=0)
     running = s.load("r", "x")
     s.expect(Released(ticket=s.load("r", "y")))
     s.expect(Released(ticket=s.load("r", "w")))
     t, commands = s.request("r", "z")
-    assert commands == [IssueUnload(unload=5, replica="r", adapter="y")]  # z's load waits for it
+    assert commands == [IssueLoad(load=5, replica="r", adapter="z", path="/adapters/z")]  # y its victim
     s.expect(ReplicasRemoved(replicas=("r",)), Fail(ticket=t, fault=Fault.REPLICA, message=REPLICA_REMOVED))
-    s.expect(ReplicaAdded(replica="r", model="base", limit=3), ReadListing(listing=7, replica="r"))
+    s.expect(ReplicaAdded(replica="r", model="base", limit=3), ReadListing(listing=6, replica="r"))
     assert s.machine.statistics().replicas["r"] == ReplicaStatistics(
-        model="base", limit=3, met=False, held={"x": 1}, loading=(), unloading=("y",), in_flight=1
+        model="base", limit=3, met=False, held={"x": 1}, loading=("z",), unloading=(), in_flight=1
     )
-    s.expect(UnloadFinished(unload=5, outcome=UnloadOutcome.UNLOADED))
-    s.expect(ListingReceived(listing=7, adapters=("w", "x")), MarkMet(replica="r"))
-    assert held(s, "r") == {"w": 0, "x": 1}  # w is back because the engine has it, not because it was kept
-    _t, commands = s.request("r", "z")
-    assert commands == [IssueLoad(load=8, replica="r", adapter="z", path="/adapters/z")]
+    s.expect(LoadFinished(load=5, outcome=LoadOutcome.LOADED))  # z lands idle; no victim to unload
+    s.expect(ListingReceived(listing=6, adapters=("w", "x", "y", "z")), MarkMet(replica="r"))
+    assert held(s, "r") == {"w": 0, "x": 1, "y": 0, "z": 0}  # w and y: back because the engine has them
     s.expect(Released(ticket=running))
 
 
 def test_replicas_removed_together_fail_their_waiters_in_ticket_order() -> None:
-    """One removal of several replicas fails every waiting request, of loads and of unloads, in
-    ticket order across all of them (not replica by replica); unknown and repeated ids are passed over.
-    Headroom 0: a load past the limit waits for its victims' unloads."""
+    """One removal of several replicas fails every waiting request, of loads and of victims' unloads,
+    in ticket order across all of them (not replica by replica); unknown and repeated ids are passed
+    over."""
     s = Scenario.with_replicas(("r", 1), ("q", 1), headroom=0)
     s.expect(Released(ticket=s.load("q", "c")))
-    on_q_load, _ = s.request("q", "d")  # c is unloaded to make room
-    on_r_load, _ = s.request("r", "a")
-    on_q_unload, _ = s.request("q", "c")  # waits for c's unload
+    on_q_load, commands = s.request("q", "d")  # c is its victim
+    (load_d,) = loads(commands)
+    on_r_load, commands = s.request("r", "a")
+    (load_a,) = loads(commands)
+    on_q_unload, _ = s.request("q", "c")  # waits for c's fate
     on_r_join, _ = s.request("r", "a")
     s.expect(
         ReplicasRemoved(replicas=("r", "nowhere", "q", "r")),
@@ -162,7 +160,8 @@ def test_replicas_removed_together_fail_their_waiters_in_ticket_order() -> None:
     )
     stats = s.machine.statistics()
     assert (stats.replicas, stats.waiting, stats.failures) == ({}, 0, {"replica": 4})
-    s.expect(unloaded(IssueUnload(unload=4, replica="q", adapter="c")))
+    s.expect(landed(load_d))
+    s.expect(landed(load_a))
     s.expect(ReplicasRemoved(replicas=("r", "q")))  # removed already: nothing
 
 
@@ -187,8 +186,8 @@ def test_replicas_removed_fail_their_waiters_in_ticket_order_whatever_each_waits
     s = Scenario.with_replicas(("q", 1), ("r", 1), headroom=0)
     q1, _ = s.request("q", "c")  # q's load of c is out
     s.expect(Released(ticket=s.load("r", "a")))
-    b1, commands = s.request("r", "b")  # a's unload goes out; b's load waits for it
-    assert [u.adapter for u in unloads(commands)] == ["a"]
+    b1, _ = s.request("r", "b")  # b's load goes out, a its victim
+    assert s.machine.statistics().replicas["r"].unloading == ("a",)
     a1, _ = s.request("r", "a")  # waits out a's unload
     b2, _ = s.request("r", "b")  # joins b's load, after a1 arrived
     s.expect(ReplicasRemoved(replicas=("r", "q")), removed(q1), removed(b1), removed(a1), removed(b2))
@@ -196,19 +195,20 @@ def test_replicas_removed_fail_their_waiters_in_ticket_order_whatever_each_waits
 
 
 def test_a_removed_replicas_late_answers_are_counted_and_do_nothing_else() -> None:
-    """Headroom 0: b's load waits for a's unload, which is answered after the removal."""
+    """b's load, with a its victim, is answered after the removal: counted, and nothing more."""
     s = Scenario.with_replicas(("r", 1), headroom=0)
     s.expect(Released(ticket=s.load("r", "a")))
     t, commands = s.request("r", "b")
-    (unload,) = unloads(commands)
+    (load,) = loads(commands)
     s.expect(ReplicasRemoved(replicas=("r",)), removed(t))
-    s.expect(unloaded(unload))  # b's load is never issued
+    s.expect(landed(load))  # no grant, and a is not unloaded
     stats = s.machine.statistics()
-    assert stats.evictions == {("base", "unloaded"): 1}
+    assert stats.loads == {("base", "loaded"): 2}
+    assert stats.evictions == {}
     assert stats.replicas == {}
     assert (stats.waiting, stats.leases) == (0, 0)
     # Nothing was left out: the replica is forgotten, and added again it starts afresh.
-    s.expect(ReplicaAdded(replica="r", model="base", limit=1), ReadListing(listing=5, replica="r"))
+    s.expect(ReplicaAdded(replica="r", model="base", limit=1), ReadListing(listing=4, replica="r"))
 
 
 def test_a_removed_replica_is_kept_until_its_last_call_is_answered() -> None:

@@ -24,7 +24,7 @@ from lorafleet import (
 from lorafleet._machine import no_replica_message
 
 from .helpers import another_routers, routed
-from scenario import Scenario, unloads
+from scenario import Scenario, loads
 
 
 def test_route_places_assigns_and_admits() -> None:
@@ -66,7 +66,8 @@ def test_route_reads_a_full_replica_then_places_again() -> None:
     assert s.answer_read("r0", ["a"]) == [ReadEngine(read=s.reads["r1"], replica="r1")]
     commands = s.answer_read("r1", [])
     assert commands[0] == Assign(ticket=ticket, replica="r1", placed=Placed.EVICT)
-    assert [u.adapter for u in unloads(commands)] == ["b"]
+    assert [c.adapter for c in loads(commands)] == ["c"]
+    assert s.machine.statistics().replicas["r1"].unloading == ("b",)
 
 
 def test_route_a_removal_places_the_waiting_request_again() -> None:

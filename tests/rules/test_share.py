@@ -21,7 +21,7 @@ from lorafleet import (
     UnloadOutcome,
 )
 
-from scenario import Scenario, landed, loads, unloaded, unloads
+from scenario import Scenario, landed, loads, unloads
 
 
 def shared(routers: int, *replicas: tuple[str, int], headroom: int | None = None) -> Scenario:
@@ -54,7 +54,7 @@ def listed(routers: int, limit: int, *names: str, headroom: int | None = None) -
 
 
 def test_share_two_routers_on_an_empty_replica_fill_two_of_four_slots_each_then_evict() -> None:
-    """With headroom 0 the bound is the line: past it a load evicts first."""
+    """Past its share a load takes a victim."""
     loaded: set[str] = set()
     for router, names in (("one", "abc"), ("two", "xyz")):
         s = shared(2, ("r", 4), headroom=0)
@@ -62,10 +62,10 @@ def test_share_two_routers_on_an_empty_replica_fill_two_of_four_slots_each_then_
             s.expect(Released(ticket=s.load("r", name)))  # a free slot: no victim
             loaded.add(name)
         # Past its share (ceil(4 free / 2 routers) = 2) the replica is full for this router: the
-        # next cold load evicts, so the two routers together never take it past its limit of 4.
+        # next cold load takes a victim, so the two routers together never take it past its limit.
         _ticket, commands = s.request("r", names[2])
-        assert [u.adapter for u in unloads(commands)] == [names[0]], router
-        assert loads(commands) == []  # it goes out once its victim's unload is answered
+        assert [c.adapter for c in loads(commands)] == [names[2]], router
+        assert s.machine.statistics().replicas["r"].unloading == (names[0],), router
     assert len(loaded) == 4
 
 
@@ -115,9 +115,9 @@ def test_share_the_cap_counts_from_the_share() -> None:
     assert commands == []
     assert s.machine.statistics().replicas["r"].queued == 1
     commands = s(Released(ticket=a))
-    assert [u.adapter for u in unloads(commands)] == ["a"]
+    assert [c.adapter for c in loads(commands)] == ["c"]
     after = s.machine.statistics().replicas["r"]
-    assert (after.queued, after.loading) == (0, ("c",))
+    assert (after.queued, after.loading, after.unloading) == (0, ("c",), ("a",))
 
 
 def test_share_placement_counts_a_replica_past_the_share_as_having_no_free_slot() -> None:
@@ -149,42 +149,34 @@ def test_share_a_replica_added_again_shares_what_it_has_left() -> None:
     assert settled_by(s, "d") == ["a"]
 
 
-def test_share_a_victim_another_router_unloaded_first_makes_room_again() -> None:
-    """With headroom 0 the bound is the line: x's load waits for its victims."""
+def test_share_a_victim_another_router_unloaded_first_counts_until_the_next_listing() -> None:
+    """A victim's unload answered not_found: another router unloaded it first, to load an adapter this
+    router does not see. The replica is one fuller than it looks: this router's next load takes one
+    victim more."""
     s = listed(2, 2, "s1", "s2", headroom=0)
-    _ticket, commands = s.request("r", "x")
-    (first,) = unloads(commands)
-    assert first.adapter == "s1"
-    # Not found: another router unloaded s1 first, to load an adapter this router does not see.
-    # The replica is one fuller than it looks: x waits for a second victim.
-    (second,) = s(UnloadFinished(unload=first.unload, outcome=UnloadOutcome.NOT_FOUND))
-    assert isinstance(second, IssueUnload)
-    assert second.adapter == "s2"
-    (load,) = s(UnloadFinished(unload=second.unload, outcome=UnloadOutcome.UNLOADED))
+    x, commands = s.request("r", "x")
+    (load,) = commands
     assert isinstance(load, IssueLoad)
-    assert load.adapter == "x"
-
-
-def test_share_a_victim_not_found_makes_room_again_only_as_far_as_the_bound() -> None:
-    """With headroom 2, x's load waits for one victim at the bound (line + headroom); a victim not found
-    lowers the line, and the bound with it, by one: one more victim, not all down to the line."""
-    s = listed(2, 2, "s1", "s2", "s3", "s4", headroom=2)
-    _ticket, commands = s.request("r", "x")
-    (first,) = commands
-    assert first == IssueUnload(unload=2, replica="r", adapter="s1")
-    (second,) = s(UnloadFinished(unload=first.unload, outcome=UnloadOutcome.NOT_FOUND))
-    assert second == IssueUnload(unload=4, replica="r", adapter="s2")
-    (load,) = s(unloaded(second))
-    assert load == IssueLoad(load=3, replica="r", adapter="x", path="/adapters/x")
+    (_, first) = s(landed(load))
+    assert isinstance(first, IssueUnload)
+    assert first.adapter == "s1"
+    s.expect(UnloadFinished(unload=first.unload, outcome=UnloadOutcome.NOT_FOUND))
+    s.expect(Released(ticket=x))
+    _, commands = s.request("r", "y")
+    assert [c.adapter for c in loads(commands)] == ["y"]
+    assert s.machine.statistics().replicas["r"].unloading == ("s2", "x")
 
 
 def test_share_with_one_router_a_victim_not_found_makes_no_more_room() -> None:
-    """With headroom 0 the bound is the line: x's load waits for its victim."""
+    """Alone, a victim not found is only gone: the line stays the limit."""
     s = listed(1, 2, "s1", "s2", headroom=0)
-    _ticket, commands = s.request("r", "x")
-    (first,) = unloads(commands)
-    (load,) = s(UnloadFinished(unload=first.unload, outcome=UnloadOutcome.NOT_FOUND))
-    assert isinstance(load, IssueLoad)
+    x, commands = s.request("r", "x")
+    (_, first) = s(landed(loads(commands)[0]))
+    assert isinstance(first, IssueUnload)
+    s.expect(UnloadFinished(unload=first.unload, outcome=UnloadOutcome.NOT_FOUND))
+    s.expect(Released(ticket=x))
+    _, commands = s.request("r", "y")
+    assert s.machine.statistics().replicas["r"].unloading == ("s2",)
 
 
 def test_share_an_adapter_the_engine_lost_counts_until_the_next_listing() -> None:

@@ -33,8 +33,6 @@ from lorafleet import (
     ReplicaFailed,
     ReplicasRemoved,
     TimeAdvanced,
-    UnloadFinished,
-    UnloadOutcome,
 )
 from lorafleet._rendezvous import weight as _rendezvous
 
@@ -147,38 +145,33 @@ def test_refuse_spares_a_replica_that_holds_the_adapter_but_not_one_that_loads_i
 # -- (3) the last waiter of a pin's load leaves before the load goes out ([cancel], [pin]) --------
 
 
-def test_cancel_of_the_last_waiter_keeps_a_pins_load_not_yet_issued() -> None:
-    """Issue 22 (3). A pin's load waiting for its victim's unload has no waiters; a request that joins
-    it and is then cancelled leaves it with none, and [cancel] keeps it, as it keeps any load of a
-    pinned adapter: the pin still wants it. No room came, so nothing is admitted; the load goes out
-    when the victim's unload is answered, and lands pinned (not idle). Misreading: the load is
-    abandoned like any other, x was evicted for nothing, and the pin stays short until the next
-    event that makes pins good."""
+def test_cancel_of_the_last_waiter_of_a_pins_load_leaves_it_going() -> None:
+    """Issue 22 (3), as the engine's memory has it (§3.16). A pin's load goes out at once, taking x's
+    room; a request that joins it and is then cancelled leaves it going on, and it lands pinned (not
+    idle), x unloaded. Misreading: the cancel abandons the load, or the pin's copy lands idle."""
     s = Scenario.with_replicas(("r", 1), headroom=0)
     s.expect(Released(ticket=s.load("r", "x")))
     s.expect(
         AdapterPinned(adapter="p", path="/adapters/p", copies=1, model=None),
-        IssueUnload(unload=3, replica="r", adapter="x"),
+        IssueLoad(load=3, replica="r", adapter="p", path="/adapters/p"),
     )
-    assert s.machine.statistics().replicas["r"].loading == ("p",)
+    assert s.machine.statistics().replicas["r"].unloading == ("x",)
     t, commands = s.request("r", "p")
     assert commands == []  # joins the pin's load
     s.expect(Cancelled(ticket=t))
     assert s.machine.statistics().replicas["r"].loading == ("p",)
     s.expect(
-        UnloadFinished(unload=3, outcome=UnloadOutcome.UNLOADED),
-        IssueLoad(load=4, replica="r", adapter="p", path="/adapters/p"),
+        landed(IssueLoad(load=3, replica="r", adapter="p", path="/adapters/p")),
+        IssueUnload(unload=4, replica="r", adapter="x"),
     )
-    s.expect(landed(IssueLoad(load=4, replica="r", adapter="p", path="/adapters/p")))  # no waiter
     assert held(s, "r") == {"p": 0}
     assert s.machine.place("z") == Placement(replica="r", placed=Placed.WAIT)  # p is no victim
 
 
-def test_cancel_keeps_a_pinned_adapters_load_a_request_started() -> None:
-    """Issue 22 (3). [cancel] keeps any load of a pinned adapter, not only one the pin started: here
-    a request for p on r1, beyond the pin's one copy on r0, started the load, evicting x, and is
-    cancelled before it goes out. The load goes out when x's unload is answered, as a pin's copy
-    held would stay. Misreading: only a load with no starter (the pin's own) is kept."""
+def test_cancel_leaves_a_pinned_adapters_load_a_request_started_going() -> None:
+    """Issue 22 (3). A request for p on r1, beyond the pin's one copy on r0, starts a load there (x its
+    victim) and is cancelled: the load goes on, as every issued load does, and lands as the pin's
+    copies are held, never idle."""
     s = Scenario.with_replicas(("r0", 1), ("r1", 1), headroom=0)
     s.expect(
         AdapterPinned(adapter="p", path="/adapters/p", copies=1, model=None),
@@ -187,13 +180,13 @@ def test_cancel_keeps_a_pinned_adapters_load_a_request_started() -> None:
     s.expect(LoadFinished(load=3, outcome=LoadOutcome.LOADED))
     s.expect(Released(ticket=s.load("r1", "x")))
     t, commands = s.request("r1", "p")
-    assert commands == [IssueUnload(unload=5, replica="r1", adapter="x")]
+    assert commands == [IssueLoad(load=5, replica="r1", adapter="p", path="/adapters/p")]
     s.expect(Cancelled(ticket=t))
     assert s.machine.statistics().replicas["r1"].loading == ("p",)
     s.expect(
-        UnloadFinished(unload=5, outcome=UnloadOutcome.UNLOADED),
-        IssueLoad(load=6, replica="r1", adapter="p", path="/adapters/p"),
+        LoadFinished(load=5, outcome=LoadOutcome.LOADED), IssueUnload(unload=6, replica="r1", adapter="x")
     )
+    assert s.machine.place("z", exclude={"r0"}) == Placement(replica="r1", placed=Placed.WAIT)
 
 
 # -- (4) in_flight across a forgotten replica ([replicas], [release]) ----------------------------
@@ -268,8 +261,9 @@ def test_pin_stops_where_the_least_cold_choice_is_at_its_cap() -> None:
     s.expect(Released(ticket=x))
     s.expect(
         TimeAdvanced(now=1.0),
-        IssueUnload(unload=5, replica="r1", adapter="x"),
+        IssueLoad(load=5, replica="r1", adapter="p", path="/adapters/p"),
     )
+    assert s.machine.statistics().replicas["r1"].unloading == ("x",)
 
 
 # -- (6) the idle stamp of a load that lands with no waiter ([load-outcome], [place]) -------------
@@ -401,29 +395,28 @@ def test_place_stays_with_a_busy_holder_unless_another_queue_is_shorter_by_two()
 # -- found open beyond issue 22 ------------------------------------------------------------------
 
 
-def test_pin_an_unpin_abandons_a_pins_load_not_yet_issued_and_admits_the_queue() -> None:
-    """[pin] ``adapter_unpinned`` abandons a pin's load still waiting for its victims' unloads, as
-    [cancel] abandons one (the unloads go on, the load is never issued), and then, as after a
-    cancel, admits the replica's queue: c, queued at the cap while the pin's load was counted, loads
-    in the room the abandoned load left, in the same event. Misreading: the unpin admits no queue,
-    and c waits for the next listing or release."""
+def test_pin_an_unpin_leaves_a_pins_load_going_and_it_lands_idle() -> None:
+    """[pin] ``adapter_unpinned`` while a pin's load is out changes nothing then (the load goes on, as
+    every issued load does); the load lands idle, most recently used, and the request c queued at the
+    cap while it loaded takes it as its victim at once. Misreading: the load lands pinned, and c waits
+    for the next listing or release."""
     s = Scenario.with_replicas(("r", 2), headroom=0)
     s.expect(Released(ticket=s.load("r", "x")))
     s.load("r", "a")
     s.expect(
         AdapterPinned(adapter="p", path="/adapters/p", copies=1, model=None),
-        IssueUnload(unload=4, replica="r", adapter="x"),
+        IssueLoad(load=4, replica="r", adapter="p", path="/adapters/p"),
     )
     c, commands = s.request("r", "c")
     assert commands == []  # a in use and p loading: at the cap of 2
+    s.expect(AdapterUnpinned(adapter="p"))
     s.expect(
-        AdapterUnpinned(adapter="p"),
+        LoadFinished(load=4, outcome=LoadOutcome.LOADED),
+        IssueUnload(unload=5, replica="r", adapter="x"),
         IssueLoad(load=6, replica="r", adapter="c", path="/adapters/c"),
     )
     assert c == s.ticket
-    assert s.machine.statistics().replicas["r"].queued == 0
-    s.expect(UnloadFinished(unload=4, outcome=UnloadOutcome.UNLOADED))  # p's load never goes out
-    assert s.machine.statistics().replicas["r"].loading == ("c",)
+    assert s.machine.statistics().replicas["r"].unloading == ("p", "x")  # x: its unload is out
 
 
 # -- settings the search rarely decides with: half_life, refusal ----------------------------------
