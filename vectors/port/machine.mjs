@@ -51,7 +51,7 @@ export class Machine {
     this.concurrency = concurrency === null ? null : Number(concurrency); // [load]: else as readings show
     this.overflow = Number(overflow);
     this.halfLife = Number(half_life);
-    this.demand = new Map(); // adapter name -> decayed request count ([evict])
+    this.demand = new Map(); // adapter name -> decayed request count ([place]: where a cold load evicts)
     this.requests = 0;
     this.interval = Number(listing_interval);
     this.backoff = Number(backoff);
@@ -173,24 +173,17 @@ export class Machine {
     }
   }
 
+  // [place]: an adapter's weight is the bit length of its demand count (0 for 0, 1 for 1, 2 for 2-3...);
+  // demand matters only where a cold load evicts, never for which adapter it evicts.
   weight(adapter) {
     const n = this.demand.get(adapter) ?? 0;
     return n === 0 ? 0 : Math.floor(Math.log2(n)) + 1; // the bit length
   }
 
-  // [evict]: the idle adapter in least demand, the least recently used among equals.
+  // [evict] (§3.16): the victim is the least recently used idle adapter, the first of `idle`, which is
+  // what the engine itself drops when a load finds its memory full.
   victim(rep) {
-    let victim = null;
-    let lowest = -1;
-    for (const name of rep.idle.keys()) {
-      const weight = this.weight(name);
-      if (lowest < 0 || weight < lowest) {
-        victim = name;
-        lowest = weight;
-        if (weight === 0) break;
-      }
-    }
-    return victim;
+    return rep.idle.keys().next().value;
   }
 
   take(ticket, held) {
@@ -200,72 +193,62 @@ export class Machine {
     this.grants.hit += 1;
   }
 
-  // [share] (§3.14) The count past which this router counts the replica full: its limit, less the
-  // other routers' shares of the f free slots its last listing (or its adding) left; ours is ceil(f / R).
-  // Less one for each adapter the engine lost since without this router's unload (another's took its slot);
-  // never below 1.
+  // [share] (§3.14) The count past which a cold load takes a victim ([evict]) and to which a landed load
+  // brings the replica back ([settle]): its limit, less the other routers' shares of the f free slots its
+  // last listing (or its adding) left; ours is ceil(f / R). Less one for each adapter the engine lost since
+  // without this router's unload (another's took its slot); never below 1.
   line(rep) {
     const free = rep.limit - rep.base;
     return Math.max(1, (free <= 0 ? rep.limit : rep.base + Math.ceil(free / this.routers)) - rep.unseen);
   }
 
-  // [evict]: the most adapters (held and loading) a cold load may find before it evicts first: the
-  // line plus the headroom; no bound without a cap.
-  bound(rep) {
-    return this.headroom === null ? Infinity : this.line(rep) + this.headroom;
-  }
-
-  // [cap]: the bound, or the engine's max_loras when greater.
+  // [cap]: the line plus the headroom, or the engine's max_loras when greater.
   cap(rep) {
     return Math.max(this.line(rep) + this.headroom, rep.maxLoras ?? 0);
   }
 
-  // [evict] idle adapters in least demand (least recently used among equals), `excess` of them or all.
-  evict(rep, excess) {
-    const victims = [];
-    while (excess > 0 && rep.idle.size > 0) {
-      const victim = this.victim(rep);
-      this.drop(rep, victim);
-      const unload = {
-        kind: "unload", replica: rep, adapter: victim, op: this.newOp(), waiters: [], makesRoomFor: null,
-      };
-      rep.unloading.set(victim, unload);
-      rep.outstanding += 1;
-      this.ops.set(unload.op, unload);
-      victims.push(unload);
-      excess -= 1;
-    }
-    return victims;
-  }
-
-  // [cold]; a [pin]'s load has no ticket, and placement chose room for it, so the cap does not apply.
+  // [cold]; a [pin]'s load has no ticket, and placement chose room for it, so the cap does not apply
+  // (a pin's load starts "from step 1").
   cold(ticket, rep, adapter, path) {
-    if (ticket !== null && this.capped(rep)) { // [cap]: wait for room
+    if (ticket !== null && this.capped(rep)) { // step 0, [cap]: wait for room
       rep.queue.waiters.push({ ticket, adapter, path });
       this.waiting.set(ticket, rep.queue);
       return [];
     }
-    // [evict] Only past the bound does the load wait for victims; else it goes out now and [settle]
-    // unloads the excess once it has landed.
-    const victims = this.evict(rep, rep.held.size + rep.loading.size + 1 - this.bound(rep));
-    const commands = victims.map((u) => ({ type: "issue_unload", unload: u.op, replica: rep.id, adapter: u.adapter }));
+    // Step 1: the load is numbered and recorded first; it always goes out at once.
     const load = {
       kind: "load", replica: rep, adapter, path, op: this.newOp(), waiters: ticket === null ? [] : [ticket],
-      starter: ticket, waitsFor: new Set(victims.map((u) => u.op)), issued: false,
+      starter: ticket, victims: [],
     };
-    for (const unload of victims) unload.makesRoomFor = load;
     rep.loading.set(adapter, load);
+    rep.outstanding += 1;
     this.ops.set(load.op, load);
     if (ticket !== null) this.waiting.set(ticket, load);
-    if (victims.length === 0) commands.push(this.issue(load));
-    return commands;
+    // Step 2, [evict]: past the line (the new load counted), the least recently used idle adapters are its
+    // victims. Each leaves `held` for `unloading` now, so that no request makes it recent again on the
+    // engine ([wait-unload]), but takes no number and no command until the load lands ([load-outcome]).
+    let excess = rep.held.size + rep.loading.size - this.line(rep);
+    while (excess > 0 && rep.idle.size > 0) {
+      const victim = this.victim(rep);
+      const stamp = rep.idle.get(victim);
+      const { since } = rep.held.get(victim);
+      this.drop(rep, victim);
+      const unload = { kind: "unload", replica: rep, adapter: victim, op: null, waiters: [], since, stamp };
+      rep.unloading.set(victim, unload);
+      load.victims.push(unload);
+      excess -= 1;
+    }
+    // Step 3.
+    return [{ type: "issue_load", load: load.op, replica: rep.id, adapter, path }];
   }
 
-  issue(load) {
-    load.issued = true;
-    load.replica.outstanding += 1;
-    const { op, replica, adapter, path } = load;
-    return { type: "issue_load", load: op, replica: replica.id, adapter, path };
+  // An unload goes out: it takes its operation number now ([settle]'s, or a victim's once its load landed).
+  issueUnload(unload) {
+    const rep = unload.replica;
+    unload.op = this.newOp();
+    rep.outstanding += 1;
+    this.ops.set(unload.op, unload);
+    return { type: "issue_unload", unload: unload.op, replica: rep.id, adapter: unload.adapter };
   }
 
   // -- §3.2 Answers from the engine ---------------------------------------------------------------
@@ -273,7 +256,7 @@ export class Machine {
   // [load-outcome]
   loadFinished({ load: number, outcome, message }) {
     const load = isInteger(number) ? this.ops.get(number) : undefined;
-    if (!load || load.kind !== "load" || !load.issued) {
+    if (!load || load.kind !== "load") {
       throw new UsageError("UnknownOperationError", `load ${number} is not awaiting its answer`);
     }
     if (!LOAD_OUTCOMES.includes(outcome)) throw invalid("outcome", outcome);
@@ -303,6 +286,9 @@ export class Machine {
         this.grants[how] += 1;
         commands.push({ type: "grant", ticket, how });
       }
+      // Its victims' unloads go out now, in eviction order, each numbered as it goes: the engine made
+      // their room as the load landed (§3.16). Then [settle].
+      for (const unload of load.victims) commands.push(this.issueUnload(unload));
       commands.push(...this.settle(rep));
     } else {
       const fault = outcome === "adapter_fault" ? "adapter" : "replica";
@@ -310,9 +296,34 @@ export class Machine {
         this.waiting.delete(ticket);
         commands.push(this.fail(ticket, rep, fault, text));
       }
+      commands.push(...this.spare(rep, load.victims));
     }
     commands.push(...this.admitQueue(rep));
     if (outcome === "adapter_fault" || outcome === "replica_fault") commands.push(...this.ensurePins());
+    return commands;
+  }
+
+  // [load-outcome]: a load that failed took no room on the engine, so its victims are spared: held again
+  // as they were (no request on them, their own `since`), back in `idle` where their stamps place them
+  // (the stamps rise along it), unless pinned or named; then the requests that waited on their unloads
+  // are admitted afresh, victim by victim, and find them held.
+  spare(rep, victims) {
+    for (const { adapter, since, stamp } of victims) {
+      rep.unloading.delete(adapter);
+      rep.held.set(adapter, { replica: rep, adapter, inUse: 0, since, current: true });
+      if (!this.idleable(rep, adapter)) continue;
+      const idle = [...rep.idle];
+      const at = idle.findIndex(([, other]) => other > stamp);
+      idle.splice(at < 0 ? idle.length : at, 0, [adapter, stamp]);
+      rep.idle = new Map(idle);
+    }
+    const commands = [];
+    for (const { adapter, waiters } of victims) {
+      for (const { ticket, path } of waiters) {
+        this.waiting.delete(ticket);
+        commands.push(...this.admit(ticket, rep, adapter, path)); // afresh: a [hit]
+      }
+    }
     return commands;
   }
 
@@ -330,24 +341,10 @@ export class Machine {
     count(this.evictions, `${rep.model}/${outcome}`);
     if (this.answered(rep)) return [];
     if (rep.listing) rep.droppedWhileListing.add(unload.adapter);
+    // [share] another router unloaded it first: one more adapter this router does not see, and a line one
+    // lower. Nothing more: the load it made room for landed before it went out.
+    if (this.routers > 1 && outcome === "not_found") rep.unseen += 1;
     const commands = [];
-    const load = unload.makesRoomFor;
-    if (this.routers > 1 && outcome === "not_found") {
-      // [share] another router unloaded it first: one more adapter this router does not see; and
-      // the load it made room for makes room again, down to the lowered line.
-      rep.unseen += 1;
-      if (load) {
-        for (const more of this.evict(rep, rep.held.size + rep.loading.size - this.bound(rep))) {
-          more.makesRoomFor = load;
-          load.waitsFor.add(more.op);
-          commands.push({ type: "issue_unload", unload: more.op, replica: rep.id, adapter: more.adapter });
-        }
-      }
-    }
-    if (load) {
-      load.waitsFor.delete(number);
-      if (load.waitsFor.size === 0) commands.push(this.issue(load));
-    }
     for (const { ticket, path } of unload.waiters) {
       this.waiting.delete(ticket);
       commands.push(...this.admit(ticket, rep, unload.adapter, path)); // afresh, from the top
@@ -411,14 +408,10 @@ export class Machine {
       return [];
     }
     waited.replica.inFlight -= 1;
-    if (waited.kind === "load") {
+    if (waited.kind === "load") { // never abandoned: it went out as it was recorded, and lands for the others
       waited.waiters = waited.waiters.filter((t) => t !== ticket);
       if (waited.starter === ticket) waited.starter = null;
-      if (waited.waiters.length === 0 && !waited.issued && !this.pins.has(waited.adapter)) {
-        this.abandon(waited); // unless pinned: the pin still wants it
-        return this.admitQueue(waited.replica);
-      }
-    } else { // an unload or a queue
+    } else { // an unload (a victim's too) or a queue; the queue is not admitted
       waited.waiters = waited.waiters.filter((w) => w.ticket !== ticket);
     }
     return [];
@@ -429,13 +422,6 @@ export class Machine {
     if (!isInteger(ticket) || ticket < 1n || ticket > this.highest) {
       throw new UsageError("UnknownTicketError", `no request ever had ticket ${ticket}`);
     }
-  }
-
-  // A load not yet issued that no one waits for is never issued; its victims' unloads go on.
-  abandon(load) {
-    load.replica.loading.delete(load.adapter);
-    this.ops.delete(load.op);
-    for (const op of load.waitsFor) this.ops.get(op).makesRoomFor = null;
   }
 
   // -- §3.4 Listings ------------------------------------------------------------------------------
@@ -516,8 +502,11 @@ export class Machine {
     for (const name of added) {
       rep.held.set(name, { replica: rep, adapter: name, inUse: 0, since, current: true });
     }
-    // The front of idle, in name order: least recently used of all (idle time 0, for [place]).
-    const idle = added.filter((name) => this.idleable(rep, name)).map((name) => [name, 0]);
+    // The front of idle, in name order: least recently used of all. Their stamps count down from the
+    // replica's `front` in reverse name order (the smallest name the lowest), so that stamps rise along idle.
+    const front = added.filter((name) => this.idleable(rep, name));
+    const idle = front.map((name, i) => [name, rep.front - (front.length - i)]);
+    rep.front -= front.length;
     rep.idle = new Map([...idle, ...rep.idle]);
     rep.base = rep.held.size + rep.loading.size; // [share]: the free slots it leaves, shared afresh
     rep.unseen = 0;
@@ -584,7 +573,7 @@ export class Machine {
         id: replica, held: new Map(), idle: new Map(), loading: new Map(), unloading: new Map(),
         listing: null, droppedWhileListing: new Set(), outstanding: 0, inFlight: 0, served: 0,
         failures: 0, avoidUntil: 0, named: new Set(), listedSinceReading: false, base: 0, unseen: 0,
-        read: null, namesAdapters: false, foreign: false, settle: false,
+        read: null, namesAdapters: false, foreign: false, settle: false, front: 0,
         others: 0, readServed: 0, seqs: null, ran: 0, calm: 0, maxLoras: null, sampled: null,
       };
       rep.queue = { kind: "queue", replica: rep, waiters: [] };
@@ -631,11 +620,13 @@ export class Machine {
         failed.push(...load.waiters);
         load.waiters = [];
         load.starter = null;
-        if (!load.issued) this.abandon(load);
+        load.victims = [];
       }
-      for (const unload of rep.unloading.values()) {
+      for (const unload of [...rep.unloading.values()]) {
         failed.push(...unload.waiters.map((w) => w.ticket));
         unload.waiters = [];
+        // A victim whose unload is not issued never is, even if the replica comes back: it is simply not held.
+        if (unload.op === null) rep.unloading.delete(unload.adapter);
       }
       failed.push(...rep.queue.waiters.map((w) => w.ticket));
       rep.queue.waiters = [];
@@ -715,7 +706,7 @@ export class Machine {
     while (queue.length > 0) {
       const { ticket, adapter, path } = queue[0];
       const known = rep.held.has(adapter) || rep.loading.has(adapter) || rep.unloading.has(adapter);
-      if (!known && this.occupied(rep) >= this.cap(rep)) break;
+      if (!known && this.capped(rep)) break;
       queue.shift();
       this.waiting.delete(ticket);
       commands.push(...this.admit(ticket, rep, adapter, path));
@@ -727,14 +718,19 @@ export class Machine {
 
   // -- §3.15 Reading engines, and requests the machine places ------------------------------------
 
-  // [cap]: even with every idle adapter unloaded, one more load would pass the cap.
+  // [cap]: at its cap, even with every idle adapter unloaded, one more load would pass the cap; or, with
+  // the engine's max_loras known, the load would take a victim while more adapters are in use than one
+  // batch runs (one may wait unused in the engine's queue, and the engine would drop it, §3.16).
   capped(rep) {
-    return this.headroom !== null && this.occupied(rep) >= this.cap(rep);
+    if (this.headroom === null) return false;
+    const occupied = this.occupied(rep);
+    if (occupied >= this.cap(rep)) return true;
+    return rep.maxLoras !== null && rep.held.size + rep.loading.size >= this.line(rep) && occupied > rep.maxLoras;
   }
 
-  // [read]: a cold load there waits for a reading: it would evict first, and the replica wants one.
+  // [read]: a cold load there waits for a reading: it would take a victim, and the replica wants one.
   needsReading(rep) {
-    return this.wantsReading(rep) && rep.held.size + rep.loading.size + 1 > this.bound(rep);
+    return this.wantsReading(rep) && rep.held.size + rep.loading.size + 1 > this.line(rep);
   }
 
   // [read]: an eviction there waits for a fresh reading: the last one named another router's adapter,
@@ -768,9 +764,17 @@ export class Machine {
     return this.unloadExcess(rep);
   }
 
+  // [settle]: the least recently used idle adapters, down to the line, each unloaded as it is taken.
   unloadExcess(rep) {
-    return this.evict(rep, rep.held.size - this.line(rep))
-      .map((u) => ({ type: "issue_unload", unload: u.op, replica: rep.id, adapter: u.adapter }));
+    const commands = [];
+    for (let excess = rep.held.size - this.line(rep); excess > 0 && rep.idle.size > 0; excess -= 1) {
+      const victim = this.victim(rep);
+      this.drop(rep, victim);
+      const unload = { kind: "unload", replica: rep, adapter: victim, op: null, waiters: [] };
+      rep.unloading.set(victim, unload);
+      commands.push(this.issueUnload(unload));
+    }
+    return commands;
   }
 
   startRead(rep) {
@@ -953,11 +957,7 @@ export class Machine {
         rep.idle.set(adapter, this.tick()); // evictable again, most recently used
         commands.push(...this.admitQueue(rep));
       }
-      const load = rep.loading.get(adapter);
-      if (load && !load.issued && load.waiters.length === 0) {
-        this.abandon(load); // a pin's load still waiting for its victims
-        commands.push(...this.admitQueue(rep)); // room came, as after [cancel]
-      }
+      // A load of the adapter still out goes on, and lands as any other.
     }
     return commands;
   }
@@ -968,11 +968,12 @@ export class Machine {
     for (const adapter of [...this.pins.keys()].sort(byName)) {
       const pin = this.pins.get(adapter);
       if ((this.refused.get(adapter)?.until ?? -Infinity) > this.now) continue; // [refuse]
-      const holders = [...this.replicas.values()]
-        .filter((rep) => !rep.removed && (rep.held.has(adapter) || rep.loading.has(adapter)));
+      const inUse = [...this.replicas.values()].filter((rep) => !rep.removed);
+      const holders = inUse.filter((rep) => rep.held.has(adapter) || rep.loading.has(adapter));
       const ofModel = (rep) => pin.model === null || rep.model === pin.model;
       const have = holders.filter((rep) => !this.avoided(rep) && ofModel(rep));
-      const skip = holders.map((rep) => rep.id);
+      // Never where it is held, loading or unloading (a load and an unload of one adapter never cross).
+      const skip = inUse.filter((rep) => rep.unloading.has(adapter) || holders.includes(rep)).map((rep) => rep.id);
       for (let i = have.length; i < pin.copies; i += 1) {
         const { replica, placed } = this.placeCold(adapter, { model: pin.model, exclude: skip });
         if (placed !== "free" && placed !== "evict") break;
@@ -1133,8 +1134,10 @@ export class Machine {
     const kind = this.coldKind(rep);
     if (least) return [kind === 4, ...last];
     if (kind !== 2) return [kind, 0, 0, ...last];
+    // The victim's demand weight, then its idle stamp (a listed adapter's, below 0, read as 0: every router
+    // reads a listed adapter alike).
     const victim = this.victim(rep);
-    return [2, this.weight(victim), rep.idle.get(victim), ...last];
+    return [2, this.weight(victim), Math.max(0, rep.idle.get(victim)), ...last];
   }
 
   // -- helpers ------------------------------------------------------------------------------------
