@@ -3,9 +3,11 @@
 //
 //   node vectors/port/mutants.mjs vectors/hand vectors/hypothesis
 //   node vectors/port/mutants.mjs --only evict-most-recent cap-ignores-max-loras
+//   node vectors/port/mutants.mjs --wanting   # the mutants no vector catches yet (WANTING, below)
 //
-// Each mutant replaces one snippet (`old`, which must occur exactly once) with `new`, in a copy of
-// machine.mjs written with replay.mjs into a fresh temporary folder; nothing in vectors/port/ changes.
+// Each mutant replaces one snippet (`old`, which must occur exactly once) with `new`, or each of a list of
+// snippets with its own, in a copy of machine.mjs written with replay.mjs into a fresh temporary folder;
+// nothing in vectors/port/ changes.
 // A mutant is caught only when the replay ends in `N passed, M failed` with M above 0: a vector judged
 // it. A replay that crashes or hangs judged nothing, and is BROKEN like a snippet that does not apply.
 // Prints `caught`, `SURVIVED` or `BROKEN` with each mutant's id, rule and what it breaks, then
@@ -20,7 +22,9 @@ import { fileURLToPath } from "node:url";
 const HERE = dirname(fileURLToPath(import.meta.url));
 const ROOT = resolve(HERE, "..", "..");
 
-const m = (id, rule, what, old, replacement) => ({ id, rule, what, old, new: replacement });
+// `old` and `new` are one snippet each, or lists of snippets replaced pairwise (each must occur once);
+// `scenario`, for a mutant WANTING a vector, is the run a hand vector needs to catch it.
+const m = (id, rule, what, old, replacement, scenario) => ({ id, rule, what, old, new: replacement, scenario });
 
 export const MUTANTS = [
   // -- §3.1 requests
@@ -32,24 +36,46 @@ export const MUTANTS = [
     'const how = ticket === load.starter ? "loaded" : "joined";', 'const how = "loaded";'),
   m("wait-unload-ignored", "wait-unload", "a request for an adapter being unloaded loads it at once",
     "if (unload) { // [wait-unload]", "if (false) { // [wait-unload]"),
-  m("evict-most-recent", "evict", "among equals in demand, the most recently used idle adapter is evicted",
-    "for (const name of rep.idle.keys()) {", "for (const name of [...rep.idle.keys()].reverse()) {"),
-  m("evict-ignores-demand", "evict", "the victim is the least recently used, whatever its demand",
-    "const weight = this.weight(name);\n      if (lowest", "const weight = 0;\n      if (lowest"),
-  m("half-life-ignored", "evict", "setting half_life ignored: demand counts are never halved",
-    "if (this.requests % this.halfLife === 0) {", "if (false) {"),
-  m("cold-load-before-victims", "evict", "past the bound, the load goes out before its victims are unloaded",
-    "if (victims.length === 0) commands.push(this.issue(load));", "commands.push(this.issue(load));"),
-  m("headroom-ignored", "evict", "setting headroom ignored by the bound: a cold load evicts first at the line",
-    "return this.headroom === null ? Infinity : this.line(rep) + this.headroom;",
-    "return this.headroom === null ? Infinity : this.line(rep);"),
-  m("cap-ignores-max-loras", "cap", "the cap is the bound, never the engine's max_loras",
+  m("wait-unload-victim-loads", "wait-unload", "a request for a victim whose unload is not issued yet loads it anew",
+    "if (unload) { // [wait-unload]", "if (unload && unload.op !== null) { // [wait-unload]"),
+  m("evict-most-recent", "evict", "the victim is the most recently used idle adapter",
+    "return rep.idle.keys().next().value;", "return [...rep.idle.keys()].at(-1);"),
+  m("evict-by-demand", "evict", "the victim is the idle adapter in least demand, the least recently used among equals",
+    "return rep.idle.keys().next().value;",
+    "return [...rep.idle.keys()].reduce((a, b) => (this.weight(b) < this.weight(a) ? b : a));"),
+  m("evict-new-load-uncounted", "evict", "a cold load takes a victim only once the count without it passes the line",
+    "let excess = rep.held.size + rep.loading.size - this.line(rep);",
+    "let excess = rep.held.size + rep.loading.size - 1 - this.line(rep);"),
+  m("evict-at-the-bound", "evict", "a cold load takes victims only past line + headroom (none without a cap)",
+    "let excess = rep.held.size + rep.loading.size - this.line(rep);",
+    "let excess = rep.held.size + rep.loading.size - this.line(rep) - (this.headroom ?? Infinity);"),
+  m("victims-unloaded-first", "evict", "a load's victims are unloaded as they are chosen, not once the load lands",
+    "// Step 3.\n    return [{", "// Step 3.\n    return [...load.victims.splice(0).map((u) => "
+      + "this.issueUnload(u)), {"),
+  m("victims-numbered-when-chosen", "evict", "a victim's unload is numbered when chosen, not as it goes out",
+    ["op: null, waiters: [], since, stamp }", "unload.op = this.newOp();"],
+    ["op: this.newOp(), waiters: [], since, stamp }", "unload.op ??= this.newOp();"]),
+  m("pin-load-no-victims", "pin", "a pin's load takes no victim: it goes past the line",
+    "while (excess > 0 && rep.idle.size > 0) {\n      const victim = this.victim(rep);\n      const stamp",
+    "while (ticket !== null && excess > 0 && rep.idle.size > 0) {\n      const victim = "
+      + "this.victim(rep);\n      const stamp"),
+  m("headroom-ignored", "cap", "setting headroom ignored: the cap is the line (or max_loras)",
+    "return Math.max(this.line(rep) + this.headroom, rep.maxLoras ?? 0);", "return "
+      + "Math.max(this.line(rep), rep.maxLoras ?? 0);"),
+  m("cap-ignores-max-loras", "cap", "the cap is line + headroom, never the engine's max_loras",
     "return Math.max(this.line(rep) + this.headroom, rep.maxLoras ?? 0);", "return this.line(rep) + this.headroom;"),
   m("cap-never-waits", "cap", "a cold request at the cap loads anyway instead of queueing",
     "if (ticket !== null && this.capped(rep)) {", "if (false && ticket !== null && this.capped(rep)) {"),
   m("cap-one-over", "cap", "a cold request waits only once the cap is passed, not reached",
-    "return this.headroom !== null && this.occupied(rep) >= this.cap(rep);",
-    "return this.headroom !== null && this.occupied(rep) > this.cap(rep);"),
+    "if (occupied >= this.cap(rep)) return true;", "if (occupied > this.cap(rep)) return true;"),
+  m("cap-batch-ignored", "cap", "more adapters in use than one batch runs never hold a load that would take a victim",
+    "return rep.maxLoras !== null && rep.held.size + rep.loading.size >= this.line(rep) && occupied > rep.maxLoras;",
+    "return false;"),
+  m("cap-batch-at-max-loras", "cap", "a load that would take a victim waits at max_loras adapters in use, not past",
+    "&& occupied > rep.maxLoras;", "&& occupied >= rep.maxLoras;"),
+  m("cap-batch-without-victim", "cap", "more adapters in use than one batch runs hold a load even below the line",
+    "return rep.maxLoras !== null && rep.held.size + rep.loading.size >= this.line(rep) && occupied > rep.maxLoras;",
+    "return rep.maxLoras !== null && occupied > rep.maxLoras;"),
   m("settle-skipped", "settle", "a landed load never unloads the excess over the line",
     "commands.push(...this.settle(rep));", ""),
   m("refuse-ignored", "refuse", "a refused adapter is loaded again at once",
@@ -62,14 +88,27 @@ export const MUTANTS = [
   m("load-fault-swapped", "load-outcome", "a failed load's fault is adapter for replica_fault and replica for adapter_fault",
     'const fault = outcome === "adapter_fault" ? "adapter" : "replica";',
     'const fault = outcome === "replica_fault" ? "adapter" : "replica";'),
+  m("victims-unloaded-reversed", "load-outcome", "a landed load's victims are unloaded in reverse eviction order",
+    "for (const unload of load.victims) commands.push(this.issueUnload(unload));",
+    "for (const unload of [...load.victims].reverse()) commands.push(this.issueUnload(unload));"),
+  m("failed-load-unloads-victims", "load-outcome", "a failed load's victims are unloaded anyway",
+    "commands.push(...this.spare(rep, load.victims));",
+    "for (const unload of load.victims) commands.push(this.issueUnload(unload));"),
+  m("spared-most-recent", "load-outcome", "a spared victim goes to the end of idle, not where its stamp places it",
+    "const at = idle.findIndex(([, other]) => other > stamp);", "const at = -1;"),
+  m("spared-waiters-dropped", "load-outcome", "the requests waiting on a spared victim are not admitted",
+    "commands.push(...this.admit(ticket, rep, adapter, path)); // afresh: a [hit]", ""),
   m("unload-waiters-dropped", "unload-outcome", "requests waiting on an unload are not admitted when it ends",
     "commands.push(...this.admit(ticket, rep, unload.adapter, path)); // afresh, from the top", ""),
   // -- §3.3 the end of a request
   m("release-no-queue", "release", "an adapter gone idle does not let the queue in",
     "rep.idle.set(held.adapter, this.tick()); // the end of idle: most recently used\n    return this.admitQueue(rep);",
     "rep.idle.set(held.adapter, this.tick()); // the end of idle: most recently used\n    return [];"),
-  m("cancel-keeps-load", "cancel", "a load not yet issued that no one waits for any more is kept",
-    "if (waited.waiters.length === 0 && !waited.issued", "if (waited.waiters.length < 0 && !waited.issued"),
+  m("cancel-abandons-load", "cancel", "a load whose last waiter is cancelled is forgotten, and the queue admitted",
+    "if (waited.starter === ticket) waited.starter = null;\n",
+    "if (waited.starter === ticket) waited.starter = null;\n      if (waited.waiters.length === 0) {\n"
+      + "        waited.replica.loading.delete(waited.adapter);\n        this.ops.delete(waited.op);\n"
+      + "        return this.admitQueue(waited.replica);\n      }\n"),
   // -- §3.4 listings, time
   m("listing-keeps-unlisted", "listing", "an adapter held before the listing and not in it is kept",
     "if (!listed.has(name) && held.since < listing.started) this.drop(rep, name);",
@@ -90,6 +129,8 @@ export const MUTANTS = [
   // -- §3.5 forget, §3.7 replicas and limits
   m("forget-older-copy", "forget", "a report about an older copy (its ticket's lease is another) drops the adapter",
     "if (ticket !== null && this.leases.get(ticket) !== held) return []; // a report about an older copy", ""),
+  m("removal-keeps-victims", "replicas", "a removal keeps the victims whose unloads are not issued in unloading",
+    "if (unload.op === null) rep.unloading.delete(unload.adapter);", ""),
   m("removed-fails-unordered", "replicas", "a removal fails its waiting requests not in ticket order",
     "const commands = failed.sort(byTicket).map((ticket) => {", "const commands = failed.map((ticket) => {"),
   m("limit-every-model", "limit", "a limit is set on the replicas of every model",
@@ -106,13 +147,13 @@ export const MUTANTS = [
   // -- §3.10 pins
   m("pin-goes-idle", "pin", "a pinned adapter released by its last request goes idle (evictable)",
     "if (this.pins.has(held.adapter)) return []; // [pin]: never idle", ""),
+  m("pin-over-unloading", "pin", "a pin's load may go where the adapter is being unloaded",
+    "const skip = inUse.filter((rep) => rep.unloading.has(adapter) || holders.includes(rep)).map((rep) => rep.id);",
+    "const skip = holders.map((rep) => rep.id);"),
   m("pin-counts-avoided", "pin", "a copy on a failing replica counts toward the pin's copies",
     "const have = holders.filter((rep) => !this.avoided(rep) && ofModel(rep));",
     "const have = holders.filter((rep) => ofModel(rep));"),
   // -- §3.12 place, load
-  m("place-served-first", "place", "placement compares requests served before how busy a replica is",
-    "const least = (rep) => [busy(rep), rep.served, -rendezvous(adapter, rep.id)];",
-    "const least = (rep) => [rep.served, busy(rep), -rendezvous(adapter, rep.id)];"),
   m("place-spread-full", "place", "a spread load takes replicas up to their whole capacity, not three quarters",
     "busy(rep) < Math.max(1, Math.floor((3 * capacity) / 4));", "busy(rep) < Math.max(1, capacity);"),
   m("place-queue-margin", "place", "a cold load elsewhere beats a saturated holder by one queued request, not two",
@@ -127,17 +168,29 @@ export const MUTANTS = [
   m("load-seqs-from-last", "load", "a reading with a queue sets the capacity to what runs now, lowering an earlier one's",
     "if (wait > 0) rep.seqs = Math.max(rep.ran, rep.seqs ?? 1);", "if (wait > 0) rep.seqs = Math.max(run, 1);"),
   m("place-victim-demand-ignored", "place", "replicas that would evict compare their victims' idle stamps alone",
-    "return [2, this.weight(victim), rep.idle.get(victim), ...last];", "return [2, 0, rep.idle.get(victim), ...last];"),
+    "return [2, this.weight(victim), Math.max(0, rep.idle.get(victim)), ...last];",
+    "return [2, 0, Math.max(0, rep.idle.get(victim)), ...last];"),
   // -- §3.14 share
   m("routers-ignored", "share", "setting routers ignored: one router",
     "this.routers = Number(routers);", "this.routers = 1;"),
   m("share-floor", "share", "this router's share of the free slots rounds down, not up",
     "rep.base + Math.ceil(free / this.routers)", "rep.base + Math.floor(free / this.routers)"),
   m("share-not-found-unseen", "share", "an unload another router answered first does not lower the line",
-    "rep.unseen += 1;\n      if (load) {", "if (load) {"),
+    'if (this.routers > 1 && outcome === "not_found") rep.unseen += 1;', ""),
+  m("share-not-found-evicts", "share", "an unload another router answered first unloads down to the lowered line",
+    'if (this.routers > 1 && outcome === "not_found") rep.unseen += 1;\n    const commands = [];',
+    'const commands = [];\n    if (this.routers > 1 && outcome === "not_found") {\n'
+      + "      rep.unseen += 1;\n      commands.push(...this.unloadExcess(rep));\n    }"),
   // -- §3.15 read, reading, read-failed, route
   m("read-engine-ignored", "read", "setting read_engine ignored: engines are never read",
     "this.readEngine = read_engine;", "this.readEngine = false;"),
+  m("read-one-late", "read", "a cold request waits for a reading only once the count alone passes the line",
+    "return this.wantsReading(rep) && rep.held.size + rep.loading.size + 1 > this.line(rep);",
+    "return this.wantsReading(rep) && rep.held.size + rep.loading.size > this.line(rep);"),
+  m("read-at-the-bound", "read", "a cold request waits for a reading only past line + headroom (never without a cap)",
+    "return this.wantsReading(rep) && rep.held.size + rep.loading.size + 1 > this.line(rep);",
+    "return this.wantsReading(rep) && rep.held.size + rep.loading.size + 1 > this.line(rep) + "
+      + "(this.headroom ?? Infinity);"),
   m("read-after-listing-skipped", "read", "a listing answered does not start a read (step 6)",
     "if (this.readEngine && !rep.read) commands.push(this.startRead(rep)); // [read], step 6", ""),
   m("reading-own-requests-named", "reading", "a reading that names only our own running requests stands as it is",
@@ -152,34 +205,82 @@ export const MUTANTS = [
     "if (rep.held.size + rep.loading.size <= this.line(rep) && !this.avoided(rep)) withRoom.add(id);"),
 ];
 
+// Mutants no vector catches yet, each a real misreading of SPEC (not equivalent: the scenario after it shows
+// the port and the mutant differ). Each waits for the hand vector its scenario describes, then moves up.
+//   node vectors/port/mutants.mjs --wanting
+export const WANTING = [
+  m("half-life-ignored", "place", "setting half_life ignored: demand counts are never halved",
+    "if (this.requests % this.halfLife === 0) {", "if (false) {",
+    "half_life 1; r and q, limit 1 each, listed empty; x requested, loaded and released on r; y pinned "
+      + "(loads on q, free), landed, unpinned (idle on q, a later stamp, demand 0); place z: r (every demand "
+      + "halved to 0, x idle longer), not q (x's one request unhalved)"),
+  m("settle-before-victims", "load-outcome", "a landed load settles before its victims' unloads go out",
+    "for (const unload of load.victims) commands.push(this.issueUnload(unload));\n      commands.push(...this.settle(rep));",
+    "commands.push(...this.settle(rep));\n      for (const unload of load.victims) commands.push(this.issueUnload(unload));",
+    "r, limit 2, listed [a, b]; c requested (victim a); limit_set 1; c lands: grant, issue_unload a (the "
+      + "victim), then issue_unload b ([settle]), not b then a"),
+  m("spared-since-now", "load-outcome", "a spared victim is held again as of now, not of its noted since",
+    "rep.held.set(adapter, { replica: rep, adapter, inUse: 0, since, current: true });",
+    "rep.held.set(adapter, { replica: rep, adapter, inUse: 0, since: this.tick(), current: true });",
+    "r, limit 1, listed [a]; time_advanced 30 (listing 2 out); b requested (victim a); b's load fails; "
+      + "listing 2 received []: a, held since before it started, is dropped (statistics: held {})"),
+  m("listing-stamps-zero", "listing", "adapters a listing adds all take the idle stamp 0",
+    "const idle = front.map((name, i) => [name, rep.front - (front.length - i)]);",
+    "const idle = front.map((name) => [name, 0]);",
+    "r, limit 2, listed [a, b]; c requested (victim a); c's load fails (a back at the front, stamp -2 < "
+      + "b's -1); d requested and landed: it unloads a, not b"),
+  m("listing-stamps-name-order", "listing", "adapters a listing adds take front - 1, front - 2... in name order",
+    "const idle = front.map((name, i) => [name, rep.front - (front.length - i)]);",
+    "const idle = front.map((name, i) => [name, rep.front - (i + 1)]);",
+    "as listing-stamps-zero: with a at -1 and b at -2, the spared a goes after b and d's load unloads b"),
+  m("listing-front-not-kept", "listing", "each listing counts its adapters' stamps down from 0 again",
+    "rep.front -= front.length;", "",
+    "r, limit 2, listed [a], then at 30 listed [a, b] (b at -2, front of idle); c requested (victim b); "
+      + "c's load fails; d requested and landed: it unloads b (back before a at -1), not a"),
+  m("place-served-first", "place", "placement compares requests served before how busy a replica is",
+    "const least = (rep) => [busy(rep), rep.served, -rendezvous(adapter, rep.id)];",
+    "const least = (rep) => [rep.served, busy(rep), -rendezvous(adapter, rep.id)];",
+    "r and q, limit 2, both listed [a]; two requests for a on r, released; one on q, still running; place "
+      + "a: r (busy 0 before served 2), not q"),
+  m("place-listed-stamp-negative", "place", "a listed victim's stamp below 0 is compared as it is, not as 0",
+    "Math.max(0, rep.idle.get(victim))", "rep.idle.get(victim)",
+    "r limit 1 listed [a] (stamp -1), q limit 2 listed [b, c] (b at -2); place y (or u), whose weight "
+      + "prefers r: r, as both victims' stamps read as 0, not q"),
+];
+
 function main(argv) {
   let only = null;
+  let wanting = false;
   const folders = [];
   for (let i = 0; i < argv.length; i += 1) {
-    if (argv[i] === "--only") {
+    if (argv[i] === "--wanting") wanting = true;
+    else if (argv[i] === "--only") {
       only = new Set();
       while (i + 1 < argv.length && !argv[i + 1].startsWith("--")) only.add(argv[(i += 1)]);
     } else folders.push(argv[i]);
   }
   if (folders.length === 0) folders.push(join(ROOT, "vectors", "hand"), join(ROOT, "vectors", "hypothesis"));
   const paths = folders.map((f) => resolve(f));
-  const mutants = only === null ? MUTANTS : MUTANTS.filter((x) => only.has(x.id));
-  if (only !== null) for (const id of only) if (!MUTANTS.some((x) => x.id === id)) console.log(`no mutant ${id}`);
+  const all = [...MUTANTS, ...WANTING];
+  const mutants = only !== null ? all.filter((x) => only.has(x.id)) : wanting ? WANTING : MUTANTS;
+  if (only !== null) for (const id of only) if (!all.some((x) => x.id === id)) console.log(`no mutant ${id}`);
   const source = readFileSync(join(HERE, "machine.mjs"), "utf8");
   const replay = readFileSync(join(HERE, "replay.mjs"), "utf8");
   let caught = 0;
   let bad = 0;
   for (const mutant of mutants) {
     const label = `${mutant.id}   [${mutant.rule}] ${mutant.what}`;
-    const times = source.split(mutant.old).length - 1;
-    if (times !== 1 || mutant.old === mutant.new) {
-      console.log(`BROKEN   ${label}: its snippet occurs ${times} times`);
+    const [olds, news] = [[mutant.old].flat(), [mutant.new].flat()];
+    const times = olds.map((old) => source.split(old).length - 1);
+    if (olds.length !== news.length || times.some((n) => n !== 1) || olds.some((old, i) => old === news[i])) {
+      console.log(`BROKEN   ${label}: its snippets occur ${times.join(", ")} times`);
       bad += 1;
       continue;
     }
     const dir = realpathSync(mkdtempSync(join(tmpdir(), "lorafleet-mutant-")));
     try {
-      writeFileSync(join(dir, "machine.mjs"), source.replace(mutant.old, () => mutant.new));
+      const mutated = olds.reduce((text, old, i) => text.replace(old, () => news[i]), source);
+      writeFileSync(join(dir, "machine.mjs"), mutated);
       writeFileSync(join(dir, "replay.mjs"), replay);
       // The bound is for a mutant that loops forever. A replay takes about 1.5 s, far longer on a
       // machine loaded well past its cores, where a test run failed once with a bound of 20 s.
