@@ -237,6 +237,13 @@ export const WANTING = [
     "rep.front -= front.length;", "",
     "r, limit 2, listed [a], then at 30 listed [a, b] (b at -2, front of idle); c requested (victim b); "
       + "c's load fails; d requested and landed: it unloads b (back before a at -1), not a"),
+  m("cap-batch-only-with-victim", "cap", "the batch clause holds a load only while an idle adapter is left to take",
+    "return rep.maxLoras !== null && rep.held.size + rep.loading.size >= this.line(rep) && occupied > rep.maxLoras;",
+    "return rep.maxLoras !== null && rep.idle.size > 0 && rep.held.size + rep.loading.size >= this.line(rep)"
+      + " && occupied > rep.maxLoras;",
+    "headroom 1, read_engine; r limit 2, listed []; a reading says max_loras 1; a and b requested, landed, both "
+      + "still running; c requested: queued (count 2 at the line, 2 in use > max_loras 1), not loaded past the "
+      + "line. Only headroom >= 1 shows it: at 0, occupied >= cap already holds the load"),
   m("place-served-first", "place", "placement compares requests served before how busy a replica is",
     "const least = (rep) => [busy(rep), rep.served, -rendezvous(adapter, rep.id)];",
     "const least = (rep) => [rep.served, busy(rep), -rendezvous(adapter, rep.id)];",
@@ -290,7 +297,10 @@ function main(argv) {
         caught += 1;
         console.log(`caught   ${label}`);
       } else if (done.error || done.status !== 0) {
-        console.log(`BROKEN   ${label}: the replay ${done.error ? "hung" : "crashed"}, so no vector judged it`);
+        // Say how it ended: a crash the mutant caused names its error, one the machine caused (a signal) none.
+        const how = done.error ? `hung (${done.error.code ?? done.error.message})`
+          : `crashed (status ${done.status}, signal ${done.signal}: ${done.stderr.trimEnd().split("\n").at(-1)})`;
+        console.log(`BROKEN   ${label}: the replay ${how}, so no vector judged it`);
         bad += 1;
       } else {
         console.log(`SURVIVED ${label}`);
