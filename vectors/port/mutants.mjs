@@ -314,4 +314,4 @@ function main(argv) {
   return bad === 0 && (only !== null || mutants.length > 0) ? 0 : 1;
 }
 
-if (import.meta.url === `file://${process.argv[1]}`) process.exit(main(process.argv.slice(2)));
+if (import.meta.url === `file://${process.argv[1]}`) process.exitCode = main(process.argv.slice(2)); // flushes, as replay.mjs
