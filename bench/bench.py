@@ -294,8 +294,8 @@ def cold_path(replicas: int, held: int) -> Callable[[int], None]:
 
 
 def victim_choice(held: int, clock: Clock) -> Batch:
-    """Seconds the landings that choose a victim took ([settle]); the rest of each cold cycle is not
-    timed."""
+    """Seconds the cold requests that choose a victim took ([evict] chooses it as the load goes out); the
+    rest of each cold cycle is not timed."""
     m = fleet_machine(1, held)
     gap = empty_interval(clock)
 
@@ -303,11 +303,11 @@ def victim_choice(held: int, clock: Clock) -> Batch:
         spent = 0.0
         ticket = m.next_ticket
         for t in range(ticket, ticket + n):
-            (load,) = m.request(t, replica="r0", adapter=f"b{t}", path="/p")
-            assert isinstance(load, IssueLoad)
             started = clock()
-            _grant, unload = m.load_finished(load.load, LOADED)
+            (load,) = m.request(t, replica="r0", adapter=f"b{t}", path="/p")
             spent += clock() - started - gap
+            assert isinstance(load, IssueLoad)
+            _grant, unload = m.load_finished(load.load, LOADED)
             assert isinstance(unload, IssueUnload)
             m.unload_finished(unload.unload, UNLOADED)
             m.release(t)

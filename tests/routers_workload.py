@@ -3,9 +3,11 @@
 The plan (which router, which adapter, how, held how long, cancelled or not) is drawn from the seed;
 the run is real: fleets over HTTP, completions held in flight on the stand-in, restarts, cancellations.
 Each fleet's machine is probed: every unload it decides is recorded with the engine's gauge as the
-fleet last read it (the reading **[reading]** applies), so that an unload the stand-in saw land on
-a running request can be told apart: named by that reading (a bug) or started after it (the sampling
-window docs/routers.md admits).
+fleet last read it when it chose the adapter (the reading **[reading]** applies): for a load's victim,
+as the load went out (**[evict]**: its unload follows once the load lands), else as the unload went
+out (**[settle]**). So an unload the stand-in saw land on a running request can be told apart: named
+by that reading (a bug) or started after it (the sampling window docs/routers.md admits, which for a
+victim runs to its load's landing).
 
 Run as a script, it is one router of a workload run in several processes (``main``).
 """
@@ -29,11 +31,14 @@ from lorafleet import (
     Event,
     IssueLoad,
     IssueUnload,
+    LoadFinished,
+    LoadOutcome,
     ReadEngine,
     ReadingFailed,
     ReadingReceived,
     Released,
 )
+from lorafleet._machine import _Load
 from lorafleet_fleet import Fleet, FleetError, LoadError, Replica
 from lorafleet_standin import Call
 
@@ -116,15 +121,19 @@ class Probe:
 
     router: str
     unloads: list[dict[str, Any]] = attrs.field(factory=list)
-    """Each unload decided, in order: replica, adapter, and the adapters of the last reading."""
+    """Each unload issued, in order: replica, adapter, and the adapters of the last reading when the
+    adapter was chosen (a victim's: when its load went out)."""
     loads: list[dict[str, Any]] = attrs.field(factory=list)
-    """Each load decided, in order: replica, adapter, and the adapters of the last reading, which the
-    decision saw (the reading it waited for, when [read] made it wait)."""
+    """Each load decided, in order: replica, adapter, the adapters of the last reading, which the
+    decision saw (the reading it waited for, when [read] made it wait), the victims it took
+    ([evict]), and whether it landed (None while it is out)."""
     readings: dict[str, list[list[str]]] = attrs.field(factory=dict)
     """Replica id to the readings the machine applied, in order: each answered read, and the empty
     reading a failed read leaves when it ends the last one ([read-failed])."""
     _reads: dict[int, str] = attrs.field(factory=dict)
     """Read operation to its replica, from the machine's ``ReadEngine`` commands."""
+    _out: dict[int, dict[str, Any]] = attrs.field(factory=dict)
+    """Load operation still out to its entry in ``loads``."""
 
     def attach(self, fleet: Fleet) -> None:
         machine = fleet._machine
@@ -135,6 +144,11 @@ class Probe:
             read = event.read if isinstance(event, ReadingReceived | ReadingFailed) else None
             replica = self._reads.pop(read, None) if read is not None else None
             standing = machine.named(replica) if replica is not None else None
+            # A load's answer: its victims' unloads, if it landed, go out with it ([load-outcome]).
+            answered = self._out.pop(event.load, None) if isinstance(event, LoadFinished) else None
+            if answered is not None:
+                assert isinstance(event, LoadFinished)
+                answered["landed"] = event.outcome in (LoadOutcome.LOADED, LoadOutcome.ALREADY_LOADED)
             commands = handle(event)
             if replica is not None and isinstance(event, ReadingReceived):
                 self.readings.setdefault(replica, []).append(sorted(event.adapters or ()))
@@ -144,13 +158,27 @@ class Probe:
             for command in commands:
                 if isinstance(command, ReadEngine):
                     self._reads[command.read] = command.replica
-                elif isinstance(command, IssueUnload | IssueLoad):
+                elif isinstance(command, IssueLoad):
+                    load = machine._ops[command.load]
+                    assert isinstance(load, _Load)
                     decided = {
                         "replica": command.replica,
                         "adapter": command.adapter,
                         "reading": sorted(machine.named(command.replica)),
+                        "victims": [victim.adapter for victim in load.victims],
+                        "landed": None,
                     }
-                    (self.unloads if isinstance(command, IssueUnload) else self.loads).append(decided)
+                    self.loads.append(decided)
+                    self._out[command.load] = decided
+                elif isinstance(command, IssueUnload):
+                    # A victim was chosen by the reading its load saw; [settle]'s excess, by this one.
+                    if answered is not None and command.adapter in answered["victims"]:
+                        reading = answered["reading"]
+                    else:
+                        reading = sorted(machine.named(command.replica))
+                    self.unloads.append(
+                        {"replica": command.replica, "adapter": command.adapter, "reading": reading}
+                    )
             return commands
 
         setattr(machine, "handle", probed)  # noqa: B010 (mypy: a method is not assigned to)
@@ -251,6 +279,7 @@ def results(router: str, fleet: Fleet, probe: Probe, tally: Tally) -> dict[str, 
     return {
         "router": router,
         "unloads": probe.unloads,
+        "loads": probe.loads,
         "readings": probe.readings,
         "leases": stats.leases,
         "waiting": stats.waiting,
@@ -268,9 +297,11 @@ class Findings:
     under_running: int
     """Unloads the stand-in received while a completion ran on that adapter there."""
     named: list[str]
-    """(i) of those, the ones whose adapter the deciding router's last reading named: bugs."""
+    """(i) of those, the ones whose adapter the deciding router's last reading named as it chose the
+    adapter (a victim: as its load went out): bugs."""
     after_reading: int
-    """(ii) the others: the request started after that reading."""
+    """(ii) the others: the request started after that reading (for a victim, a request of another
+    router started before its load landed)."""
     unmatched: list[str]
     """Unloads the stand-in received that no router decided (must be none)."""
     readings_not_from_the_gauge: list[str]
@@ -279,7 +310,11 @@ class Findings:
     failed_reads: int
     """Reads of /metrics that met an injected fault."""
     max_held: int
-    """The most adapters an engine held, sampled as each load came."""
+    """The most adapters an engine held for the routers, sampled as each load came: its registered
+    names and the one loading, but for the victims a router had chosen for a load that landed, whose
+    names it unloads only after (**[evict]**: their room is the load's, SPEC.md §3.16)."""
+    max_names: int
+    """The most names an engine had registered, victims too, sampled as each load came."""
     loads: int
     unloads: int
     unloads_of_nothing: int
@@ -291,13 +326,34 @@ def findings(engines: dict[str, list[Call]], routers: list[dict[str, Any]]) -> F
     named: list[str] = []
     unmatched: list[str] = []
     strange: list[str] = []
-    under = after = max_held = loads = unloads = nothing = failed = 0
+    under = after = max_held = max_names = loads = unloads = nothing = failed = 0
     by_router = {result["router"]: result for result in routers}
     for rid, calls in engines.items():
+        # A router's loads of one adapter on one replica never overlap either: each call is its
+        # decision, in order, and its victims' names go with the router's next unload of them.
+        decisions: dict[tuple[str, str], list[dict[str, Any]]] = {}
+        for result in routers:
+            for load in result["loads"]:
+                if load["replica"] == rid:
+                    decisions.setdefault((result["router"], load["adapter"]), []).append(load)
+        taken: Counter[tuple[str, str]] = Counter()
+        victims: dict[str, set[str]] = {router: set() for router in by_router}
         for call in calls:
-            if call.path == "/v1/load_lora_adapter":
-                loads += 1
-                max_held = max(max_held, len({*call.registered, call.body["lora_name"]}))
+            if call.path == "/v1/unload_lora_adapter":
+                victims[router_of(call)].discard(call.body["lora_name"])
+            if call.path != "/v1/load_lora_adapter":
+                continue
+            loads += 1
+            router, adapter = router_of(call), call.body["lora_name"]
+            ordered = decisions.get((router, adapter), [])
+            if taken[router, adapter] < len(ordered):
+                load = ordered[taken[router, adapter]]
+                if load["landed"]:  # a failed load's victims were held again all along
+                    victims[router].update(load["victims"])
+            taken[router, adapter] += 1
+            names = {*call.registered, adapter}
+            max_names = max(max_names, len(names))
+            max_held = max(max_held, len(names - set().union(*victims.values())))
         for router, result in by_router.items():
             mine = [c for c in calls if router_of(c) == router]
             # A router's unloads of one adapter on one replica never overlap, so its decisions and
@@ -336,7 +392,9 @@ def findings(engines: dict[str, list[Call]], routers: list[dict[str, Any]]) -> F
                     strange.append(f"{router} read {reading} on {rid}, which the gauge never said then")
                     break
                 at += 1
-    return Findings(under, named, after, unmatched, strange, failed, max_held, loads, unloads, nothing)
+    return Findings(
+        under, named, after, unmatched, strange, failed, max_held, max_names, loads, unloads, nothing
+    )
 
 
 def _gave(answer: list[str] | None, reading: list[str]) -> bool:

@@ -28,7 +28,7 @@ from lorafleet_fleet import (
 from lorafleet_serve import Config, ReplicaConfig, RouterServer
 from lorafleet_standin import StandInServer
 
-from conftest import calls_reach, eventually, quiet
+from conftest import calls_reach, eventually, quiet, settled
 
 pytestmark = [pytest.mark.anyio, pytest.mark.usefixtures("no_task_left_running")]
 
@@ -104,6 +104,8 @@ async def test_counts_per_adapter_after_a_known_sequence(
         async with fleet.acquire(replica, "a3", adapters["a3"]) as held:
             assert held.how is How.HIT
         quiet(fleet)
+        # A victim's unload goes out once the load that took its room has landed: after the grant.
+        await eventually(lambda: settled(fleet))
 
         stats = fleet.adapter_statistics()
         loads, unloads = calls(standin, "load"), calls(standin, "unload")

@@ -20,7 +20,7 @@ from lorafleet_fleet import (
     Replica,
     ReplicaError,
 )
-from lorafleet_standin import StandInServer
+from lorafleet_standin import Memory, StandInServer
 
 from conftest import calls_reach, eventually, quiet, settled
 
@@ -37,20 +37,6 @@ def lora_calls(server: StandInServer) -> list[tuple[str, str]]:
     """The loads and unloads the stand-in received, in the order they came: ("load", name)..."""
     routes = {"/v1/load_lora_adapter": LOAD, "/v1/unload_lora_adapter": UNLOAD}
     return [(routes[c.path], c.body["lora_name"]) for c in server.app.calls if c.path in routes]
-
-
-def most_held(server: StandInServer) -> int:
-    """The most adapters the stand-in held at once, replaying its loads and unloads in the order they
-    came (a load counts from when it came, whatever its answer)."""
-    held: set[str] = set()
-    most = 0
-    for route, name in lora_calls(server):
-        if route == LOAD:
-            held.add(name)
-        else:
-            held.discard(name)
-        most = max(most, len(held))
-    return most
 
 
 async def test_cold_load_then_hit(fleet_type: type[Fleet], standin: StandInServer, adapter_dir: Path) -> None:
@@ -92,8 +78,9 @@ async def test_many_requests_for_one_cold_adapter_make_one_load(
 async def test_least_recently_used_is_evicted_at_the_limit(
     fleet_type: type[Fleet], standin: StandInServer, adapter_dir: Path
 ) -> None:
-    """[evict], [settle]: a cold load at the limit goes out at once; once it has landed, the least
-    recently used idle adapter is unloaded, and the replica is back at its limit."""
+    """[evict]: a cold load at the limit goes out at once, taking the least recently used idle adapter
+    as its victim (whatever its demand); the victim's name is unloaded once the load has landed, and
+    the replica is back at its limit."""
     r = replica(standin, limit=2)
     async with fleet_type() as fleet:
         await fleet.sync_unknown([r])
@@ -111,17 +98,18 @@ async def test_least_recently_used_is_evicted_at_the_limit(
 async def test_an_adapter_in_use_is_never_evicted(
     fleet_type: type[Fleet], standin: StandInServer, adapter_dir: Path
 ) -> None:
-    """[evict], [settle]: a load that lands with every adapter in use unloads nothing (the replica
-    stays over its limit); a later load, once they are idle, brings it back to its limit."""
+    """[evict], [settle]: a load with every adapter in use takes no victim and unloads nothing when it
+    lands: the replica goes over its limit, into its headroom (2: the shipped 0 would queue a1, [cap]);
+    a later load, once they are idle, takes both as victims and brings it back to its limit."""
     r = replica(standin, limit=1)
-    async with fleet_type() as fleet:
+    async with fleet_type(headroom=2) as fleet:
         await fleet.sync_unknown([r])
         async with (
             fleet.acquire(r, "a0", str(adapter_dir / "a0")),
             fleet.acquire(r, "a1", str(adapter_dir / "a1")) as lease,
         ):
             assert lease.how is How.LOADED
-            # The unloads a landing load makes go out with its grant: none did.
+            # A victim leaves held as its load goes out, and is unloaded with its grant: none was.
             assert fleet.statistics().replicas["r0"].unloading == ()
             assert fleet.statistics().replicas["r0"].held == {"a0": 1, "a1": 1}  # over the limit instead
         async with fleet.acquire(r, "a2", str(adapter_dir / "a2")):
@@ -134,14 +122,16 @@ async def test_an_adapter_in_use_is_never_evicted(
     assert sorted(calls[3:]) == [(UNLOAD, "a0"), (UNLOAD, "a1")]  # out together, in either order
 
 
-@pytest.mark.parametrize("headroom", [HEADROOM, 0])
+@pytest.mark.parametrize("headroom", [2, HEADROOM])
 async def test_a_cold_load_at_the_limit_lands_before_the_excess_goes(
-    fleet_type: type[Fleet], standin: StandInServer, adapter_dir: Path, headroom: int
+    fleet_type: type[Fleet], serve: Callable[..., StandInServer], adapter_dir: Path, headroom: int
 ) -> None:
-    """[settle]: with headroom, a cold load at the limit goes out at once, the replica is one over its
-    limit while the load runs, and the least recently used idle adapter goes once the load has landed.
-    With headroom 0 the bound is the limit itself: the victim is unloaded first and the load waits for
-    it, so the replica is never over its limit ([evict] as it was before [settle])."""
+    """[evict]: a cold load at the limit goes out at once, headroom or not, and takes the least
+    recently used idle adapter as its victim as it goes: a0 leaves held then (no request may use it),
+    and its name is unloaded only once the load has landed. The engine, whose memory is the limit
+    (--max-cpu-loras 2), drops a0 itself to make room for a2, so it never holds more than the limit
+    and drops nothing the router still holds (SPEC.md §3.16)."""
+    standin = serve(max_cpu_loras=2)
     r = replica(standin, limit=2)
     granted: list[How] = []
 
@@ -154,37 +144,25 @@ async def test_a_cold_load_at_the_limit_lands_before_the_excess_goes(
         for name in ("a0", "a1"):
             async with fleet.acquire(r, name, str(adapter_dir / name)):
                 pass
-        standin.app.hang(LOAD if headroom else UNLOAD)
+        standin.app.hang(LOAD)
         async with anyio.create_task_group() as tasks:
             tasks.start_soon(cold)
-            if headroom:
-                await calls_reach(standin, LOAD, 3)
-                stats = fleet.statistics().replicas
-                # The load runs; nothing is unloaded while it does: the engine holds a0, a1 and gets a2.
-                assert (stats["r0"].held, stats["r0"].loading, stats["r0"].unloading) == (
-                    {"a0": 0, "a1": 0},
-                    ("a2",),
-                    (),
-                )
-                assert standin.app.calls_to(UNLOAD) == []
-            else:
-                await calls_reach(standin, UNLOAD, 1)
-                stats = fleet.statistics().replicas
-                # a0 is being unloaded; a2's load waits for it.
-                assert (stats["r0"].held, stats["r0"].loading, stats["r0"].unloading) == (
-                    {"a1": 0},
-                    ("a2",),
-                    ("a0",),
-                )
-                assert len(standin.app.calls_to(LOAD)) == 2
+            await calls_reach(standin, LOAD, 3)
+            stats = fleet.statistics().replicas
+            # The load runs; its victim a0 is chosen, but its name is not unloaded while it does.
+            assert (stats["r0"].held, stats["r0"].loading, stats["r0"].unloading) == (
+                {"a1": 0},
+                ("a2",),
+                ("a0",),
+            )
+            assert standin.app.calls_to(UNLOAD) == []
             standin.app.release()
         assert granted == [How.LOADED]
         quiet(fleet)
         await eventually(lambda: settled(fleet))
         assert fleet.statistics().replicas["r0"].held == {"a1": 0, "a2": 0}
-    last = [(LOAD, "a2"), (UNLOAD, "a0")] if headroom else [(UNLOAD, "a0"), (LOAD, "a2")]
-    assert lora_calls(standin) == [(LOAD, "a0"), (LOAD, "a1"), *last]
-    assert most_held(standin) == (3 if headroom else 2)
+    assert lora_calls(standin) == [(LOAD, "a0"), (LOAD, "a1"), (LOAD, "a2"), (UNLOAD, "a0")]
+    assert standin.app.memory() == Memory(most=2, drops=0, rereads=0)
     assert sorted(standin.app.adapters) == ["a1", "a2"]
 
 
@@ -192,9 +170,9 @@ async def test_a_cold_load_at_the_limit_lands_before_the_excess_goes(
 async def test_a_load_that_fails_evicts_nothing(
     fleet_type: type[Fleet], standin: StandInServer, adapter_dir: Path, fault: str
 ) -> None:
-    """[settle]: the excess goes once a load has landed, so a load the engine refuses, as the adapter's
-    fault or the replica's, leaves the replica as it was, at its limit; the next load that lands
-    unloads as usual."""
+    """[load-outcome]: a load the engine refuses, as the adapter's fault or the replica's, spares the
+    victim it took as it went out (a0, held again and idle where it was), so the replica is left as it
+    was, at its limit; the next load that lands takes a0 again and unloads it as usual."""
     r = replica(standin, limit=2)
     async with fleet_type() as fleet:
         await fleet.sync_unknown([r])
@@ -362,7 +340,7 @@ async def test_two_routers_converge_through_listings(
             pass
         async with one.acquire(reps[1], "a3", str(adapter_dir / "a3")):
             pass
-        await eventually(lambda: settled(one))  # a3's load landed, then the excess went
+        await eventually(lambda: settled(one))  # a3's load landed, then its victim's name went
         assert lora_calls(servers[1]) == [(LOAD, "a1"), (LOAD, "a2"), (LOAD, "a3"), (UNLOAD, "a1")]
         quiet(one)
         quiet(two)
@@ -473,7 +451,7 @@ async def test_prometheus_metrics(fleet_type: type[Fleet], standin: StandInServe
         for name in ("a0", "a0", "a1"):
             async with fleet.acquire(r, name, str(adapter_dir / name)):
                 pass
-        await eventually(lambda: settled(fleet))  # a1's load landed, then a0 was unloaded
+        await eventually(lambda: settled(fleet))  # a1's load landed, then its victim a0 was unloaded
 
     def value(name: str, **labels: str) -> float | None:
         return registry.get_sample_value(name, labels)
@@ -499,7 +477,7 @@ async def test_every_version_family(
         server.app.register("a1", str(adapter_dir / "a1"))  # the load will hear "already loaded"
         async with fleet.acquire(r, "a1", str(adapter_dir / "a1")) as lease:
             assert lease.how is How.LOADED
-        await eventually(lambda: settled(fleet))  # a1 landed, then a0 was unloaded ([settle])
+        await eventually(lambda: settled(fleet))  # a1 landed, then its victim a0 was unloaded ([evict])
         assert fleet.statistics().evictions == {("tiny", "not_found"): 1}
         assert fleet.statistics().loads[("tiny", "already_loaded")] == 1
         if version != "0.6":  # 0.6 reads adapter files only at the first request
@@ -507,7 +485,8 @@ async def test_every_version_family(
                 async with fleet.acquire(r, "big", str(adapter_dir / "rank64")):
                     pass
             await eventually(lambda: settled(fleet))
-            assert fleet.statistics().evictions == {("tiny", "not_found"): 1}  # a failed load evicts nothing
+            # A failed load evicts nothing: its victim, a1, is spared ([load-outcome]).
+            assert fleet.statistics().evictions == {("tiny", "not_found"): 1}
             assert fleet.statistics().replicas["r0"].held == {"a1": 0}
         quiet(fleet)
 

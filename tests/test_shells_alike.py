@@ -67,12 +67,12 @@ def test_both_shells_make_the_same_engine_calls_for_the_same_script(
         (load, "a0"),
         (load, "a1"),
         (load, "a2"),
-        (unload, "a1"),  # a0 was used after a1, and asked for twice
+        (unload, "a1"),  # a0 was used after a1
         (load, "a3"),
-        (unload, "a2"),  # in less demand than a0, though used since
+        (unload, "a0"),  # the least recently used, though asked for twice
         (load, "a1"),
-        (unload, "a3"),  # a1 is in use as its load lands: a3, asked for once, goes
+        (unload, "a2"),  # a3 was used after a2
         (load, "big"),  # refused: it evicts nothing
         (load, "a4"),
-        (unload, "a0"),  # a0 and a1 were each asked for twice: the least recently used goes
+        (unload, "a3"),  # a1 was used after a3
     ]

@@ -172,13 +172,17 @@ def test_a_listing_naming_an_empty_adapter_is_refused_before_anything_changes() 
 
 
 def test_engine_failures_are_events_not_exceptions() -> None:
-    """A failed unload, then a failed load (headroom 0: b's load waits for a's unload)."""
+    """A failed unload of the victim b's landing let go, then a failed load of c."""
     s = Scenario.with_replicas(("r", 1), headroom=0)
     s.load("r", "a")
     s(lf.Released(ticket=1))
     t, commands = s.request("r", "b")
-    (unload,) = unloads(commands)
-    (load,) = loads(s(lf.UnloadFinished(unload=unload.unload, outcome=UnloadOutcome.FAILED, message="500")))
+    (load,) = loads(commands)
+    (unload,) = unloads(s(lf.LoadFinished(load=load.load, outcome=LoadOutcome.LOADED)))
+    assert s(lf.UnloadFinished(unload=unload.unload, outcome=UnloadOutcome.FAILED, message="500")) == []
+    s(lf.Released(ticket=t))
+    t, commands = s.request("r", "c")
+    (load,) = loads(commands)
     assert s(lf.LoadFinished(load=load.load, outcome=LoadOutcome.REPLICA_FAULT, message="refused")) == [
         lf.Fail(ticket=t, fault=lf.Fault.REPLICA, message="refused")
     ]

@@ -422,24 +422,6 @@ def test_pin_an_unpin_leaves_a_pins_load_going_and_it_lands_idle() -> None:
 # -- settings the search rarely decides with: half_life, refusal ----------------------------------
 
 
-def test_evict_with_a_short_half_life_forgets_demand_and_takes_the_least_recently_used() -> None:
-    """[evict], ``half_life`` 2: the second request halves every demand count, so a's one request is
-    forgotten and a, first in ``idle``, is the victim. Misreading: ``half_life`` ignored (500), and
-    b, in less demand than a, goes."""
-    s = Scenario.configured(half_life=2)
-    s.expect(ReplicaAdded(replica="r", model="base", limit=2), ReadListing(listing=1, replica="r"))
-    s.expect(ListingReceived(listing=1, adapters=("a", "b")), MarkMet(replica="r"))
-    s.expect(ReplicaAdded(replica="q", model="base", limit=2), ReadListing(listing=2, replica="q"))
-    s.expect(ListingReceived(listing=2, adapters=()), MarkMet(replica="q"))
-    s.load("q", "a")  # a's demand: 1
-    c, commands = s.request("r", "c")  # the second request: every count halved, a's to 0
-    s.expect(
-        landed(loads(commands)[0]),
-        Grant(ticket=c, how=How.LOADED),
-        IssueUnload(unload=5, replica="r", adapter="a"),
-    )
-
-
 def test_refuse_lasts_refusal_seconds() -> None:
     """[refuse], ``refusal`` 60: a request 59 s after the refusal fails at once, one at 60 s loads.
     Misreading: ``refusal`` ignored (900)."""
