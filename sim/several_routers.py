@@ -62,7 +62,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     for routers in args.counts:
         args.routers = routers
         workloads = [_cli._workload(args, seed) for seed in seeds]
-        fleet = _cli._fleet(args, args.limit)
+        fleet = _cli._fleet(args, args.memory)
         for name in names:
             for mode, read_engine in MODES.items():
                 together = attrs.evolve(fleet, read_engine=read_engine)

@@ -51,7 +51,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     for routers in [1, *args.counts]:
         args.routers = routers
         workloads = [_cli._workload(args, seed) for seed in seeds]
-        fleet = _cli._fleet(args, args.limit)
+        fleet = _cli._fleet(args, args.memory)
         for told in sorted({1, routers}):
             shared = attrs.evolve(fleet, settings={**fleet.settings, "routers": told})
             runs[routers, told] = [

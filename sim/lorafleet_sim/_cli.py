@@ -84,7 +84,32 @@ def parser() -> argparse.ArgumentParser:
     positive_int = _number(int, "an integer", 1)
     positive = _number(float, "a number", 0.0, above=True)
     p.add_argument("--replicas", type=positive_int, default=8, help="vLLM replicas (default 8)")
-    p.add_argument("--limit", type=positive_int, default=4, help="adapters a replica may hold (default 4)")
+    p.add_argument(
+        "--max-cpu-loras",
+        dest="memory",
+        type=positive_int,
+        default=8,
+        help="adapters each engine keeps in memory, vLLM's --max-cpu-loras, for every policy (default 8)",
+    )
+    p.add_argument(
+        "--max-loras",
+        type=positive_int,
+        default=8,
+        help="distinct adapters one batch of an engine may use, vLLM's --max-loras (default 8)",
+    )
+    p.add_argument(
+        "--limit",
+        type=positive_int,
+        help=(
+            "the limit every router's machine gives a replica (default: what fits --max-cpu-loras with "
+            "the machine's headroom and routers, lorafleet.limit_for)"
+        ),
+    )
+    p.add_argument(
+        "--frees",
+        action="store_true",
+        help="an unload frees the adapter's memory (vLLM's Python frontend, through 0.34, frees none)",
+    )
     p.add_argument("--adapters", type=positive_int, default=200, help="distinct adapters (default 200)")
     p.add_argument(
         "--skew", type=_number(float, "a number", 0.0), default=1.0, help="Zipf exponent (default 1.0)"
@@ -97,7 +122,10 @@ def parser() -> argparse.ArgumentParser:
         "--service", type=positive, default=0.5, help="mean service seconds, exponential (default 0.5)"
     )
     p.add_argument(
-        "--load", type=_number(float, "a number", 0.0), default=0.2, help="seconds a load takes (default 0.2)"
+        "--load",
+        type=_number(float, "a number", 0.0),
+        default=0.02,
+        help="seconds a read of an adapter from disk takes, stalling its engine (default 0.02)",
     )
     p.add_argument("--requests", type=positive_int, default=50_000, help="requests per run (default 50000)")
     p.add_argument("--seed", type=_number(int, "an integer", 0), default=1, help="first seed (default 1)")
@@ -194,6 +222,18 @@ def parser() -> argparse.ArgumentParser:
         help="a cold adapter takes this share of requests from 40%% to 50%% of the run (default 0.3)",
     )
     p.add_argument(
+        "--swing",
+        type=_share,
+        nargs="?",
+        const=0.5,
+        help="a daily swing: the rate rises and falls by this share over the run, one period (default 0.5)",
+    )
+    p.add_argument(
+        "--bursts",
+        action="store_true",
+        help="Markov-modulated bursts: now and then the rate doubles for one adapter's extra requests",
+    )
+    p.add_argument(
         "--restarts", type=_number(int, "an integer", 0), default=0, help="replica restarts (default 0)"
     )
     p.add_argument("--out", type=Path, help="write the results, as markdown, to this file")
@@ -209,7 +249,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--plot",
         type=Path,
-        help="also sweep the limit and plot loads and load latency per policy (matplotlib)",
+        help="also sweep --max-cpu-loras and plot loads and load latency per policy (matplotlib)",
     )
     return p
 
@@ -228,8 +268,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.out is not None:
             args.out.write_text(text, encoding="utf-8")
         return 0
-    if args.trace is not None and (args.shift or args.flash is not None):
-        p.error("--shift and --flash shape the synthetic stream; they do not apply to --trace")
+    if args.trace is not None and (args.shift or args.flash is not None or args.swing or args.bursts):
+        p.error(
+            "--shift, --flash, --swing and --bursts shape the synthetic stream; they do not apply to --trace"
+        )
+    if args.memory < args.max_loras:
+        p.error(
+            f"--max-cpu-loras {args.memory} is below --max-loras {args.max_loras}: vLLM does not start so "
+            "(max_cpu_loras must be >= max_loras)"
+        )
     pyplot = None
     if args.plot is not None:
         try:
@@ -244,7 +291,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         workloads = [_workload(args, seed) for seed in seeds]
     except WorkloadError as exc:
         p.exit(2, f"{PROG}: error: {exc}\n")
-    fleet = _fleet(args, args.limit)
+    try:
+        fleet = _fleet(args, args.memory)
+        for name in names:
+            fleet.limit_of(0, KNOWN[name])
+    except ValueError as exc:
+        p.exit(2, f"{PROG}: error: {exc}\n")
     runs = {
         name: [simulate(w, fleet, KNOWN[name], seed=s) for s, w in zip(seeds, workloads, strict=True)]
         for name in names
@@ -280,13 +332,18 @@ def _workload(args: argparse.Namespace, seed: int) -> Workload:
         shift=args.shift,
         flash=args.flash,
         restarts=args.restarts,
+        swing=args.swing,
+        bursts=args.bursts,
     ).generate(seed)
 
 
-def _fleet(args: argparse.Namespace, limit: int) -> Fleet:
+def _fleet(args: argparse.Namespace, memory: int) -> Fleet:
     return Fleet(
         replicas=args.replicas,
-        limit=limit,
+        memory=memory,
+        max_loras=min(args.max_loras, memory),
+        limit=args.limit,
+        frees=args.frees,
         concurrency=args.concurrency,
         load_time=args.load,
         routers=args.routers,
@@ -321,6 +378,8 @@ COLUMNS = (
     ("x Belady", "{:.3f}"),
     ("copies /1k", "{:.1f}"),
     ("404s /1k", "{:.1f}"),
+    ("re-reads /1k", "{:.1f}"),
+    ("drops /1k", "{:.1f}"),
     ("unloads under others", "{:.1f}"),
     ("under own", "{:.1f}"),
 )
@@ -349,6 +408,8 @@ def rows(runs: dict[str, list[Figures]]) -> list[list[str]]:
             _mean([f.belady_ratio for f in figures]),
             _mean([f.per_1k(f.copies) for f in figures]),
             _mean([f.per_1k(f.missing) for f in figures]),
+            _mean([f.per_1k(f.rereads) for f in figures]),
+            _mean([f.per_1k(f.drops) for f in figures]),
             _mean([f.unloads_under_others for f in figures]),
             _mean([f.unloads_under_own for f in figures]),
         ]
@@ -371,16 +432,21 @@ def report(
             f"service exponential mean {args.service:g} s"
             + (", popularity shift half-way" if args.shift else "")
             + (f", flash crowd {args.flash:g} of requests from 40% to 50%" if args.flash is not None else "")
+            + (f", a swing of {args.swing:g} over the run" if args.swing else "")
+            + (", Markov-modulated bursts" if args.bursts else "")
         )
     lines = [
-        f"## {PROG}: {args.replicas} replicas of limit {args.limit}, {args.routers} router(s)",
+        f"## {PROG}: {args.replicas} replicas of --max-cpu-loras {args.memory}, {args.routers} router(s)",
         "",
         f"Command: `{' '.join([PROG, *(shlex.quote(a) for a in argv)])}`",
         "",
         f"Machine: {_machine()}. Run time: {elapsed:.1f} s for {len(runs)} policies x {len(first)} seed(s).",
         "",
-        f"Workload: {workload}; {args.replicas} replicas running {args.concurrency} requests at once, "
-        f"loads of {args.load:g} s"
+        f"Workload: {workload}; {args.replicas} vLLM replicas running {args.concurrency} requests at once "
+        f"of at most {args.max_loras} adapters, each keeping {args.memory} in memory"
+        + (f" (every machine's limit {args.limit})" if args.limit is not None else "")
+        + (", unloads freeing memory" if args.frees else "")
+        + f", loads of {args.load:g} s"
         + (f", {args.restarts} replica restarts" if args.restarts else "")
         + (f", {args.routers} routers listing every {args.listing_interval:g} s" if args.routers > 1 else "")
         + _reads(args, "each")
@@ -395,7 +461,10 @@ def report(
         "",
         f"Compulsory loads (distinct adapters asked for): {compulsory:.1f} /1k. Belady: MIN on each "
         "replica's own request sequence with the capacity the policy had there at each request, "
-        "a lower bound for that routing; x Belady is the policy's loads over it. Copies: loads of an "
+        "a lower bound for that routing; x Belady is the policy's loads over it. Loads: every read of "
+        "an adapter from disk, re-reads included (an engine reading back inside a step an adapter its "
+        "memory dropped while it was registered); drops: adapters an engine's memory dropped while "
+        "registered. Copies: loads of an "
         "adapter another replica held. Wait: arrival to start of service. Unloads under others (own): "
         "unloads per run of an adapter another router (the unloading router) had requests running or "
         "waiting on there.",
@@ -413,7 +482,8 @@ def sweep_preamble(
         "",
         f"Machine: {_machine()}. Run time: {elapsed:.1f} s for {runs} runs x {args.seeds} seed(s).",
         "",
-        f"Fleet: {args.replicas} replicas of limit {args.limit} running {args.concurrency} requests at once, "
+        f"Fleet: {args.replicas} replicas of --max-cpu-loras {args.memory} and --max-loras {args.max_loras} "
+        f"running {args.concurrency} requests at once, "
         f"loads of {args.load:g} s, listings every {args.listing_interval:g} s"
         + _reads(args, "each router")
         + _settings(args)
@@ -480,8 +550,8 @@ def _machine() -> str:
 def _sweep(
     args: argparse.Namespace, names: list[str], seeds: list[int], workloads: list[Workload]
 ) -> dict[int, dict[str, tuple[float, float]]]:
-    """Loads per 1,000 requests and mean load latency (ms) per policy, for each limit of the sweep."""
-    limits = sorted({k for k in PLOT_LIMITS if k <= args.adapters} | {args.limit})
+    """Loads per 1,000 requests and mean load latency (ms) per policy, for each memory of the sweep."""
+    limits = sorted({k for k in PLOT_LIMITS if k <= args.adapters} | {args.memory})
     sweep: dict[int, dict[str, tuple[float, float]]] = {}
     for limit in limits:
         fleet = _fleet(args, limit)
@@ -492,19 +562,19 @@ def _sweep(
                 _mean([f.per_1k(f.loads) for f in figures]),
                 1000 * _mean([f.load_wait_mean for f in figures]),
             )
-        sys.stderr.write(f"plot: limit {limit} done\n")
+        sys.stderr.write(f"plot: --max-cpu-loras {limit} done\n")
     return sweep
 
 
 def sweep_table(sweep: dict[int, dict[str, tuple[float, float]]], path: Path, elapsed: float) -> str:
-    """The plotted figures as markdown: loads/1k and the latency loads add (ms), per limit and policy."""
+    """The plotted figures as markdown: loads/1k and the latency loads add (ms), per memory and policy."""
     names = list(next(iter(sweep.values())))
     lines = [
         "",
         f"Plot {path} ({elapsed:.1f} s): loads per 1,000 requests / mean ms that loads added to a request, "
-        "by limit.",
+        "by --max-cpu-loras.",
         "",
-        "| limit | " + " | ".join(names) + " |",
+        "| max-cpu-loras | " + " | ".join(names) + " |",
         "|" + "|".join("---" for _ in range(len(names) + 1)) + "|",
     ]
     for limit, figures in sweep.items():
@@ -526,9 +596,11 @@ def _draw(pyplot: Any, sweep: dict[int, dict[str, tuple[float, float]]], args: a
     for name in names:
         loads.plot(limits, [sweep[k][name][0] for k in limits], marker="o", label=name)
         latency.plot(limits, [sweep[k][name][1] for k in limits], marker="o", label=name)
-    loads.set(xlabel="limit (adapters per replica)", ylabel="loads per 1,000 requests", title="Loads")
+    loads.set(
+        xlabel="--max-cpu-loras (adapters per engine)", ylabel="loads per 1,000 requests", title="Loads"
+    )
     latency.set(
-        xlabel="limit (adapters per replica)",
+        xlabel="--max-cpu-loras (adapters per engine)",
         ylabel="ms per request",
         title="Latency loads add (arrival to grant, mean)",
     )

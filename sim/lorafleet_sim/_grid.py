@@ -1,15 +1,14 @@
 """``lorafleet simulate --grid``: lorafleet as it ships against the baselines, over a grid of workloads.
 
-Each row of the grid changes the calibration workload in one way (issue 17's list); each runs every
-seed with lorafleet's routers made as ``Fleet()`` makes them and the baselines as they come, on the
-same requests. The table gives what each cost, and for lorafleet whether it met each target.
+Each row of the grid changes the calibration workload in one way; each runs every seed with
+lorafleet's routers made as ``Fleet()`` makes them and the baselines as they come, on the same
+requests and the same vLLM engines: the same memory (``--max-cpu-loras``) and batch (``--max-loras``)
+for every policy. The table gives what each cost, and for lorafleet whether it met each target.
 """
 
 from __future__ import annotations
 
-import math
 import os
-import statistics
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -47,9 +46,10 @@ CALIBRATION_WORKLOAD: Mapping[str, Any] = {
 }
 CALIBRATION_FLEET: Mapping[str, Any] = {
     "replicas": 8,
-    "limit": 4,
+    "memory": 8,
+    "max_loras": 8,
     "concurrency": 8,
-    "load_time": 0.2,
+    "load_time": 0.02,
     "read_latency": READ_LATENCY,
 }
 ROWS = (
@@ -57,12 +57,17 @@ ROWS = (
     Row("skew 0.6", {"skew": 0.6}),
     Row("skew 1.4", {"skew": 1.4}),
     Row("1,000 adapters", {"adapters": 1000}),
-    Row("limit 2", fleet={"limit": 2}),
-    Row("limit 8", fleet={"limit": 8}),
+    Row("memory 4", fleet={"memory": 4, "max_loras": 4}),
+    Row("memory 16", fleet={"memory": 16, "max_loras": 16}),
+    Row("max_loras 4", fleet={"max_loras": 4}),
     Row("flash crowd 0.3", {"flash": 0.3}),
-    Row("shift, skew 1.2, limit 8", {"skew": 1.2, "shift": True}, {"limit": 8}),
+    Row("shift, skew 1.2, memory 16", {"skew": 1.2, "shift": True}, {"memory": 16, "max_loras": 16}),
     Row("90 % busy", {"rate": 115.2}),
-    Row("limits 2,2,4,4,4,4,6,6", fleet={"limits": (2, 2, 4, 4, 4, 4, 6, 6)}),
+    Row("daily swing 0.5", {"swing": 0.5}),
+    Row("bursts", {"bursts": True}),
+    Row("300 adapters, 6 replicas", {"adapters": 300, "replicas": 6, "rate": 57.6}, {"replicas": 6}),
+    Row("memories 4,4,8,8,8,8,12,12", fleet={"memories": (4, 4, 8, 8, 8, 8, 12, 12), "max_loras": 4}),
+    Row("unloads free memory", fleet={"frees": True}),
     Row("3 routers", {"routers": 3}, {"routers": 3}),
     # The same, with every router's machine told how many routers there are ([share]), as
     # docs/routers.md has an operator set it: Fleet(routers=3), [fleet] routers = 3.
@@ -130,31 +135,32 @@ class Verdict:
     detail: str
 
 
+LEAST = "least-loaded-engine"
+"""The least-loaded baseline the p99 target compares with."""
+UNBOUNDED = frozenset({"consistent-hash"})
+"""Shown, but no baseline for the targets: with no load bound, one replica takes the hottest adapters'
+whole load (imbalance about 2, waits of seconds): few loads, at a price no one pays."""
+
+
 def verdicts(outcome: Outcome) -> list[Verdict]:
-    """lorafleet's targets on one row (issue 17): wait mean and p99, loads, imbalance, the shift."""
+    """lorafleet's targets on one row (issue 31): loads, wait mean and p99, and no engine drops."""
     runs = outcome.runs
     ours = runs["lorafleet"]
-    baselines = {name: figures for name, figures in runs.items() if name != "lorafleet"}
+    baselines = {
+        name: figures for name, figures in runs.items() if name != "lorafleet" and name not in UNBOUNDED
+    }
     out: list[Verdict] = []
+    best_loads = min(baselines, key=lambda n: _mean([f.loads for f in baselines[n]]))
+    ratio = _mean([f.loads for f in ours]) / _mean([f.loads for f in baselines[best_loads]])
+    out.append(Verdict("loads <= 0.97x best", ratio <= 0.97, f"{ratio:.3f}x {best_loads}"))
     best_wait = min(baselines, key=lambda n: _mean([f.wait_mean for f in baselines[n]]))
     mean, best = _mean([f.wait_mean for f in ours]), _mean([f.wait_mean for f in baselines[best_wait]])
-    out.append(Verdict("wait mean <= 1.1x best", mean <= 1.1 * best, f"{mean / best:.2f}x {best_wait}"))
+    out.append(Verdict("wait mean <= 1.0x best", mean <= best, f"{mean / best:.2f}x {best_wait}"))
     p99 = _mean([f.wait_p99 for f in ours])
-    least = _mean([f.wait_p99 for f in runs["least-loaded"]])
-    out.append(Verdict("p99 <= 1.1x least-loaded", p99 <= 1.1 * least, f"{p99 / least:.2f}x"))
-    best_loads = min(baselines, key=lambda n: _mean([f.loads for f in baselines[n]]))
-    diffs = [f.loads - b.loads for f, b in zip(ours, baselines[best_loads], strict=True)]
-    noise = 2 * statistics.stdev(diffs) / math.sqrt(len(diffs)) if len(diffs) > 1 else 0.0
-    ratio = _mean([f.loads for f in ours]) / _mean([f.loads for f in baselines[best_loads]])
-    out.append(Verdict("loads <= best", _mean(diffs) <= noise, f"{ratio:.3f}x {best_loads}"))
-    if outcome.row.name == "calibration":
-        cut = 1 - _mean([f.loads for f in ours]) / _mean([f.loads for f in runs["least-loaded"]])
-        out.append(Verdict(">= 47% fewer than least-loaded", cut >= 0.47, f"{100 * cut:.1f}%"))
-    imbalance = _mean([f.imbalance for f in ours])
-    out.append(Verdict("imbalance <= 1.05", imbalance <= 1.05, f"{imbalance:.3f}"))
-    if outcome.row.workload.get("shift"):
-        window = _mean(outcome.windows["lorafleet"]) / _mean(outcome.windows["holders-first-lru"])
-        out.append(Verdict("shift window <= 1.05x holders-first-lru", window <= 1.05, f"{window:.3f}x"))
+    least = _mean([f.wait_p99 for f in runs[LEAST]])
+    out.append(Verdict(f"p99 <= 1.1x {LEAST}", p99 <= 1.1 * least, f"{p99 / least:.2f}x"))
+    drops = _mean([f.per_1k(f.drops) for f in ours])
+    out.append(Verdict("engine drops = 0", drops == 0, f"{drops:.2f}/1k"))
     return out
 
 
@@ -162,10 +168,11 @@ COLUMNS = (
     "row",
     "policy",
     "loads/1k",
+    "re-reads/1k",
+    "drops/1k",
     "wait mean ms",
     "wait p99 ms",
     "imbalance",
-    "reloads<10s /1k",
     "window",
 )
 
@@ -180,10 +187,11 @@ def table(outcomes: Sequence[Outcome]) -> list[str]:
                 outcome.row.name if name == "lorafleet" else "",
                 name,
                 f"{_mean([f.per_1k(f.loads) for f in figures]):.1f}",
+                f"{_mean([f.per_1k(f.rereads) for f in figures]):.1f}",
+                f"{_mean([f.per_1k(f.drops) for f in figures]):.1f}",
                 f"{1000 * _mean([f.wait_mean for f in figures]):.1f}",
                 f"{1000 * _mean([f.wait_p99 for f in figures]):.1f}",
                 f"{_mean([f.imbalance for f in figures]):.3f}",
-                f"{_mean([f.per_1k(f.reloads) for f in figures]):.1f}",
                 f"{_mean(window):.1f}" if outcome.row.workload.get("shift") else "",
             ]
             lines.append("| " + " | ".join(cells) + " |")
@@ -230,26 +238,35 @@ def main(requests: int, seeds: Sequence[int], command: str, machine: str) -> str
         f"time: {elapsed:.0f} s for {len(outcomes)} workloads x {1 + len(GRID_BASELINES)} policies x "
         f"{len(seeds)} seeds.",
         "",
-        "Every workload is the calibration one (8 replicas of limit 4, each running 8 requests at once, "
-        "Zipf(1) over 200 adapters, Poisson at 76.8/s, 60 % busy, service exponential mean 0.5 s, loads "
-        f"of 0.2 s, one router) with the one change its row names; {requests} requests a run, seeds "
-        f"{seeds[0]}..{seeds[-1]}, figures are means over the seeds. lorafleet's routers are made as "
-        "`Fleet()` makes them (`lorafleet.FLEET_DEFAULTS`: told nothing of the replicas' concurrency, "
-        f"reading engines when the machine asks, each read answered {1000 * READ_LATENCY:g} ms later); "
-        "the baselines route by their own rule over the same machine with the core's defaults (no cap, "
-        "no reads): least-loaded, holders-first (spilling past C outstanding, which it is told) over "
-        "least recently used eviction (`-lru`) and over decayed request counts (`-lfu`), and bounded-load "
-        "consistent hashing (epsilon 0.25, LRU). Imbalance: the busiest replica's service time over the "
-        "mean's. The shift's window: loads in the tenth of the run's requests after the shift.",
+        "Every workload is the calibration one (8 vLLM replicas, each running 8 requests at once "
+        "(`--max-num-seqs`) of at most 8 adapters (`--max-loras`) and keeping 8 adapters in memory "
+        "(`--max-cpu-loras`), Zipf(1) over 200 adapters, Poisson at 76.8/s, 60 % busy, service "
+        "exponential mean 0.5 s, reads from disk of 0.02 s that stall their engine, one router) with "
+        f"the one change its row names; {requests} requests a run, seeds {seeds[0]}..{seeds[-1]}, "
+        "figures are means over the seeds. Every policy meets the same engines: their memory drops "
+        "the adapter used least recently when a load finds it full, an unload forgets the name only "
+        "(vLLM's Python frontend; the row 'unloads free memory' frees it too), and an adapter dropped "
+        "while registered is read back inside a step when a request needs it. lorafleet's routers are "
+        "made as `Fleet()` makes them (`lorafleet.FLEET_DEFAULTS`: limit = memory, headroom 0, told "
+        "nothing of the replicas' concurrency, reading engines when the machine asks, each read "
+        f"answered {1000 * READ_LATENCY:g} ms later). The baselines: holders-first (spilling past C "
+        "outstanding, which it is told) over a machine capped at the memory (headroom 0, no reads); and, "
+        "over engines that load adapters themselves (vLLM's filesystem resolver) and evict by their own "
+        "memory, least-loaded, consistent hashing on the adapter's name (vLLM's router), and "
+        "bounded-load consistent hashing (epsilon 0.25). Loads: every read from disk, re-reads "
+        "included; drops: adapters an engine dropped from memory while registered, but for a router's "
+        "victim unloaded after its load. Imbalance: the busiest replica's service time over the mean's. "
+        "The shift's window: loads in the tenth of the run's requests after the shift.",
         "",
         *table(outcomes),
         "",
-        f"lorafleet's targets (issue 17), {failed} missed:",
+        f"lorafleet's targets (issue 31), {failed} missed:",
         "",
         *verdict_table(outcomes),
         "",
-        "Loads <= best: the mean per-seed difference from the baseline with the fewest loads is within "
-        "two standard errors of zero, or below it.",
+        "Best: the baseline with the fewest loads, or the least mean wait; consistent hashing without a "
+        "load bound is shown but is no baseline for the targets: one replica takes the hottest "
+        "adapters' whole load, for waits of seconds.",
         "",
     ]
     return "\n".join(lines)

@@ -111,6 +111,24 @@ class _BoundedLoad:
         return first
 
 
+@attrs.define
+class _ConsistentHash:
+    """Consistent hashing on the adapter's name with no load bound: every request for an adapter goes
+    to its first replica in the hash order (vLLM's router keys its ``consistent_hash`` on a header
+    the client sets to the adapter), the next one only when that one was tried."""
+
+    router: RouterView
+    orders: dict[str, list[int]] = attrs.field(factory=dict)
+
+    def choose(self, adapter: str, candidates: Sequence[int], tried: frozenset[int]) -> int:
+        order = self.orders.get(adapter)
+        if order is None:
+            ids = self.router.ids
+            order = self.orders[adapter] = sorted(range(len(ids)), key=lambda i: _hash(adapter, ids[i]))
+        allowed = set(candidates)
+        return next(i for i in order if i in allowed)
+
+
 def _hash(adapter: str, replica: str) -> bytes:
     return hashlib.blake2b(f"{adapter}\0{replica}".encode(), digest_size=8).digest()
 
@@ -147,27 +165,54 @@ BASELINES: dict[str, Policy] = {
 LRU = {"half_life": 1}
 """Machine settings under which [evict] is least recently used: every demand count halves to 0 at once."""
 
-GRID_BASELINES: dict[str, Policy] = {
+ENGINE_BASELINES: dict[str, Policy] = {
     p.name: p
     for p in (
-        BASELINES["least-loaded"],
         Policy(
-            "holders-first-lru",
-            _HoldersFirst,
-            settings=LRU,
-            description="holders-first over a machine that evicts the least recently used (half_life=1)",
+            "least-loaded-engine",
+            lambda router, rng, c: _LeastLoaded(router, rng),
+            description=(
+                "the replica with the fewest requests out, over engines that load adapters themselves "
+                "and evict by their own memory's order (vLLM's router's load balancing over vLLM's resolver)"
+            ),
+            engine_loads=True,
         ),
         Policy(
-            "holders-first-lfu",
-            _HoldersFirst,
-            description="holders-first over a machine that evicts by decayed request counts (LFU-like)",
+            "consistent-hash",
+            lambda router, rng, c: _ConsistentHash(router),
+            description=(
+                "consistent hashing on the adapter's name over engines that load adapters themselves "
+                "and evict by their own memory's order (vLLM's router over vLLM's resolver)"
+            ),
+            engine_loads=True,
         ),
         Policy(
             "bounded-load",
             lambda router, rng, c: _BoundedLoad(router),
-            settings=LRU,
-            description="consistent hashing with bounded loads (epsilon 0.25) over an LRU machine",
+            description=(
+                "consistent hashing with bounded loads (epsilon 0.25) over engines that load adapters "
+                "themselves and evict by their own memory's order"
+            ),
+            engine_loads=True,
         ),
+    )
+}
+"""Policies that only pick a replica: the engines load and evict (vLLM's filesystem resolver)."""
+
+CAPPED = {"headroom": 0}
+"""Machine settings under which a replica never holds more than its limit, its engine's memory: a
+cold load with every adapter in use waits for one to end ([cap])."""
+
+GRID_BASELINES: dict[str, Policy] = {
+    p.name: p
+    for p in (
+        Policy(
+            "holders-first",
+            _HoldersFirst,
+            settings=CAPPED,
+            description="holders-first over a machine capped at the engines' memory",
+        ),
+        *ENGINE_BASELINES.values(),
     )
 }
 """The baselines ``lorafleet simulate --grid`` compares lorafleet with."""
@@ -179,6 +224,7 @@ def _lorafleet(router: RouterView, rng: random.Random, concurrency: int) -> _Pla
 
 POLICIES: dict[str, Policy] = {
     **BASELINES,
+    **ENGINE_BASELINES,
     "lorafleet": Policy(
         "lorafleet",
         _lorafleet,

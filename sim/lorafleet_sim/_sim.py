@@ -4,21 +4,27 @@ Virtual time only. Each router runs its own machine (the fleet's settings, with 
 them), fed ``TimeAdvanced`` with the virtual clock, ``hit`` on the warm path and ``handle`` for
 everything else. A baseline policy picks each request's replica and sends ``Requested``; lorafleet's
 sends ``Routed`` and the machine places it (``Assign``); the limit, the eviction, the cap and when to
-read an engine are the machine's alone. The simulator plays the shell (it carries out every command
-as a shell would, and decides nothing) and the engines:
+read an engine are the machine's alone. A policy over vLLM's own loading (``engine_loads``) runs no
+machine's loads: it only picks the replica, and the engine loads what it lacks itself (vLLM's
+filesystem resolver). The simulator plays the shell (it carries out every command as a shell would,
+and decides nothing) and the engines, each a vLLM replica as ``_engine.Engine`` describes it:
 
-- a replica runs at most ``concurrency`` requests at once, first come first served beyond that; a
-  request reaches it once its lease is granted, and keeps its lease until its service ends;
+- every engine has the same memory for every policy (``--max-cpu-loras``), dropping its least recently
+  used adapter when a load finds it full; an unload forgets the name and frees nothing (unless the
+  fleet ``frees``); an adapter a request needs that memory dropped is read from disk again;
+- its scheduler runs at most ``concurrency`` requests using at most ``max_loras`` distinct adapters,
+  first come first served among those that fit; a request reaches it once its lease is granted, and
+  keeps its lease until its service ends;
 - a load takes ``load_time``; loads of different adapters overlap and take no request slot; a load of
-  an adapter the engine is loading already waits for that one, and one of an adapter it holds is
-  answered "already loaded" at once; unloads are immediate;
-- a listing is answered at once with what the engine really holds; a request for an adapter the
-  engine does not hold is answered "no such model" (404), which the router reports as
+  an adapter the engine is loading already waits for that one, and one of an adapter it lists is
+  answered "already loaded" at once;
+- a listing is answered at once with the names the engine lists; a request for an adapter the
+  engine does not list is answered "no such model" (404), which the router reports as
   ``AdapterMissing`` before it releases the request and routes it again, elsewhere if it can;
 - the engine knows which adapters have requests running or waiting in its queue, from every router
-  (vLLM's ``vllm:lora_requests_info``), and how many requests it runs and queues; a ``ReadEngine``
-  (the machine asks for one with ``read_engine``) samples them when it is sent, and its answer
-  arrives ``read_latency`` seconds later (0: at once, like a listing), or fails (``read_failures``);
+  (vLLM's ``vllm:lora_requests_info``), how many requests it runs and queues, and its ``max_loras``; a
+  ``ReadEngine`` samples them when it is sent, and its answer arrives ``read_latency`` seconds later
+  (0: at once, like a listing), or fails (``read_failures``);
 - a restart empties the engine; loads in flight there fail (a replica fault: the waiters are routed
   again).
 
@@ -35,7 +41,6 @@ import enum
 import heapq
 import math
 import random
-from collections import deque
 from collections.abc import Mapping
 from typing import Any
 
@@ -68,13 +73,14 @@ from lorafleet import (
 )
 
 from ._belady import belady_loads
+from ._engine import Engine, Job
 from ._state import MODEL, Chooser, Policy, RouterView
 from ._workload import Workload
 
 RELOAD_WINDOW = 10.0
 """A load of an adapter evicted from the same replica at most this many seconds before is a reload."""
 
-_LOAD_DONE, _SERVICE_DONE, _TICK, _RESTART, _RETRY, _READ_DONE = range(6)
+_LOAD_DONE, _SERVICE_DONE, _TICK, _RESTART, _RETRY, _READ_DONE, _RESOLVED = range(7)
 
 
 class _Unset(enum.Enum):
@@ -88,13 +94,16 @@ for the baselines."""
 
 @attrs.frozen
 class Fleet:
-    """The simulated fleet.
+    """The simulated fleet: vLLM replicas that every policy meets alike, and the routers in front.
 
     Args:
         replicas: how many vLLM replicas.
-        limit: the most adapters each may hold (the machine's limit).
-        concurrency: the most requests each runs at once.
-        load_time: seconds a load takes.
+        memory: the adapters each engine keeps in memory (vLLM's ``--max-cpu-loras``), the same for
+            every policy. A router's machine gets the limit that fits it (``lorafleet.limit_for``,
+            with that machine's headroom and routers), unless ``limit`` says otherwise.
+        concurrency: the most requests each runs at once (``--max-num-seqs``).
+        load_time: seconds a read of an adapter from disk takes.
+        max_loras: the distinct adapters one batch may use (``--max-loras``); None: ``memory``.
         routers: how many routers, each with its own machine.
         listing_interval: seconds between two readings of a replica's listing.
         headroom, overflow, half_life, read_engine: the machine's settings of those names ([cap],
@@ -106,12 +115,15 @@ class Fleet:
         failed_read_drops: every failed read is answered as a reading that names nothing instead,
             as the Fleet did before [read-failed] (for comparison).
         settings: any other machine settings, by name, passed to every router's machine.
+        frees: an unload frees the adapter's memory (a frontend that calls ``remove_lora``; vLLM's
+            Python frontend, every version through 0.34, does not).
     """
 
     replicas: int
-    limit: int
+    memory: int
     concurrency: int
     load_time: float
+    max_loras: int | None = None
     routers: int = 1
     listing_interval: float = lorafleet.DEFAULT_LISTING_INTERVAL
     headroom: int | _Unset | None = UNSET
@@ -122,15 +134,28 @@ class Fleet:
     read_failures: float = 0.0
     failed_read_drops: bool = False
     settings: Mapping[str, Any] = attrs.field(factory=dict)
-    limits: tuple[int, ...] | None = None
-    """Each replica's limit, when they differ (``limit`` is then unused)."""
+    memories: tuple[int, ...] | None = None
+    """Each replica's memory, when they differ (``memory`` is then unused)."""
+    limit: int | None = None
+    """The limit every router's machine gives every replica, whatever fits the memory; None: what
+    fits (``lorafleet.limit_for``)."""
+    frees: bool = False
     tell_concurrency: bool = False
     """Give every router's machine the replicas' ``concurrency`` (a Fleet is told nothing of it)."""
 
-    def machine(self, policy: Policy) -> AdapterStateMachine:
-        """A router's machine: as its policy's routers ship it (lorafleet's as ``Fleet()`` makes it,
-        the baselines' with the core's defaults), with the fleet's settings that were given over it,
-        and those ``policy`` sets over them."""
+    def __attrs_post_init__(self) -> None:
+        for index in range(self.replicas):
+            if self.memory_of(index) < self.batch_of(index):
+                raise ValueError(
+                    f"replica {index}: --max-cpu-loras {self.memory_of(index)} is below --max-loras "
+                    f"{self.batch_of(index)}, and vLLM does not start so "
+                    "(max_cpu_loras must be >= max_loras)"
+                )
+
+    def settings_of(self, policy: Policy) -> dict[str, Any]:
+        """A router's machine settings: as its policy's routers ship them (lorafleet's as ``Fleet()``
+        makes them, the baselines' the core's defaults), with the fleet's settings that were given over
+        them, and those ``policy`` sets over them."""
         settings: dict[str, Any] = {"listing_interval": self.listing_interval}
         if policy.routes:
             settings.update(lorafleet.FLEET_DEFAULTS)
@@ -142,10 +167,28 @@ class Fleet:
             settings["concurrency"] = self.concurrency
         settings.update(self.settings)
         settings.update(policy.settings)
-        return AdapterStateMachine(**settings)
+        return settings
 
-    def limit_of(self, index: int) -> int:
-        return self.limit if self.limits is None else self.limits[index]
+    def machine(self, policy: Policy) -> AdapterStateMachine:
+        """A router's machine, made with ``settings_of(policy)``."""
+        return AdapterStateMachine(**self.settings_of(policy))
+
+    def memory_of(self, index: int) -> int:
+        return self.memory if self.memories is None else self.memories[index]
+
+    def batch_of(self, index: int) -> int:
+        """Replica ``index``'s ``--max-loras``."""
+        return self.memory_of(index) if self.max_loras is None else self.max_loras
+
+    def limit_of(self, index: int, policy: Policy) -> int:
+        """The limit ``policy``'s machines give replica ``index``: what fits its memory, by the sizing
+        rule everyone shares (``lorafleet.limit_for``), unless the fleet sets one."""
+        if self.limit is not None:
+            return self.limit
+        settings = self.settings_of(policy)
+        return lorafleet.limit_for(
+            self.memory_of(index), settings.get("headroom"), settings.get("routers", 1)
+        )
 
 
 @attrs.frozen
@@ -155,7 +198,8 @@ class Figures:
     policy: str
     requests: int
     loads: int
-    """Loads the engines really did (an "already loaded" answer is not one)."""
+    """Adapters the engines read from disk: loads (an "already loaded" answer is not one), their own
+    loads of a name they lacked (``engine_loads``), and re-reads."""
     hits: int
     """Grants the routers' machines gave as hits."""
     wait_mean: float
@@ -189,6 +233,12 @@ class Figures:
     """Reads of an engine the machines asked for ([read])."""
     failed_reads: int = 0
     """Of those, the ones that got no answer (``read_failures``)."""
+    rereads: int = 0
+    """Of the loads, reads inside a step of an adapter an engine had dropped from memory while it was
+    registered: its memory and its registry disagreed."""
+    drops: int = 0
+    """Adapters an engine dropped from memory while their name was registered there (for a policy
+    whose machine loads: an adapter its router holds, as far as it knows)."""
     load_times: tuple[float, ...] = attrs.field(default=(), repr=False, eq=False)
     """When each load went out, in order: for the loads of a window (after a popularity shift)."""
 
@@ -209,50 +259,13 @@ class Figures:
 
 
 @attrs.define(eq=False)
-class _Engine:
-    id: str
-    index: int
-    registered: set[str] = attrs.field(factory=set)
-    loading: dict[str, list[tuple[int, int]]] = attrs.field(factory=dict)
-    """Adapter being loaded to the (router, load op) pairs waiting for its answer."""
-    queue: deque[_Attempt] = attrs.field(factory=deque)
-    running: int = 0
-    busy: float = 0.0
-    epoch: int = 0
-    evicted: dict[str, float] = attrs.field(factory=dict)
-    held_area: float = 0.0
-    held_at: float = 0.0
-    held_max: int = 0
-    sequence: list[str] = attrs.field(factory=list)
-    capacities: list[int] = attrs.field(factory=list)
-    requests: dict[str, dict[int, int]] = attrs.field(factory=dict)
-    """Adapter to router to its requests running or waiting here: what vLLM's gauge names."""
-
-    def arrive(self, adapter: str, router: int) -> None:
-        counts = self.requests.setdefault(adapter, {})
-        counts[router] = counts.get(router, 0) + 1
-
-    def leave(self, adapter: str, router: int) -> None:
-        counts = self.requests[adapter]
-        counts[router] -= 1
-        if not counts[router]:
-            del counts[router]
-            if not counts:
-                del self.requests[adapter]
-
-    def account(self, now: float) -> None:
-        """Integrate the number of adapters held up to ``now``; call before it changes."""
-        self.held_area += (now - self.held_at) * len(self.registered)
-        self.held_at = now
-
-
-@attrs.define(eq=False)
 class _Attempt:
     request: int
     router: int
     replica: int
     """-1 for a routed request the machine has not assigned yet."""
     ticket: int
+    """0 for a request of a policy over the engines' own loading: no machine knows of it."""
     tried: frozenset[int]
 
 
@@ -285,7 +298,18 @@ class Simulation:
         self.fleet = fleet
         self.policy = policy
         self.check = check
-        self.engines = [_Engine(f"replica-{i}", i) for i in range(fleet.replicas)]
+        self.engines = [
+            Engine(
+                f"replica-{i}",
+                i,
+                memory=fleet.memory_of(i),
+                max_loras=fleet.batch_of(i),
+                concurrency=fleet.concurrency,
+                load_time=fleet.load_time,
+                frees=fleet.frees,
+            )
+            for i in range(fleet.replicas)
+        ]
         self.engine_by_id = {e.id: e for e in self.engines}
         self.everyone = list(range(fleet.replicas))
         ids = tuple(e.id for e in self.engines)
@@ -295,6 +319,12 @@ class Simulation:
             view = RouterView(fleet.machine(policy), ids, index, [0] * fleet.replicas)
             rng = random.Random(f"{seed}:{policy.name}:{r}")
             self.routers.append(_Router(r, view, policy.make(view, rng, fleet.concurrency)))
+        self.sequences: list[list[str]] = [[] for _ in self.engines]
+        """Each replica's requests, by adapter, in the order they were sent: for Belady's bound."""
+        self.capacities: list[list[int]] = [[] for _ in self.engines]
+        """And the adapters it could hold as each was admitted."""
+        self.jobs: dict[int, tuple[_Attempt, Job]] = {}
+        """Request to its attempt and its job, once it reached an engine."""
         self.heap: list[tuple[float, int, int, Any]] = []
         self.seq = 0
         self.now = 0.0
@@ -302,7 +332,6 @@ class Simulation:
         self.started = [math.nan] * n
         self.granted = [math.nan] * n
         self.pending = 0
-        self.loads = 0
         self.hits = 0
         self.reloads = 0
         self.missing = 0
@@ -315,6 +344,8 @@ class Simulation:
         self.reads = 0
         self.failed_reads = 0
         self.load_times: list[float] = []
+        self.evicted: dict[tuple[int, str], float] = {}
+        """(replica, adapter) to when a router last unloaded it there: for reloads."""
         # Its own stream, so that every policy meets the same failures and no other draw moves.
         self.read_rng = random.Random(f"{seed}:reads")
 
@@ -327,10 +358,12 @@ class Simulation:
     def run(self) -> Figures:
         """Run the whole workload and return its figures."""
         for router in self.routers:
+            if self.policy.engine_loads:
+                continue  # its machine never hears of the replicas: the engines load for it
             m = router.view.machine
             self._commands(router, m.handle(TimeAdvanced(now=0.0)))
             for engine in self.engines:
-                limit = self.fleet.limit_of(engine.index)
+                limit = self.fleet.limit_of(engine.index, self.policy)
                 self._commands(router, m.handle(ReplicaAdded(replica=engine.id, model=MODEL, limit=limit)))
             self._schedule_tick(router)
         for at, replica in self.workload.restarts:
@@ -344,7 +377,7 @@ class Simulation:
                 at, _, kind, payload = heapq.heappop(heap)
                 self.now = at
                 if kind == _SERVICE_DONE:
-                    self._service_done(payload)
+                    self._service_done(*payload)
                 elif kind == _LOAD_DONE:
                     self._load_done(*payload)
                 elif kind == _TICK:
@@ -353,6 +386,8 @@ class Simulation:
                     self._route(*payload)
                 elif kind == _READ_DONE:
                     self._read_done(*payload)
+                elif kind == _RESOLVED:
+                    self._resolved(*payload)
                 else:
                     self._restart(payload)
             else:
@@ -381,15 +416,16 @@ class Simulation:
         view = router.view
         adapter = self.workload.adapters[request]
         m = view.machine
-        router.ticket += 1
-        ticket = router.ticket
         if self.policy.routes:
-            attempt = _Attempt(request, r, -1, ticket, tried)
-            router.attempts[ticket] = attempt
+            router.ticket += 1
+            attempt = _Attempt(request, r, -1, router.ticket, tried)
+            router.attempts[attempt.ticket] = attempt
             exclude = tuple(view.ids[i] for i in sorted(tried))
             self._commands(
                 router,
-                m.handle(Routed(ticket=ticket, adapter=adapter, path=adapter, model=MODEL, exclude=exclude)),
+                m.handle(
+                    Routed(ticket=attempt.ticket, adapter=adapter, path=adapter, model=MODEL, exclude=exclude)
+                ),
             )
             return
         candidates = [i for i in self.everyone if i not in tried] if tried else self.everyone
@@ -399,10 +435,18 @@ class Simulation:
             self.deferred += 1
             self._push(self.now + max(self.fleet.load_time, 0.001), _RETRY, (request, r, frozenset()))
             return
+        engine = self.engines[index]
+        if self.policy.engine_loads:
+            attempt = _Attempt(request, r, -1, 0, tried)
+            position = self._assign(router, attempt, index)
+            self._forward(attempt)
+            self._capacity(engine, position)
+            return
+        router.ticket += 1
+        ticket = router.ticket
         attempt = _Attempt(request, r, -1, ticket, tried)
         router.attempts[ticket] = attempt
         position = self._assign(router, attempt, index)
-        engine = self.engines[index]
         if m.hit(ticket, replica=engine.id, adapter=adapter):
             self.hits += 1
             self._forward(attempt)
@@ -416,53 +460,98 @@ class Simulation:
         """The request goes to replica ``index``: count it there; its place in the replica's sequence."""
         attempt.replica = index
         router.view.outstanding[index] += 1
-        engine = self.engines[index]
-        engine.sequence.append(self.workload.adapters[attempt.request])
-        engine.capacities.append(0)
-        return len(engine.sequence) - 1
+        engine_sequence = self.sequences[index]
+        engine_sequence.append(self.workload.adapters[attempt.request])
+        self.capacities[index].append(0)
+        return len(engine_sequence) - 1
 
-    def _capacity(self, engine: _Engine, position: int) -> None:
+    def _capacity(self, engine: Engine, position: int) -> None:
         """What the replica held once the request was admitted: the capacity the policy had there."""
-        limit = self.fleet.limit_of(engine.index)
-        engine.capacities[position] = max(limit, len(engine.registered) + len(engine.loading))
+        self.capacities[engine.index][position] = max(
+            engine.memory, len(engine.registry) + len(engine.loaded) + len(engine.resolving)
+        )
 
     def _forward(self, attempt: _Attempt) -> None:
-        """The granted request reaches its engine: 404, or its queue."""
+        """The granted request reaches its engine: 404, the engine's own load, or its queue."""
         request = attempt.request
         engine = self.engines[attempt.replica]
         adapter = self.workload.adapters[request]
-        if adapter not in engine.registered:
-            self._not_found(attempt, adapter)
+        lora = engine.registry.get(adapter)
+        if lora is None:
+            if not self.policy.engine_loads:
+                self._not_found(attempt, adapter)
+                return
+            # vLLM's resolver: the engine loads the adapter by its name first, one load per name.
+            waiting = engine.resolving.get(adapter)
+            job = Job(request, attempt.router, adapter, 0, self.workload.durations[request])
+            self.jobs[request] = (attempt, job)
+            if waiting is None:
+                engine.resolving[adapter] = [job]
+                self._loaded_from_disk(engine, adapter)
+                done = engine.read(self.now)
+                self._moved(engine)
+                self._push(done, _RESOLVED, (engine, adapter, engine.epoch))
+            else:
+                waiting.append(job)
             return
         self.granted[request] = self.now
-        engine.arrive(adapter, attempt.router)
-        if engine.running < self.fleet.concurrency:
-            self._start(engine, attempt)
-        else:
-            engine.queue.append(attempt)
+        job = Job(request, attempt.router, adapter, lora, self.workload.durations[request])
+        self.jobs[request] = (attempt, job)
+        engine.enqueue(job)
+        self._run(engine)
 
-    def _start(self, engine: _Engine, attempt: _Attempt) -> None:
-        engine.running += 1
-        request = attempt.request
-        self.started[request] = self.now
-        duration = self.workload.durations[request]
-        engine.busy += duration
-        self._push(self.now + duration, _SERVICE_DONE, attempt)
+    def _resolved(self, engine: Engine, adapter: str, epoch: int) -> None:
+        """The engine's own load of ``adapter`` landed: its requests go into the queue with its id."""
+        jobs = engine.resolving.pop(adapter)
+        if epoch != engine.epoch:
+            for job in jobs:
+                attempt, _ = self.jobs.pop(job.request)
+                self._leave(attempt)
+                self._retry(attempt)
+            return
+        lora = engine.register(adapter, self.now)
+        self._moved(engine)
+        for job in jobs:
+            job.lora = lora
+            self.granted[job.request] = self.now
+            engine.enqueue(job)
+        self._run(engine)
 
-    def _service_done(self, attempt: _Attempt) -> None:
+    def _run(self, engine: Engine) -> None:
+        """Start what the engine's scheduler starts now."""
+        for job in engine.schedule(self.now):
+            engine.busy += job.duration
+            self._push(job.end, _SERVICE_DONE, (job, job.end))
+        self._moved(engine)
+
+    def _moved(self, engine: Engine) -> None:
+        """The running requests a read from disk paused end later: their old ends are stale."""
+        for job in engine.moved:
+            self._push(job.end, _SERVICE_DONE, (job, job.end))
+        engine.moved.clear()
+
+    def _service_done(self, job: Job, end: float) -> None:
+        if job.end != end or job.request not in self.jobs:
+            return  # a read from disk paused it since: its end moved on
+        self.started[job.request] = job.start
+        attempt, _ = self.jobs.pop(job.request)
         engine = self.engines[attempt.replica]
-        engine.running -= 1
+        engine.finish(job, self.now)
         self.pending -= 1
-        engine.leave(self.workload.adapters[attempt.request], attempt.router)
         self._end(attempt)
-        if engine.queue:
-            self._start(engine, engine.queue.popleft())
+        self._run(engine)
+
+    def _leave(self, attempt: _Attempt) -> None:
+        """The request is no longer on its replica, for its router's count."""
+        self.routers[attempt.router].view.outstanding[attempt.replica] -= 1
 
     def _end(self, attempt: _Attempt) -> None:
         """Release the request's lease."""
+        self._leave(attempt)
+        if not attempt.ticket:
+            return
         router = self.routers[attempt.router]
         del router.attempts[attempt.ticket]
-        router.view.outstanding[attempt.replica] -= 1
         self._commands(router, router.view.machine.handle(Released(ticket=attempt.ticket)))
 
     def _not_found(self, attempt: _Attempt, adapter: str) -> None:
@@ -471,7 +560,7 @@ class Simulation:
         router = self.routers[attempt.router]
         m = router.view.machine
         del router.attempts[attempt.ticket]
-        router.view.outstanding[attempt.replica] -= 1
+        self._leave(attempt)
         replica = self.engines[attempt.replica].id
         self._commands(
             router, m.handle(AdapterMissing(replica=replica, adapter=adapter, ticket=attempt.ticket))
@@ -509,7 +598,7 @@ class Simulation:
         rest of the list: each ``Assign`` of the list is noted first, as a shell notes it before any
         answer can come, so that a grant among those nested commands finds its replica.
         """
-        assigned: list[tuple[_Engine, int]] = []
+        assigned: list[tuple[Engine, int]] = []
         for command in commands:
             if type(command) is Assign:
                 assert isinstance(command, Assign)
@@ -532,7 +621,7 @@ class Simulation:
             elif kind is ReadListing:
                 assert isinstance(command, ReadListing)
                 engine = self.engine_by_id[command.replica]
-                listed = tuple(sorted(engine.registered))
+                listed = tuple(sorted(engine.registry))
                 self._commands(
                     router,
                     router.view.machine.handle(ListingReceived(listing=command.listing, adapters=listed)),
@@ -544,21 +633,22 @@ class Simulation:
                 assert isinstance(command, Fail)
                 attempt = router.attempts.pop(command.ticket)
                 if attempt.replica >= 0:
-                    router.view.outstanding[attempt.replica] -= 1
+                    self._leave(attempt)
                     self.failed += 1
                 self._retry(attempt)
             # MarkMet asks nothing of a shell that never waits for a replica to be met.
         for engine, position in assigned:
             self._capacity(engine, position)
 
-    def _read(self, router: _Router, engine: _Engine, read: int) -> None:
+    def _read(self, router: _Router, engine: Engine, read: int) -> None:
         """Read ``engine`` for the machine: a sample now (or a failure, ``read_failures``), answered
         ``read_latency`` seconds later (at once when it is 0)."""
         self.reads += 1
-        sample: tuple[tuple[str, ...], int, int] | None = (
+        sample: tuple[tuple[str, ...], int, int, int] | None = (
             tuple(sorted(engine.requests)),
-            engine.running,
+            len(engine.active),
             len(engine.queue),
+            engine.max_loras,
         )
         if self._read_fails():
             self.failed_reads += 1
@@ -573,49 +663,55 @@ class Simulation:
         """Whether the read being sent gets no answer (``read_failures``)."""
         return bool(self.fleet.read_failures) and self.read_rng.random() < self.fleet.read_failures
 
-    def _read_done(self, router: _Router, read: int, sample: tuple[tuple[str, ...], int, int] | None) -> None:
+    def _read_done(
+        self, router: _Router, read: int, sample: tuple[tuple[str, ...], int, int, int] | None
+    ) -> None:
         machine = router.view.machine
         if sample is None and not self.fleet.failed_read_drops:
             self._commands(router, machine.handle(ReadingFailed(read=read, message="no answer")))
             return
-        names, running, waiting = sample or ((), None, None)
-        # The simulated engine runs any mix of adapters in a batch: up to its concurrency of them.
-        max_loras = None if sample is None else self.fleet.concurrency
+        names, running, waiting, max_loras = sample or ((), None, None, None)
         reading = ReadingReceived(
             read=read, adapters=names, running=running, waiting=waiting, max_loras=max_loras
         )
         self._commands(router, machine.handle(reading))
 
+    def _loaded_from_disk(self, engine: Engine, adapter: str) -> None:
+        """A load of ``adapter`` from disk starts on ``engine``: count it, its copies and reloads."""
+        self.load_times.append(self.now)
+        for other in self.engines:
+            if other is not engine and (
+                adapter in other.registry or adapter in other.loaded or adapter in other.resolving
+            ):
+                self.copies += 1
+                break
+        evicted = self.evicted.get((engine.index, adapter))
+        if evicted is not None and self.now - evicted <= RELOAD_WINDOW:
+            self.reloads += 1
+
     def _issue_load(self, router: _Router, command: IssueLoad) -> None:
         engine = self.engine_by_id[command.replica]
         adapter = command.adapter
         router.loads[command.load] = (engine.index, adapter)
-        waiting = engine.loading.get(adapter)
+        waiting = engine.loaded.get(adapter)
         if waiting is not None:
             waiting.append((router.index, command.load))
             return
-        if adapter in engine.registered:
+        if adapter in engine.registry:
             self._load_answered(router, command.load, LoadOutcome.ALREADY_LOADED)
             return
-        engine.loading[adapter] = [(router.index, command.load)]
-        self.loads += 1
-        self.load_times.append(self.now)
-        for other in self.engines:
-            if other is not engine and (adapter in other.registered or adapter in other.loading):
-                self.copies += 1
-                break
-        evicted = engine.evicted.get(adapter)
-        if evicted is not None and self.now - evicted <= RELOAD_WINDOW:
-            self.reloads += 1
-        self._push(self.now + self.fleet.load_time, _LOAD_DONE, (engine, adapter, engine.epoch))
+        engine.loaded[adapter] = [(router.index, command.load)]
+        self._loaded_from_disk(engine, adapter)
+        done = engine.read(self.now)
+        self._moved(engine)
+        self._push(done, _LOAD_DONE, (engine, adapter, engine.epoch))
 
-    def _load_done(self, engine: _Engine, adapter: str, epoch: int) -> None:
+    def _load_done(self, engine: Engine, adapter: str, epoch: int) -> None:
         if epoch != engine.epoch:
             return  # the engine restarted meanwhile; its waiters were answered then
-        waiters = engine.loading.pop(adapter)
-        engine.account(self.now)
-        engine.registered.add(adapter)
-        engine.held_max = max(engine.held_max, len(engine.registered))
+        waiters = engine.loaded.pop(adapter)
+        engine.register(adapter, self.now)
+        self._moved(engine)
         for r, load in waiters:
             self._load_answered(self.routers[r], load, LoadOutcome.LOADED)
 
@@ -626,10 +722,8 @@ class Simulation:
     def _issue_unload(self, router: _Router, command: IssueUnload) -> None:
         engine = self.engine_by_id[command.replica]
         adapter = command.adapter
-        if adapter in engine.registered:
-            engine.account(self.now)
-            engine.registered.discard(adapter)
-            engine.evicted[adapter] = self.now
+        if engine.unregister(adapter, self.now):
+            self.evicted[(engine.index, adapter)] = self.now
             self.evictions += 1
             counts = engine.requests.get(adapter)
             if counts:
@@ -646,17 +740,17 @@ class Simulation:
 
     def _restart(self, replica: int) -> None:
         engine = self.engines[replica]
-        engine.epoch += 1
-        engine.account(self.now)
-        engine.registered.clear()
-        loading = engine.loading
-        engine.loading = {}
-        for waiters in loading.values():
+        engine.restart(self.now)
+        loaded = engine.loaded
+        engine.loaded = {}
+        for waiters in loaded.values():
             for r, load in waiters:
                 self._load_answered(self.routers[r], load, LoadOutcome.REPLICA_FAULT)
 
     def _check(self) -> None:
         for router in self.routers:
+            if self.policy.engine_loads:
+                continue
             m = router.view.machine
             m.check_invariants()
             seen = m.statistics().replicas
@@ -665,6 +759,11 @@ class Simulation:
                 mine = router.view.outstanding[engine.index]
                 assert in_flight == mine, (engine.id, in_flight, mine)
                 assert in_flight == sum(1 for a in router.attempts.values() if a.replica == engine.index)
+        for engine in self.engines:
+            # One over after every adapter in memory ran at a load (Engine._insert), until the next.
+            assert len(engine.cache) <= engine.memory + 1, engine.id
+            assert len(engine.running) <= engine.max_loras, (engine.id, engine.running)
+            assert len(engine.active) <= engine.concurrency, engine.id
 
     # -- figures -------------------------------------------------------------------------------
 
@@ -679,11 +778,14 @@ class Simulation:
         for engine in self.engines:
             engine.account(end)
             held_mean += engine.held_area / end if end > 0 else 0.0
-        belady = sum(belady_loads(e.sequence, e.capacities) for e in self.engines)
+        belady = sum(
+            belady_loads(sequence, capacities)
+            for sequence, capacities in zip(self.sequences, self.capacities, strict=True)
+        )
         return Figures(
             policy=self.policy.name,
             requests=n,
-            loads=self.loads,
+            loads=sum(e.disk_reads for e in self.engines),
             hits=self.hits,
             wait_mean=sum(waits) / n if n else 0.0,
             wait_p99=_percentile(waits, 0.99),
@@ -702,6 +804,8 @@ class Simulation:
             unloads_under_own=self.unloads_under_own,
             reads=self.reads,
             failed_reads=self.failed_reads,
+            rereads=sum(e.rereads for e in self.engines),
+            drops=sum(e.drops for e in self.engines),
             load_times=tuple(self.load_times),
         )
 

@@ -60,3 +60,6 @@ class Policy:
     description: str = ""
     routes: bool = False
     """The machine places each request (``Routed``), and ``make``'s chooser is never asked."""
+    engine_loads: bool = False
+    """The engines load what a request names themselves (vLLM's filesystem resolver) and evict by
+    their own memory's order: the router only picks the replica, and its machine is never used."""

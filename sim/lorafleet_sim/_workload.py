@@ -59,6 +59,12 @@ class Synthetic:
         flash: for the window from 40 % to 50 % of the stream, this share of requests goes to the
             least popular adapter (a cold one); None for no flash crowd.
         restarts: how many replica restarts, evenly spaced over the stream, each a seeded replica.
+        swing: a daily swing: the rate follows ``rate * (1 + swing * sin(2 pi t / T))`` over one
+            period ``T`` as long as the run (``requests / rate`` seconds); None for a steady rate.
+        bursts: Markov-modulated bursts: calm spells (exponential, mean ``BURST_CALM`` s) and bursts
+            (mean ``BURST_LENGTH`` s) alternate; in a burst the rate doubles and the extra half of the
+            requests goes to one adapter drawn for that burst, and the calm rate is such that the mean
+            stays ``rate``.
     """
 
     adapters: int
@@ -71,6 +77,8 @@ class Synthetic:
     shift: bool = False
     flash: float | None = None
     restarts: int = 0
+    swing: float | None = None
+    bursts: bool = False
 
     def generate(self, seed: int) -> Workload:
         """The stream for ``seed``; the same seed always gives the same stream."""
@@ -100,11 +108,26 @@ class Synthetic:
         adapters: list[str] = []
         now = 0.0
         last = self.adapters - 1
+        spells = _Spells(random.Random(f"{seed}:bursts"), names) if self.bursts else None
+        swing = self.swing or 0.0
+        period = n / self.rate
+        calm = self.rate / (1 + BURST_LENGTH / (BURST_CALM + BURST_LENGTH)) if spells else self.rate
+        # Thinning (Lewis and Shedler): candidates at the highest rate, each kept with the rate's share.
+        highest = calm * (1 + swing) * (2 if spells else 1)
         for i in range(n):
-            now += arrivals.expovariate(self.rate)
+            while True:
+                now += arrivals.expovariate(highest)
+                here = calm * (1 + swing * math.sin(2 * math.pi * now / period))
+                burst = spells.burst_at(now) if spells else None
+                if burst is not None:
+                    here *= 2
+                if here >= highest or arrivals.random() * highest < here:
+                    break
             times.append(now)
             ranking = second if self.shift and i >= half else first
-            if flash_from <= i < flash_to and choices.random() < flash:
+            if burst is not None and choices.random() < 0.5:
+                adapters.append(burst)
+            elif flash_from <= i < flash_to and choices.random() < flash:
                 adapters.append(ranking[last])
             else:
                 rank = bisect.bisect_right(cumulative, choices.random() * total)
@@ -118,6 +141,33 @@ class Synthetic:
             for j in range(self.restarts)
         )
         return Workload(tuple(times), tuple(adapters), durations, routers, restarts)
+
+
+BURST_CALM = 30.0
+"""Mean seconds between two bursts (``Synthetic.bursts``)."""
+BURST_LENGTH = 10.0
+"""Mean seconds a burst lasts."""
+
+
+class _Spells:
+    """Calm spells and bursts, alternating, drawn as time goes on: each burst with its adapter."""
+
+    def __init__(self, rng: random.Random, names: list[str]) -> None:
+        self.rng = rng
+        self.names = names
+        self.ends = rng.expovariate(1 / BURST_CALM)
+        self.burst: str | None = None
+
+    def burst_at(self, now: float) -> str | None:
+        """The adapter of the burst under way at ``now`` (times only rise), or None when calm."""
+        while now >= self.ends:
+            if self.burst is None:
+                self.burst = self.names[self.rng.randrange(len(self.names))]
+                self.ends += self.rng.expovariate(1 / BURST_LENGTH)
+            else:
+                self.burst = None
+                self.ends += self.rng.expovariate(1 / BURST_CALM)
+        return self.burst
 
 
 def read_trace(
