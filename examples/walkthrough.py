@@ -57,18 +57,19 @@ def main() -> None:
     step("loaded", LoadFinished(load=3, outcome=LoadOutcome.LOADED))
     step("done with it", Released(ticket=4))
     step(
-        "a third adapter: its load goes out at once, into the headroom",
+        "a third adapter: its load goes out at once, taking the room of sql, the idle adapter used "
+        "least recently (the one vLLM drops for it), which takes no request from now on",
         Requested(ticket=5, replica="gpu-0", adapter="code", path="/adapters/code"),
     )
     step(
-        "loaded: the replica unloads its excess, chat, the idle adapter in least demand",
+        "loaded: sql's name is unloaded (vLLM dropped its weights for code already)",
         LoadFinished(load=4, outcome=LoadOutcome.LOADED),
     )
     step("the unload finished", UnloadFinished(unload=5, outcome=UnloadOutcome.UNLOADED))
     step("30 s later the listing is due again", TimeAdvanced(now=30.0))
     step(
         "another router loaded 'math' meanwhile",
-        ListingReceived(listing=6, adapters=("code", "math", "sql")),
+        ListingReceived(listing=6, adapters=("chat", "code", "math")),
     )
     stats = machine.statistics()
     print("\n# what the machine now believes")

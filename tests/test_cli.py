@@ -250,7 +250,7 @@ def test_demo_help_describes_it_and_what_the_seed_fixes(capsys: pytest.CaptureFi
     out = " ".join(capsys.readouterr().out.split())
     assert out.startswith("usage: lorafleet demo ")
     assert (
-        "lorafleet's router against a least-loaded one, in front of stand-in vLLM replicas on 127.0.0.1."
+        "lorafleet's router against holders-first and least-loaded ones, in front of stand-in vLLM replicas."
         in out
     )
     assert "not the timing of a run over real HTTP" in out
@@ -377,6 +377,7 @@ def test_the_demo_runs_end_to_end(runtime: str, capsys: pytest.CaptureFixture[st
     done = [line for line in captured.err.splitlines() if line.endswith("40/40 requests done")]
     assert done == [
         "lorafleet demo: lorafleet router: 40/40 requests done",
+        "lorafleet demo: holders-first router: 40/40 requests done",
         "lorafleet demo: least-loaded router: 40/40 requests done",
     ]
     rows = {cells(line)[0]: cells(line) for line in captured.out.splitlines() if line.strip()}
@@ -385,14 +386,14 @@ def test_the_demo_runs_end_to_end(runtime: str, capsys: pytest.CaptureFixture[st
     assert rows["all"][-1] == "0"  # no failures
     assert f"through lorafleet's router ({runtime})" in captured.out
     table = [line.split("  ") for line in captured.out.splitlines() if line.startswith("failed requests")]
-    assert [cell.strip() for cell in table[0] if cell.strip()] == ["failed requests", "0", "0"]
+    assert [cell.strip() for cell in table[0] if cell.strip()] == ["failed requests", "0", "0", "0"]
 
 
 # -- the demo's baseline: lorafleet's fleet behind least-loaded placement ---------------------------
 
 
 def settled(fleet: Fleet) -> bool:
-    """No load or unload is out (a landed load may still be unloading the excess it made: [settle])."""
+    """No load or unload is out (a landed load's victims are unloaded after its grant: [evict])."""
     return not any(r.loading or r.unloading for r in fleet.statistics().replicas.values())
 
 
@@ -419,9 +420,12 @@ async def test_the_baseline_loads_and_evicts_through_a_fleet(
 
 
 @pytest.mark.anyio
-async def test_the_baseline_evicts_the_adapter_in_least_demand_as_the_machine_does(
+async def test_the_baseline_evicts_as_the_machine_does(
     serve: Callable[..., StandInServer], adapter_dir: Path
 ) -> None:
+    """The baseline's evictions are the fleet's machine's ([evict]): a2's load goes out at once, taking
+    the least recently used idle adapter as its victim, and the victim's name goes once it lands,
+    where a baseline of its own would unload first and load after."""
     server = serve(model="tiny")
     replicas = [ReplicaConfig(id="replica-0", url=server.url, model="tiny", limit=2)]
     hows = []
@@ -438,6 +442,8 @@ async def test_the_baseline_evicts_the_adapter_in_least_demand_as_the_machine_do
         await eventually(lambda: settled(proxy.fleet))
         held = proxy.fleet.statistics().replicas["replica-0"].held
     assert hows == ["loaded", "hit", "hit", "loaded", "loaded"]
-    # Plain LRU would unload a0, idle longest; the machine's [evict] unloads a1, in less demand.
-    assert [call.body["lora_name"] for call in server.app.calls_to("unload")] == ["a1"]
-    assert sorted(held) == ["a0", "a2"]
+    # a0 idle longest, though in the most demand: the victim is the least recently used.
+    routes = {"/v1/load_lora_adapter": "load", "/v1/unload_lora_adapter": "unload"}
+    calls = [(routes[c.path], c.body["lora_name"]) for c in server.app.calls if c.path in routes]
+    assert calls == [("load", "a0"), ("load", "a1"), ("load", "a2"), ("unload", "a0")]
+    assert sorted(held) == ["a1", "a2"]

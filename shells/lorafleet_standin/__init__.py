@@ -12,6 +12,7 @@ with StandInServer(VllmStandIn(version="0.32", api_key="k")) as server:
 from ._app import Call as Call
 from ._app import VllmStandIn as VllmStandIn
 from ._completions import generated as generated
+from ._engine import Memory as Memory
 from ._family import Family as Family
 from ._misbehaviour import Misbehaviour as Misbehaviour
 from ._server import StandInServer as StandInServer

@@ -21,6 +21,13 @@ def main() -> None:
         "--no-runtime-lora", action="store_true", help="as if VLLM_ALLOW_RUNTIME_LORA_UPDATING were off"
     )
     parser.add_argument("--max-loras", type=int, default=1, help="like vLLM's --max-loras")
+    parser.add_argument(
+        "--max-cpu-loras",
+        type=int,
+        default=None,
+        help="like vLLM's --max-cpu-loras: adapters kept in memory, least recently used dropped first "
+        "(default: no bound)",
+    )
     parser.add_argument("--no-lora", action="store_true", help="as if started without --enable-lora")
     parser.add_argument(
         "--max-num-seqs", type=int, default=128, help="like vLLM's --max-num-seqs (default 128, a CPU's)"
@@ -34,6 +41,7 @@ def main() -> None:
         enable_lora=not args.no_lora,
         max_lora_rank=args.max_lora_rank,
         max_loras=args.max_loras,
+        max_cpu_loras=args.max_cpu_loras,
         max_num_seqs=args.max_num_seqs,
     )
     with StandInServer(app, port=args.port) as server:

@@ -15,7 +15,7 @@ import attrs
 
 from . import _completions, _lora, _metrics, _validation
 from ._asgi import Receive, Scope, Send, json_or_none, lifespan, read_body, respond, respond_json
-from ._engine import Engine
+from ._engine import Engine, Memory
 from ._family import Family
 from ._misbehaviour import Misbehaviour, Misbehaviours
 
@@ -67,6 +67,9 @@ class VllmStandIn:
             (``vllm:num_requests_running`` and ``vllm:num_requests_waiting``). 128 is vLLM's default
             on a CPU.
         lora_metrics: False to serve no ``/metrics`` (404), as a server without the LoRA gauge.
+        max_cpu_loras: like ``--max-cpu-loras``: the adapters kept in memory, least recently used
+            dropped first when a load finds it full, read back when a completion needs one dropped
+            (``memory()`` counts both). None: memory without bound, as before this was modelled.
     """
 
     def __init__(
@@ -83,6 +86,7 @@ class VllmStandIn:
         lora_metrics: bool = True,
         max_model_len: int = 2048,
         max_num_seqs: int = 128,
+        max_cpu_loras: int | None = None,
     ) -> None:
         self.model = model
         self.family = Family.of(version)
@@ -98,6 +102,7 @@ class VllmStandIn:
             max_loras=max_loras,
             max_model_len=max_model_len,
             max_num_seqs=max_num_seqs,
+            max_cpu_loras=max_cpu_loras,
         )
         self._misbehaviours = Misbehaviours()
         self._calls_lock = threading.Condition()
@@ -109,6 +114,10 @@ class VllmStandIn:
     def adapters(self) -> dict[str, str]:
         """Registered adapters, name to path, in registration order."""
         return self._engine.adapters
+
+    def memory(self) -> Memory:
+        """What its adapter memory did (``max_cpu_loras``): the most held, drops and re-reads."""
+        return self._engine.memory()
 
     @property
     def calls(self) -> list[Call]:

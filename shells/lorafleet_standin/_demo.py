@@ -1,14 +1,16 @@
-"""lorafleet's router against a least-loaded one, in front of stand-in vLLM replicas on 127.0.0.1.
+"""lorafleet's router against holders-first and least-loaded ones, in front of stand-in vLLM replicas.
 
 Requests for many adapters, skewed as real traffic is (Zipf), go over HTTP through lorafleet's
 reference router (``lorafleet serve``), which sends each to a replica that holds its adapter or
 loads it where that costs least. Then the same stream, on the same replicas restarted empty, goes
-through a router that sends each request to the replica with the fewest requests in flight (the
-usual choice of a router that knows nothing of adapters) and holds the adapter there through
-lorafleet's own ``Fleet``, built as lorafleet's router builds it: the loads, evictions and cap are
-the same code on both sides, and only placement differs. The summary says what lorafleet saved:
-the loads and the latency they add, which carry over to real replicas, then request latency and
-requests per second, which time this machine only.
+through two routers written here for the comparison, each holding the adapter where it chose
+through lorafleet's own ``Fleet``, built as lorafleet's router builds it: holders-first (the
+replica holding the adapter with the fewest requests in flight, else the one with a free slot and
+the fewest, else the one with the fewest: what the peers ship) and least-loaded (the replica with
+the fewest requests in flight: a router that knows nothing of adapters). The loads, evictions and
+cap are the same code on every side, and only placement differs. The summary says what lorafleet
+saved: the loads and the latency they add, which carry over to real replicas, then request latency
+and requests per second, which time this machine only.
 """
 
 # The demo lives beside the stand-in, on the testing side, so that a router's install of the core
@@ -55,6 +57,7 @@ FIRST = 10
 PROGRESS_EVERY = 2.0
 """Seconds between progress lines when stderr is not a terminal."""
 LORAFLEET = "lorafleet"
+HOLDERS = "holders-first"
 BASELINE = "least-loaded"
 
 
@@ -161,7 +164,9 @@ def main(argv: list[str]) -> int:
         servers: list[StandInServer] = []
         try:
             for _ in range(args.replicas):
-                servers.append(StandInServer(VllmStandIn(model="tiny")).start())
+                # Engines started as docs/vllm.md has it: --max-loras and --max-cpu-loras the limit.
+                engine = VllmStandIn(model="tiny", max_loras=args.limit, max_cpu_loras=args.limit)
+                servers.append(StandInServer(engine).start())
             for server in servers:
                 server.app.delay("load", args.load_ms / 1000, times=None)
             replicas = [
@@ -170,6 +175,7 @@ def main(argv: list[str]) -> int:
             ]
             routers: list[tuple[str, _Serving]] = [
                 (LORAFLEET, _lorafleet_router),
+                (HOLDERS, holders_first_router),
                 (BASELINE, least_loaded_router),
             ]
             # A short stream through each first, thrown away: whichever ran first would otherwise pay
@@ -198,7 +204,8 @@ def main(argv: list[str]) -> int:
     report = Report([r.id for r in replicas])
     report.add(runs[LORAFLEET])
     report.print(args, sys.stdout)
-    sys.stdout.write("\n" + "\n".join(comparison(runs[LORAFLEET], runs[BASELINE], args.concurrency)) + "\n")
+    baselines = {name: runs[name] for name in (HOLDERS, BASELINE)}
+    sys.stdout.write("\n" + "\n".join(comparison(runs[LORAFLEET], baselines, args.concurrency)) + "\n")
     return 0
 
 
@@ -215,6 +222,7 @@ def _run(
     for server in servers:
         server.app.restart()  # every run starts from replicas that hold nothing
     calls = [_lora_calls(s) for s in servers]
+    memory = [s.app.memory() for s in servers]
 
     async def drive() -> Run:
         async with serving(replicas, root) as router:
@@ -225,6 +233,9 @@ def _run(
         loads, unloads = _lora_calls(server)
         run.loads[replica.id] = loads - before[0]
         run.evictions[replica.id] = unloads - before[1]
+    after = [s.app.memory() for s in servers]
+    run.drops = sum(a.drops - b.drops for a, b in zip(after, memory, strict=True))
+    run.rereads = sum(a.rereads - b.rereads for a, b in zip(after, memory, strict=True))
     return run
 
 
@@ -248,14 +259,28 @@ async def _lorafleet_router(replicas: list[ReplicaConfig], root: Path) -> AsyncI
 
 
 @asynccontextmanager
-async def least_loaded_router(replicas: list[ReplicaConfig], root: Path) -> AsyncIterator[LeastLoadedProxy]:
-    """The demo's least-loaded proxy on a free port, with the ``Fleet`` it holds its adapters through.
+async def least_loaded_router(replicas: list[ReplicaConfig], root: Path) -> AsyncIterator[PlacingProxy]:
+    """The demo's least-loaded proxy on a free port, with the ``Fleet`` it holds its adapters through."""
+    async with _placing_router(replicas, root, holders_first=False) as proxy:
+        yield proxy
 
-    The fleet is built as ``lorafleet serve`` builds its own, with the defaults (``FLEET_DEFAULTS``),
-    and the proxy forwards with a client per replica, as lorafleet's router does.
-    """
+
+@asynccontextmanager
+async def holders_first_router(replicas: list[ReplicaConfig], root: Path) -> AsyncIterator[PlacingProxy]:
+    """The demo's holders-first proxy on a free port, with the ``Fleet`` it holds its adapters through."""
+    async with _placing_router(replicas, root, holders_first=True) as proxy:
+        yield proxy
+
+
+@asynccontextmanager
+async def _placing_router(
+    replicas: list[ReplicaConfig], root: Path, *, holders_first: bool
+) -> AsyncIterator[PlacingProxy]:
+    """A comparison proxy on a free port. Its fleet is built as ``lorafleet serve`` builds its own,
+    with the defaults (``FLEET_DEFAULTS``), and it forwards with a client per replica, as lorafleet's
+    router does."""
     async with contextlib.AsyncExitStack() as stack:
-        served = [Replica(r.id, r.url, model=r.model, limit=r.limit) for r in replicas]
+        served = [Replica(r.id, r.url, model=r.model, limit=r.resolved_limit) for r in replicas]
         fleet = await stack.enter_async_context(Fleet(replicas=served))
         clients = {
             r.id: await stack.enter_async_context(
@@ -263,33 +288,43 @@ async def least_loaded_router(replicas: list[ReplicaConfig], root: Path) -> Asyn
             )
             for r in replicas
         }
-        proxy = LeastLoadedProxy(fleet, served, root, clients)
+        proxy = PlacingProxy(fleet, served, root, clients, holders_first=holders_first)
         proxy.url = await stack.enter_async_context(_served(proxy))
         yield proxy
 
 
-class LeastLoadedProxy:
-    """The demo's comparison, not part of lorafleet: lorafleet's fleet behind least-loaded placement.
+class PlacingProxy:
+    """The demo's comparisons, not part of lorafleet: lorafleet's fleet behind another placement.
 
     Each completion goes to the replica with the fewest requests in flight through this proxy (ties
-    in turn), as a router that knows nothing of adapters sends it; the proxy then holds the adapter
-    there with ``Fleet.acquire``. Loading, shared loads, eviction and the cap are the fleet's, the
-    same code and settings as lorafleet's router's, so the difference it shows is placement's. It
-    serves ``POST /v1/completions`` and ``/v1/chat/completions`` and says, as lorafleet's router does,
-    which replica served (``x-lorafleet-replica``), how the adapter was there (``x-lorafleet-how``)
-    and how long the request waited for it (``server-timing: adapter;dur=<ms>``).
+    in turn), as a router that knows nothing of adapters sends it; with ``holders_first``, to the
+    replica among those holding (or loading) its adapter with the fewest, else among those with a
+    free slot, else among all (the fleet's ``view``): what the peers' routers do. The proxy then
+    holds the adapter there with ``Fleet.acquire``. Loading, shared loads, eviction and the cap are
+    the fleet's, the same code and settings as lorafleet's router's, so the difference it shows is
+    placement's. It serves ``POST /v1/completions`` and ``/v1/chat/completions`` and says, as
+    lorafleet's router does, which replica served (``x-lorafleet-replica``), how the adapter was there
+    (``x-lorafleet-how``) and how long the request waited for it (``server-timing: adapter;dur=<ms>``).
 
     Args:
         fleet: the entered fleet, which knows ``replicas``.
         replicas: where requests go.
         root: the folder with one folder per adapter.
         clients: the client that forwards to each replica, by replica id.
+        holders_first: prefer the replicas that hold the adapter, then those with room.
     """
 
     def __init__(
-        self, fleet: Fleet, replicas: list[Replica], root: Path, clients: dict[str, httpx.AsyncClient]
+        self,
+        fleet: Fleet,
+        replicas: list[Replica],
+        root: Path,
+        clients: dict[str, httpx.AsyncClient],
+        *,
+        holders_first: bool = False,
     ) -> None:
         self.fleet = fleet
+        self._holders_first = holders_first
         self.url = ""
         """Where it is served, once it is."""
         self._root = root
@@ -307,7 +342,13 @@ class LeastLoadedProxy:
         name = json.loads(raw)["model"]
         self._turn += 1
         count = len(self._replicas)
-        i = min(range(count), key=lambda i: (self._in_flight[i], (i - self._turn) % count))
+        among = list(range(count))
+        if self._holders_first:
+            view = self.fleet.view(self._replicas, name)
+            holders = [i for i in among if self._replicas[i].id in view.holders]
+            room = [i for i in among if self._replicas[i].id in view.with_room]
+            among = holders or room or among
+        i = min(among, key=lambda i: (self._in_flight[i], (i - self._turn) % count))
         replica = self._replicas[i]
         self._in_flight[i] += 1
         try:
@@ -400,6 +441,10 @@ class Run:
     loads: dict[str, int] = attrs.field(factory=dict)
     """Per replica: loads the stand-in was asked for."""
     evictions: dict[str, int] = attrs.field(factory=dict)
+    drops: int = 0
+    """Adapters the engines dropped from memory while the router still held them (SPEC.md §3.16)."""
+    rereads: int = 0
+    """And read back from disk when a completion needed them."""
 
     @property
     def rate(self) -> float:
@@ -481,70 +526,84 @@ def percentile(values: list[float], share: float) -> float:
     return values[min(len(values) - 1, int(len(values) * share))]
 
 
-def comparison(ours: Run, theirs: Run, concurrency: int) -> list[str]:
-    """What lorafleet saved against the least-loaded router: first the figures that carry over to real
+def comparison(ours: Run, baselines: dict[str, Run], concurrency: int) -> list[str]:
+    """What lorafleet saved against each baseline router: first the figures that carry over to real
     replicas, then those that time this machine only, each part with what it measures."""
-    carried: list[tuple[str, str, str, str]] = []
-    local: list[tuple[str, str, str, str]] = []
+    names = list(baselines)
+    runs = [ours, *baselines.values()]
+    carried: list[list[str]] = []
+    local: list[list[str]] = []
 
     def change(a: float, b: float, fewer: str = "fewer", more: str = "more") -> str:
         if b <= 0 or math.isnan(a) or math.isnan(b) or a == b:
             return ""
         return f"{(1 - a / b) * 100:.0f}% {fewer}" if a < b else f"{(a / b - 1) * 100:.0f}% {more}"
 
-    def count(rows: list[tuple[str, str, str, str]], label: str, a: int, b: int) -> None:
-        rows.append((label, str(a), str(b), change(a, b)))
+    def count(rows: list[list[str]], label: str, values: list[int]) -> None:
+        rows.append([label, *map(str, values), *(change(values[0], b) for b in values[1:])])
 
-    def millis(rows: list[tuple[str, str, str, str]], label: str, a: float, b: float) -> None:
-        rows.append((label, f"{a:.1f}", f"{b:.1f}", change(a, b, "less")))
+    def millis(rows: list[list[str]], label: str, values: list[float]) -> None:
+        rows.append(
+            [label, *(f"{v:.1f}" for v in values), *(change(values[0], b, "less") for b in values[1:])]
+        )
 
-    count(carried, "loads", sum(ours.loads.values()), sum(theirs.loads.values()))
-    count(carried, "evictions", sum(ours.evictions.values()), sum(theirs.evictions.values()))
-    count(carried, "requests that waited for a load", len(ours.waits()), len(theirs.waits()))
+    count(carried, "loads", [sum(r.loads.values()) for r in runs])
+    count(carried, "evictions", [sum(r.evictions.values()) for r in runs])
+    count(carried, "engine drops of adapters held", [r.drops for r in runs])
+    count(carried, "requests that waited for a load", [len(r.waits()) for r in runs])
     for share, label in ((0.5, "p50"), (0.99, "p99")):
         # Over the whole stream: each request's wait for its adapter, 0 for a hit.
-        a = percentile(sorted(o.waited or 0.0 for o in ours.outcomes), share)
-        b = percentile(sorted(o.waited or 0.0 for o in theirs.outcomes), share)
-        millis(carried, f"latency loads added, {label} (ms)", a, b)
-    count(
-        carried,
-        "failed requests",
-        sum(o.status != 200 for o in ours.outcomes),
-        sum(o.status != 200 for o in theirs.outcomes),
-    )
-    for share, label in ((0.5, "p50"), (0.99, "p99")):
         millis(
-            local,
-            f"request latency, {label} (ms)",
-            percentile(ours.latencies(), share),
-            percentile(theirs.latencies(), share),
+            carried,
+            f"latency loads added, {label} (ms)",
+            [percentile(sorted(o.waited or 0.0 for o in r.outcomes), share) for r in runs],
         )
-    rate = (ours.rate, theirs.rate)
-    gain = f"{rate[0] / rate[1]:.2f}x" if rate[1] > 0 and math.isfinite(rate[0]) else ""
-    local.append(("requests/s", f"{rate[0]:.0f}", f"{rate[1]:.0f}", gain))
+    count(carried, "failed requests", [sum(o.status != 200 for o in r.outcomes) for r in runs])
+    for share, label in ((0.5, "p50"), (0.99, "p99")):
+        millis(local, f"request latency, {label} (ms)", [percentile(r.latencies(), share) for r in runs])
+    rates = [r.rate for r in runs]
+    gains = [f"{rates[0] / b:.2f}x" if b > 0 and math.isfinite(rates[0]) else "" for b in rates[1:]]
+    local.append(["requests/s", *(f"{v:.0f}" for v in rates), *gains])
     width = max(len(r[0]) for r in carried + local)
+    columns = len(runs)
+    wide = [
+        max(len(f"vs {name}"), *(len(row[1 + columns + k]) for row in carried + local))
+        for k, name in enumerate(names)
+    ]
 
-    def lines(rows: list[tuple[str, str, str, str]]) -> list[str]:
-        return [f"{a:<{width}}  {b:>12}  {c:>12}  {d}".rstrip() for a, b, c, d in rows]
+    def lines(rows: list[list[str]]) -> list[str]:
+        return [
+            (
+                f"{row[0]:<{width}}"
+                + "".join(f"  {cell:>13}" for cell in row[1 : 1 + columns])
+                + "".join(f"  {cell:<{wide[k]}}" for k, cell in enumerate(row[1 + columns :]))
+            ).rstrip()
+            for row in rows
+        ]
 
     return [
-        f"{'':<{width}}  {LORAFLEET:>12}  {BASELINE:>12}  with lorafleet",
+        f"{'':<{width}}"
+        + "".join(f"  {name:>13}" for name in (LORAFLEET, *names))
+        + "".join(f"  {'vs ' + name:<{wide[k]}}" for k, name in enumerate(names)).rstrip(),
         *lines(carried),
         "this machine only:",
         *lines(local),
         "",
         "Loads and the latency they add carry over to real replicas; request latency and requests/s do",
         "not: a stand-in answers a completion at once and a load is only a wait, so they time this",
-        "machine's Python processes (two routers and the stand-ins sharing its CPUs), not vLLM.",
+        "machine's Python processes (three routers and the stand-ins sharing its CPUs), not vLLM.",
         "",
-        "loads, evictions: the load and unload calls the stand-ins answered. latency loads added: how long",
+        "loads, evictions: the load and unload calls the stand-ins answered. engine drops: adapters a",
+        "stand-in, keeping --max-cpu-loras adapters in memory as vLLM does, dropped while the router still",
+        "held them (it reads them back inside a step). latency loads added: how long",
         "each request waited for its adapter (0 for a hit), as each router timed it. request latency: from",
         f"sending a request to its whole answer, {concurrency} in flight. requests/s: the stream's requests",
         "over its wall time. lorafleet's router runs as `lorafleet serve` does with no settings (its",
-        f"defaults: headroom {HEADROOM}, the engines' /metrics read). The least-loaded router sends each",
-        "request to the replica with the fewest requests in flight, then holds its adapter there through a",
-        "Fleet with the same defaults: the same machine loads, evicts and caps on both sides, and only",
-        "placement differs. Both routers see the same stream.",
+        f"defaults: headroom {HEADROOM}, the engines' /metrics read). holders-first sends each request to",
+        "the replica holding its adapter with the fewest requests in flight, else to the one with a free",
+        "slot and the fewest, else to the one with the fewest; least-loaded to the replica with the fewest.",
+        "Both hold the adapter there through a Fleet with the same defaults: the same machine loads, evicts",
+        "and caps on every side, and only placement differs. Every router sees the same stream.",
     ]
 
 

@@ -9,7 +9,21 @@ import math
 import threading
 import time
 
+import attrs
+
 from ._family import Family
+
+
+@attrs.frozen
+class Memory:
+    """What the engine's adapter memory did (``max_cpu_loras``), for a test to read."""
+
+    most: int
+    """The most adapters it held at once."""
+    drops: int
+    """Adapters it dropped while their name stayed registered, but for a victim unloaded after."""
+    rereads: int
+    """Adapters a completion needed that it had dropped, read back from disk."""
 
 
 class Engine:
@@ -29,6 +43,7 @@ class Engine:
         max_loras: int = 1,
         max_model_len: int = 2048,
         max_num_seqs: int = 128,
+        max_cpu_loras: int | None = None,
     ) -> None:
         self.model = model
         self.model_root = model_root
@@ -53,6 +68,16 @@ class Engine:
         """Completions in the batch (``vllm:num_requests_running``), at most ``max_num_seqs``."""
         self._queue: collections.deque[asyncio.Future[None]] = collections.deque()
         """Completions waiting for a place in it (``vllm:num_requests_waiting``), first come first."""
+        if max_cpu_loras is not None and (type(max_cpu_loras) is not int or max_cpu_loras < 1):
+            raise ValueError(f"max_cpu_loras must be an int of at least 1, or None, not {max_cpu_loras!r}")
+        self.max_cpu_loras = max_cpu_loras
+        self._copies = itertools.count(1)
+        self._copy: dict[str, int] = {}
+        """Registered name to its copy in memory (a new one at each registration, as vLLM's int id)."""
+        self._memory: collections.OrderedDict[int, str] = collections.OrderedDict()
+        """Copies in memory, least recently used first (only with ``max_cpu_loras``)."""
+        self._dropped: set[int] = set()
+        self._most = self._drops = self._rereads = 0
 
     @property
     def adapters(self) -> dict[str, str]:
@@ -75,16 +100,23 @@ class Engine:
             if name in self._adapters:
                 return False
             self._adapters[name] = path
+            self._read_in(name)
             return True
 
     def put(self, name: str, path: str) -> None:
         """Register ``name`` whether or not it was (as another router's load would)."""
         with self._lock:
             self._adapters[name] = path
+            self._read_in(name)
 
     def unregister(self, name: str) -> bool:
-        """Forget ``name``; False when it was not registered."""
+        """Forget ``name``; False when it was not registered. Like vLLM's Python frontend, the copy in
+        memory stays until the least-recently-used order drops it."""
         with self._lock:
+            copy = self._copy.pop(name, None)
+            if copy in self._dropped:  # dropped for a load, then unloaded: engine and router agree
+                self._dropped.discard(copy)
+                self._drops -= 1
             return self._adapters.pop(name, None) is not None
 
     def restart(self) -> None:
@@ -92,6 +124,50 @@ class Engine:
         with self._lock:
             self._adapters.clear()
             self._series.clear()
+            self._copy.clear()
+            self._memory.clear()
+            self._dropped.clear()
+
+    def memory(self) -> Memory:
+        """What the adapter memory did (all zeros without ``max_cpu_loras``)."""
+        with self._lock:
+            return Memory(self._most, self._drops, self._rereads)
+
+    def _read_in(self, name: str) -> None:
+        """A load read ``name`` from disk: a new copy in memory, the least recently used no completion
+        runs on dropped first if it is full (vLLM's ``LRUCacheWorkerLoRAManager``)."""
+        if self.max_cpu_loras is None:
+            return
+        copy = next(self._copies)
+        self._copy[name] = copy
+        self._make_room()
+        self._memory[copy] = name
+        self._most = max(self._most, len(self._memory))
+
+    def _make_room(self) -> None:
+        assert self.max_cpu_loras is not None
+        while len(self._memory) >= self.max_cpu_loras:
+            victim = next((c for c, n in self._memory.items() if not self._running.get(n)), None)
+            if victim is None:
+                return  # every copy runs: vLLM goes over "very temporarily"
+            name = self._memory.pop(victim)
+            if self._copy.get(name) == victim:
+                self._drops += 1
+                self._dropped.add(victim)
+
+    def _use(self, name: str) -> None:
+        """A step runs ``name``: its copy is the most recently used, read back first if dropped."""
+        copy = self._copy.get(name)
+        if self.max_cpu_loras is None or copy is None:
+            return
+        if copy in self._memory:
+            self._memory.move_to_end(copy)
+            return
+        self._dropped.discard(copy)  # needed again: a drop that cost a read
+        self._rereads += 1
+        self._make_room()
+        self._memory[copy] = name
+        self._most = max(self._most, len(self._memory))
 
     def next_id(self) -> int:
         """A fresh number for ids the answers carry (permissions, completions)."""
@@ -145,12 +221,16 @@ class Engine:
     def started(self, adapter: str | None) -> None:
         """A completion for ``adapter`` (None: the base model) is running, from now until ``ended``."""
         with self._lock:
+            if adapter is not None:
+                self._use(adapter)
             self._running[adapter] = self._running.get(adapter, 0) + 1
             self._step()
 
     def ended(self, adapter: str | None) -> None:
         """The completion ``started`` with ``adapter`` has ended (answered, failed or dropped)."""
         with self._lock:
+            if adapter is not None and self._copy.get(adapter) in self._memory:
+                self._memory.move_to_end(self._copy[adapter])  # its last step used it
             left = self._running[adapter] - 1
             if left:
                 self._running[adapter] = left
