@@ -16,8 +16,9 @@ from pathlib import Path
 import httpx
 import pytest
 
+from lorafleet import limit_for
 from lorafleet_fleet import HEADROOM
-from lorafleet_serve import Config, ReplicaConfig, RouterServer
+from lorafleet_serve import ReplicaConfig, RouterServer
 from lorafleet_serve._config import build, settings_of
 from lorafleet_standin import StandInServer
 
@@ -124,12 +125,15 @@ def test_the_engine_pods_run_as_the_real_engine_tests_do() -> None:
     assert int(args["--port"] or 0) == discover["port"] == port_number(vllm_box, "http")
     assert vllm_box["readinessProbe"]["httpGet"]["path"] == "/health"
     assert port_number(vllm_box, vllm_box["readinessProbe"]["httpGet"]["port"]) == discover["port"]
-    # docs/routers.md, "Sizing": what a replica may hold at worst stays within --max-cpu-loras.
-    limit, routers = discover["limit"], fleet.get("routers", 1)
-    headroom = fleet.get("headroom", HEADROOM)
-    worst = limit + (routers - 1) * math.ceil(limit / routers) + routers * headroom
+    # docs/routers.md, "Sizing": the routers are told the pods' --max-cpu-loras, and what a replica
+    # may hold at worst stays within it, filling it with one router.
     max_cpu_loras = int(args["--max-cpu-loras"] or 0)
+    assert discover["max_cpu_loras"] == max_cpu_loras
+    routers, headroom = fleet.get("routers", 1), fleet.get("headroom", HEADROOM)
+    limit = discover.get("limit", limit_for(max_cpu_loras, headroom, routers))
+    worst = limit + (routers - 1) * math.ceil(limit / routers) + routers * headroom
     assert worst <= max_cpu_loras, (worst, max_cpu_loras)
+    assert worst == max_cpu_loras or routers > 1, "one router leaves none of the memory empty"
     assert int(args["--max-loras"] or 0) <= max_cpu_loras
 
 
@@ -165,11 +169,11 @@ async def test_the_router_answers_its_probes_as_the_manifest_expects(
         id="vllm-0",
         url=standin.url,
         model=discover["model"],
-        limit=discover["limit"],
+        max_cpu_loras=discover["max_cpu_loras"],
         api_key_env=discover["api_key_env"],
     )
-    config = Config(
-        **{**settings, "replicas": (replica,), "adapter_root": adapter_dir, "host": "127.0.0.1", "port": 0}
+    config = build(
+        {**settings, "replicas": (replica,), "adapter_root": adapter_dir, "host": "127.0.0.1", "port": 0}
     )
     environ = {data["server"]["api_key_env"]: "router-key", discover["api_key_env"]: "pod-key"}
     async with (

@@ -583,7 +583,7 @@ def run_serve(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int,
     ("args", "complaint"),
     [
         ([], "no replicas: give at least one"),
-        (["--replica", "id=r0,url=http://h:1,model=m"], "needs limit="),
+        (["--replica", "id=r0,url=http://h:1,model=m"], "needs limit or max_cpu_loras"),
         (["--replica", "id=r0,url=http://h:1,model=m,limit=two"], "limit must be a whole number, not 'two'"),
         (
             ["--replica", "id=r0,url=http://h:1,model=m,limit=0"],
@@ -760,7 +760,8 @@ def test_check_reads_the_file_then_the_flags_over_it(
     assert out == (
         "replicas: 1 of 'tiny'; adapters: 1 named and those under "
         f"'{tmp_path / 'adapters'}' (1 pinned); listening on 127.0.0.1:9123, clients' key from $ROUTER_KEY\n"
-        "model 'tiny': up to 4 adapters on one engine (limit + headroom, with limit 2, headroom 2, "
+        # The shipped headroom is 0: the limit is the engine's whole memory (SPEC.md §3.16).
+        "model 'tiny': up to 2 adapters on one engine (limit + headroom, with limit 2, headroom 0, "
         "routers 1); no engine of it declares max_cpu_loras (vLLM does not say its --max-cpu-loras), "
         "so that is not checked\n"
     )

@@ -393,7 +393,9 @@ async def test_reload_in_a_program_applies_a_config_or_refuses_it_whole(
             "dns=llm.test,model=m,limit=2",
             "discover[0] ('llm.test') needs port (the replicas' port), or srv = true",
         ),
-        ("dns=llm.test,port=8000,model=m", "--discover 'dns=llm.test,port=8000,model=m' needs limit="),
+        # A limit may now follow from max_cpu_loras: which of them is missing is known only once
+        # every flag is read, and the entry is named as the configuration names it.
+        ("dns=llm.test,port=8000,model=m", "discover[0] ('llm.test') needs limit or max_cpu_loras"),
         ("dns=llm.test,port=x,model=m,limit=2", "port must be a whole number, not 'x'"),
         ("dns=llm.test,port=8000,model=m,limit=2,srv=maybe", "srv must be true or false, not 'maybe'"),
         (

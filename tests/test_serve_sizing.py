@@ -11,9 +11,11 @@ from pathlib import Path
 import httpx
 import pytest
 
+from lorafleet import most_held
 from lorafleet._cli import main as lorafleet
 from lorafleet_serve import Config, ConfigError, ReplicaConfig, RouterServer, read_toml
-from lorafleet_serve._sizing import most_held, sizing
+from lorafleet_serve._config import build, replica_flag
+from lorafleet_serve._sizing import sizing
 from lorafleet_standin import StandInServer
 
 HELLO = {"prompt": "hello", "max_tokens": 4}
@@ -45,18 +47,21 @@ def replicas(*cpu: int | None, limit: int = 4) -> tuple[ReplicaConfig, ...]:
     )
 
 
-def test_an_engine_declared_too_small_is_named_with_the_settings() -> None:
-    """The issue's case: two routers over engines of --max-cpu-loras 4."""
+def test_an_engine_declared_too_small_or_too_large_is_named_with_the_settings() -> None:
+    """Two routers over engines of --max-cpu-loras 4 (too small for limit 4) and 10 (half empty)."""
     config = Config(replicas=replicas(4, 10, None), adapter_paths={"x": "/x"}, routers=2)
     sized = sizing(config)
     assert sized.lines == (
-        "model 'llama': up to 10 adapters on one engine (limit + (routers - 1) x ceil(limit / routers) + "
-        "routers x headroom, with limit 4, headroom 2, routers 2)",
+        "model 'llama': up to 6 adapters on one engine (limit + (routers - 1) x ceil(limit / routers) + "
+        "routers x headroom, with limit 4, headroom 0, routers 2)",
     )
     assert sized.warnings == (
-        "replicas[0] ('r0'): max_cpu_loras is 4, but this configuration can put 10 adapters on its engine "
-        "(limit 4, fleet.headroom 2, fleet.routers 2), and past --max-cpu-loras vLLM reloads adapters "
-        "inside generation steps: lower the limit or fleet.headroom, or start vLLM with --max-cpu-loras 10",
+        "replicas[0] ('r0'): max_cpu_loras is 4, but this configuration can put 6 adapters on its engine "
+        "(limit 4, fleet.headroom 0, fleet.routers 2), and past --max-cpu-loras vLLM reloads adapters "
+        "inside generation steps: lower the limit or fleet.headroom, or start vLLM with --max-cpu-loras 6",
+        "replicas[1] ('r1'): max_cpu_loras is 10, but this configuration puts at most 6 adapters on its "
+        "engine: 4 of its memory stays empty and loads come more often; limit 6 would use it all (or "
+        "leave limit out)",
     )
 
 
@@ -82,14 +87,48 @@ def test_check_states_the_bound_and_warns(capsys: pytest.CaptureFixture[str], ad
     out, err = capsys.readouterr()
     assert code == 0
     assert out.splitlines()[1] == (
-        "model 'tiny': up to 6 adapters on one engine (limit + headroom, with limit 4, headroom 2, routers 1)"
+        "model 'tiny': up to 4 adapters on one engine (limit + headroom, with limit 4, headroom 0, routers 1)"
     )
     assert err.splitlines() == [
-        "lorafleet serve: warning: replicas[0] ('r0'): max_cpu_loras is 5, but this configuration can put 6 "
-        "adapters on its engine (limit 4, fleet.headroom 2, fleet.routers 1), and past --max-cpu-loras vLLM "
-        "reloads adapters inside generation steps: lower the limit or fleet.headroom, or start vLLM with "
-        "--max-cpu-loras 6"
+        f"lorafleet serve: warning: replicas[{i}] ('r{i}'): max_cpu_loras is {cpu}, but this configuration "
+        f"puts at most 4 adapters on its engine: {cpu - 4} of its memory stays empty and loads come more "
+        f"often; limit {cpu} would use it all (or leave limit out)"
+        for i, cpu in ((0, 5), (1, 6))
     ]
+
+
+@pytest.mark.parametrize(
+    ("fields", "headroom", "routers", "limit"),
+    [
+        ("max_cpu_loras=6", None, 1, 6),  # every adapter the engine keeps: headroom 0
+        ("max_cpu_loras=6", 2, 1, 4),  # room for the headroom
+        ("max_cpu_loras=6", None, 2, 4),  # 4 + ceil(4 / 2) = 6 for two routers
+        ("limit=3,max_cpu_loras=6", None, 1, 3),  # a limit given stands
+    ],
+)
+def test_the_limit_follows_from_max_cpu_loras_when_left_out(
+    fields: str, headroom: int | None, routers: int, limit: int
+) -> None:
+    settings = {
+        "replicas": (replica_flag(f"id=r0,url=http://h:1,model=m,{fields}"),),
+        "adapter_paths": {"x": "/x"},
+        "routers": routers,
+        **({} if headroom is None else {"headroom": headroom}),
+    }
+    assert build(settings).replicas[0].limit == limit
+
+
+def test_a_replica_needs_a_limit_or_its_max_cpu_loras() -> None:
+    settings: dict[str, object] = {
+        "replicas": (replica_flag("id=r0,url=http://h:1,model=m"),),
+        "adapter_paths": {"x": "/x"},
+    }
+    with pytest.raises(ConfigError, match=r"replicas\[0\] \('r0'\) needs limit or max_cpu_loras"):
+        build(settings)
+    settings["headroom"] = 3
+    settings["replicas"] = (replica_flag("id=r0,url=http://h:1,model=m,max_cpu_loras=2"),)
+    with pytest.raises(ConfigError, match=r"max_cpu_loras: no limit fits an engine of 2 adapters"):
+        build(settings)
 
 
 @pytest.mark.parametrize(
@@ -134,7 +173,7 @@ async def test_the_start_up_log_says_the_bound_and_warns(
 ) -> None:
     caplog.set_level(logging.INFO, "lorafleet.serve")
     standin = serve()
-    replica = ReplicaConfig(id="r0", url=standin.url, model="tiny", limit=2, max_cpu_loras=3)
+    replica = ReplicaConfig(id="r0", url=standin.url, model="tiny", limit=4, max_cpu_loras=3)
     config = Config(replicas=(replica,), adapter_root=adapter_dir, port=0, shutdown_timeout=1.0)
     async with RouterServer(config, environ={}):
         pass

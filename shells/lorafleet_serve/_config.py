@@ -18,8 +18,8 @@ from typing import Any
 
 import attrs
 
-from lorafleet import InvalidValueError
-from lorafleet_fleet import TOP_ADAPTERS, Replica
+from lorafleet import InvalidValueError, limit_for
+from lorafleet_fleet import HEADROOM, TOP_ADAPTERS, Replica
 
 from ._dns import parse_server
 
@@ -47,10 +47,18 @@ class ReplicaConfig:
     id: str
     url: str
     model: str
-    limit: int
+    limit: int | None = None
+    """The adapters the replica may hold; None: what fits ``max_cpu_loras`` (``build`` sets it)."""
     api_key_env: str | None = None
     max_cpu_loras: int | None = None
-    """The engine's ``--max-cpu-loras``, when declared: the router warns if it can put more there."""
+    """The engine's ``--max-cpu-loras``, when declared: the limit follows from it unless given, and
+    the router warns if it can put more there."""
+
+    @property
+    def resolved_limit(self) -> int:
+        """The limit, once ``build`` has filled it in."""
+        assert self.limit is not None, "build() sets every limit"
+        return self.limit
 
 
 @attrs.frozen(kw_only=True)
@@ -61,7 +69,8 @@ class DiscoverConfig:
     dns: str
     """The name: a Kubernetes headless Service, a Consul or Nomad service..."""
     model: str
-    limit: int
+    limit: int | None = None
+    """As a replica's: None, what fits ``max_cpu_loras`` (``build`` sets it)."""
     port: int | None = None
     """The replicas' port, for A/AAAA answers (SRV answers carry their own)."""
     srv: bool = False
@@ -71,6 +80,12 @@ class DiscoverConfig:
     resolver: str | None = None
     """``host:port`` of the DNS server to ask (None: the system's, as /etc/resolv.conf says)."""
     max_cpu_loras: int | None = None
+
+    @property
+    def resolved_limit(self) -> int:
+        """The limit, once ``build`` has filled it in."""
+        assert self.limit is not None, "build() sets every limit"
+        return self.limit
 
     def label(self, index: int) -> str:
         """How messages name the entry: ``discover[0] ('vllm.ns.svc')``."""
@@ -140,10 +155,12 @@ class Config:
         """Base model name to the entries that give it engines, in the order configured."""
         by_model: dict[str, list[EngineEntry]] = {}
         for i, replica in enumerate(self.replicas):
-            entry = EngineEntry(f"replicas[{i}] ({replica.id!r})", replica.limit, replica.max_cpu_loras)
+            entry = EngineEntry(
+                f"replicas[{i}] ({replica.id!r})", replica.resolved_limit, replica.max_cpu_loras
+            )
             by_model.setdefault(replica.model, []).append(entry)
         for i, found in enumerate(self.discover):
-            entry = EngineEntry(found.label(i), found.limit, found.max_cpu_loras)
+            entry = EngineEntry(found.label(i), found.resolved_limit, found.max_cpu_loras)
             by_model.setdefault(found.model, []).append(entry)
         return by_model
 
@@ -277,7 +294,7 @@ def _replicas(value: object, source: str) -> tuple[ReplicaConfig, ...]:
     for i, entry in enumerate(value):
         where = f"{source}: replicas[{i}]"
         _known(entry, _REPLICA, where, "")
-        for key in ("id", "url", "model", "limit"):
+        for key in ("id", "url", "model"):
             if key not in entry:
                 raise ConfigError(f"{where} needs {key}")
         out.append(
@@ -285,7 +302,7 @@ def _replicas(value: object, source: str) -> tuple[ReplicaConfig, ...]:
                 id=_str(entry["id"], f"{where}.id"),
                 url=_str(entry["url"], f"{where}.url"),
                 model=_str(entry["model"], f"{where}.model"),
-                limit=_int(entry["limit"], f"{where}.limit"),
+                limit=_int(entry["limit"], f"{where}.limit") if "limit" in entry else None,
                 api_key_env=_str(entry["api_key_env"], f"{where}.api_key_env")
                 if "api_key_env" in entry
                 else None,
@@ -306,7 +323,7 @@ def _discovers(value: object, source: str) -> tuple[DiscoverConfig, ...]:
     for i, entry in enumerate(value):
         where = f"{source}: discover[{i}]"
         _known(entry, _DISCOVER, where, "")
-        for key in ("dns", "model", "limit"):
+        for key in ("dns", "model"):
             if key not in entry:
                 raise ConfigError(f"{where} needs {key}")
         fields: dict[str, Any] = {}
@@ -347,7 +364,8 @@ def _known(table: Mapping[str, Any], known: set[str], source: str, prefix: str) 
 
 
 def replica_flag(text: str) -> ReplicaConfig:
-    """One ``--replica id=gpu-0,url=http://10.0.0.5:8000,model=llama,limit=4[,api_key_env=VAR][,max_cpu_loras=N]``."""
+    """One ``--replica id=gpu-0,url=http://10.0.0.5:8000,model=llama,max_cpu_loras=N[,limit=4][,api_key_env=VAR]``
+    (``limit``, ``max_cpu_loras`` or both)."""
     fields: dict[str, str] = {}
     for part in text.split(","):
         key, eq, value = part.partition("=")
@@ -361,15 +379,16 @@ def replica_flag(text: str) -> ReplicaConfig:
                 f"--replica {text!r}: unknown field {key!r} (known: {', '.join(sorted(_REPLICA))})"
             )
         fields[key] = value.strip()
-    for key in ("id", "url", "model", "limit"):
+    for key in ("id", "url", "model"):
         if key not in fields:
             raise ConfigError(f"--replica {text!r} needs {key}=")
     cpu = fields.get("max_cpu_loras")
+    limit = fields.get("limit")
     return ReplicaConfig(
         id=fields["id"],
         url=fields["url"],
         model=fields["model"],
-        limit=_whole_field("--replica", text, "limit", fields["limit"]),
+        limit=_whole_field("--replica", text, "limit", limit) if limit is not None else None,
         api_key_env=fields.get("api_key_env"),
         max_cpu_loras=_whole_field("--replica", text, "max_cpu_loras", cpu) if cpu is not None else None,
     )
@@ -398,7 +417,7 @@ def discover_flag(text: str) -> DiscoverConfig:
                 f"--discover {text!r}: unknown field {key!r} (known: {', '.join(sorted(_DISCOVER))})"
             )
         fields[key] = value.strip()
-    for key in ("dns", "model", "limit"):
+    for key in ("dns", "model"):
         if key not in fields:
             raise ConfigError(f"--discover {text!r} needs {key}=")
     out: dict[str, Any] = {k: fields[k] for k in ("dns", "model", "api_key_env", "resolver") if k in fields}
@@ -445,8 +464,44 @@ def build(settings: Mapping[str, Any]) -> Config:
         config = Config(**settings)
     except TypeError as exc:  # a programming error in the caller, not the user's; keep it loud
         raise AssertionError(f"unknown Config settings: {exc}") from exc
+    config = _limits(config)
     check(config)
     return config
+
+
+def _limits(config: Config) -> Config:
+    """``config`` with every limit left out set to what fits its engine's ``max_cpu_loras`` with the
+    fleet's headroom and routers (``lorafleet.limit_for``: the sizing rule docs/vllm.md states).
+
+    Raises:
+        ConfigError: an entry gives neither, or no limit fits.
+    """
+    headroom = HEADROOM if config.headroom is None else config.headroom
+
+    def fill(limit: int | None, memory: int | None, where: str) -> int:
+        if limit is not None:
+            return limit
+        if memory is None:
+            raise ConfigError(
+                f"{where} needs limit or max_cpu_loras: the engine's --max-cpu-loras, from which the "
+                "limit follows (every adapter it keeps in memory, with the default headroom 0)"
+            )
+        if config.routers < 1 or headroom < 0:
+            return memory  # check() says what is wrong with those
+        try:
+            return limit_for(memory, headroom, config.routers)
+        except ValueError as exc:
+            raise ConfigError(f"{where}.max_cpu_loras: {exc}") from None
+
+    replicas = tuple(
+        attrs.evolve(r, limit=fill(r.limit, r.max_cpu_loras, f"replicas[{i}] ({r.id!r})"))
+        for i, r in enumerate(config.replicas)
+    )
+    discover = tuple(
+        attrs.evolve(d, limit=fill(d.limit, d.max_cpu_loras, d.label(i)))
+        for i, d in enumerate(config.discover)
+    )
+    return attrs.evolve(config, replicas=replicas, discover=discover)
 
 
 def check(config: Config) -> None:
@@ -456,7 +511,7 @@ def check(config: Config) -> None:
     for i, replica in enumerate(config.replicas):
         where = f"replicas[{i}] ({replica.id!r})" if replica.id else f"replicas[{i}]"
         try:
-            Replica(id=replica.id, url=replica.url, model=replica.model, limit=replica.limit)
+            Replica(id=replica.id, url=replica.url, model=replica.model, limit=replica.resolved_limit)
         except InvalidValueError as exc:
             raise ConfigError(f"{where}: {exc}") from None
         if replica.id in ids:
@@ -466,7 +521,7 @@ def check(config: Config) -> None:
             _env_name(replica.api_key_env, f"{where}.api_key_env")
         if replica.max_cpu_loras is not None and replica.max_cpu_loras < 1:
             raise ConfigError(f"{where}.max_cpu_loras must be at least 1, not {replica.max_cpu_loras}")
-        known = limits.setdefault(replica.model, replica.limit)
+        known = limits.setdefault(replica.model, replica.resolved_limit)
         if known != replica.limit:
             raise ConfigError(
                 f"{where}: limit {replica.limit}, but another replica of {replica.model!r} has {known}: "
@@ -475,7 +530,7 @@ def check(config: Config) -> None:
     for i, found in enumerate(config.discover):
         where = found.label(i)
         _check_discover(found, where)
-        known = limits.setdefault(found.model, found.limit)
+        known = limits.setdefault(found.model, found.resolved_limit)
         if known != found.limit:
             raise ConfigError(
                 f"{where}: limit {found.limit}, but another replica of {found.model!r} has {known}: "
@@ -545,7 +600,7 @@ def _check_discover(found: DiscoverConfig, where: str) -> None:
         raise ConfigError(f"{where}.dns must be a DNS name, not {found.dns!r}")
     if not found.model:
         raise ConfigError(f"{where}.model is empty")
-    if found.limit < 1:
+    if found.resolved_limit < 1:
         raise ConfigError(f"{where}.limit must be at least 1, not {found.limit}")
     if found.port is None and not found.srv:
         raise ConfigError(f"{where} needs port (the replicas' port), or srv = true (SRV records carry it)")
@@ -610,7 +665,7 @@ def resolve(config: Config, environ: Mapping[str, str] | None = None) -> tuple[l
             id=r.id,
             url=r.url,
             model=r.model,
-            limit=r.limit,
+            limit=r.resolved_limit,
             api_key=key(r.api_key_env, f"replica {r.id!r}'s api_key_env"),
         )
         for r in config.replicas

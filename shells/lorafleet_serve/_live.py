@@ -80,7 +80,7 @@ class Discovery:
                 id=_dns.host_port(address, port),
                 url=f"http://{_dns.host_port(address, port)}",
                 model=entry.model,
-                limit=entry.limit,
+                limit=entry.resolved_limit,
                 api_key=self.key,
             )
             for address, port in sorted(set(found), key=lambda a: (a[0], a[1]))

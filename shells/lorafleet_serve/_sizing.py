@@ -8,25 +8,12 @@ configuration declares: ``max_cpu_loras`` on a replica.
 
 from __future__ import annotations
 
-import math
-
 import attrs
 
+from lorafleet import limit_for, most_held
 from lorafleet_fleet import HEADROOM
 
 from ._config import Config
-
-
-def most_held(limit: int, headroom: int, routers: int) -> int:
-    """The most adapters the routers can put on one engine (docs/routers.md, "Sizing").
-
-    One router holds a replica to ``limit`` and goes ``headroom`` over it only while every adapter
-    is in use. ``routers`` routers that read their listings at different moments each fill their
-    share of the free slots they saw, and each may go its headroom over.
-    """
-    if routers == 1:
-        return limit + headroom
-    return limit + (routers - 1) * math.ceil(limit / routers) + routers * headroom
 
 
 @attrs.frozen
@@ -64,6 +51,14 @@ def sizing(config: Config) -> Sizing:
             )
         lines.append(line)
         for entry in declared:
+            if entry.max_cpu_loras is not None and entry.max_cpu_loras > most:
+                fits = _fits(entry.max_cpu_loras, headroom, routers)
+                warnings.append(
+                    f"{entry.where}: max_cpu_loras is {entry.max_cpu_loras}, but this configuration puts at "
+                    f"most {most} adapters on its engine: {entry.max_cpu_loras - most} of its memory stays "
+                    f"empty and loads come more often"
+                    + (f"; limit {fits} would use it all (or leave limit out)" if fits is not None else "")
+                )
             if entry.max_cpu_loras is not None and entry.max_cpu_loras < most:
                 warnings.append(
                     f"{entry.where}: max_cpu_loras is {entry.max_cpu_loras}, but this configuration can put "
@@ -72,3 +67,11 @@ def sizing(config: Config) -> Sizing:
                     f"lower the limit or fleet.headroom, or start vLLM with --max-cpu-loras {most}"
                 )
     return Sizing(tuple(lines), tuple(warnings))
+
+
+def _fits(memory: int, headroom: int, routers: int) -> int | None:
+    """The limit that fills ``memory``, or None when none does."""
+    try:
+        return limit_for(memory, headroom, routers)
+    except ValueError:
+        return None
