@@ -210,8 +210,9 @@ async def two_fleets(fleet_type: type[Fleet], target: Target, held: Held) -> Two
         probe_b.attach(b)
         await b.sync_unknown([r])
         async with b.acquire(r, "s0", target.adapter("lora-0")), running_on_engine(target, "s0", held):
-            # A's reads get a long bound: a read that times out tells A nothing.
-            a = fleet_type(listing_timeout=120)
+            # A's reads get a long bound: a read that times out tells A nothing. Headroom 1 (the
+            # default is 0): the premise is that A may go over the limit while s0 runs.
+            a = fleet_type(listing_timeout=120, headroom=1)
             probe_a.attach(a)
             async with a:
                 await a.sync_unknown([r])
