@@ -65,6 +65,7 @@ from lorafleet import (
     MarkMet,
     ReadEngine,
     ReadListing,
+    RefusalForgotten,
     Released,
     ReplicaAdded,
     ReplicaFailed,
@@ -130,6 +131,7 @@ AROUND = [
     "break_the_contract",
     "settle",
     "served_elsewhere",
+    "refusal_forgotten",
 ]
 """What FleetModel.something_else_happens may do: the world around the requests changes."""
 
@@ -618,6 +620,12 @@ class FleetModel(RuleBasedStateMachine):
         replica = data.draw(st.sampled_from([*sorted(REPLICAS), UNKNOWN]))
         failed = data.draw(st.lists(st.sampled_from([*sorted(REPLICAS), UNKNOWN]), max_size=3))
         self.send(ServedElsewhere(replica=replica, failed=tuple(failed)))
+
+    def refusal_forgotten(self, data: st.DataObject) -> None:
+        """The router says the engine may take an adapter now, or any ([forgive]): it was fixed."""
+        adapter = data.draw(st.sampled_from([*ADAPTERS, None]))
+        note(f"the refusal of {adapter or 'every adapter'} is forgotten")
+        self.send(RefusalForgotten(adapter=adapter))
 
     @rule(data=st.data())
     def others_run_requests(self, data: st.DataObject) -> None:

@@ -61,6 +61,7 @@ from lorafleet import (
     ReadingFailed,
     ReadingReceived,
     ReadListing,
+    RefusalForgotten,
     Released,
     ReplicaAdded,
     ReplicaFailed,
@@ -301,6 +302,13 @@ class Model:
                 self.last_ticket = event.ticket
                 route = Route(event.ticket, event.adapter, event.path, event.model, frozenset(event.exclude))
                 return self.place_route(route)
+            case RefusalForgotten():
+                # [forgive]: with no pins, only the record goes.
+                if event.adapter is None:
+                    self.refused.clear()
+                else:
+                    self.refused.pop(event.adapter, None)
+                return []
             case AdapterPinned() | AdapterUnpinned():
                 # The properties send no pins.
                 raise NotImplementedError(f"the model does not follow {type(event).__name__}")

@@ -149,6 +149,8 @@ CASES: list[tuple[type[lf.UsageError], str, Callable[[AdapterStateMachine], obje
         lambda m: m.handle(lf.ServedElsewhere(replica="r", failed="r")),  # type: ignore[arg-type]
     ),
     (lf.InvalidValueError, "failed replica ids", lambda m: m.served_elsewhere("r", ["r", 5])),  # type: ignore[list-item]
+    (lf.InvalidValueError, "adapter must be", lambda m: m.forget_refusal("")),
+    (lf.InvalidValueError, "adapter must be", lambda m: m.forget_refusal(5)),  # type: ignore[arg-type]
 ]
 
 

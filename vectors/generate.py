@@ -85,6 +85,7 @@ RULES_BY_NAME = [
     ("blame", ["blame", "health"]),
     ("cap", ["cap", "cold"]),
     ("refuse", ["refuse", "load-outcome"]),
+    ("forgive", ["forgive", "refuse"]),
     ("pin", ["pin", "cold"]),
     ("statistics", ["statistics"]),
     ("reading", ["reading", "read"]),
@@ -122,7 +123,13 @@ NOT_VECTORS = {
     "test_an_unload_answered_not_found_by_any_vllm_is_a_success",
     "test_a_load_that_got_no_answer_is_the_replicas_fault",
 }
-EXTRA_RULES = {"limit": "limit", "time": "time", "advance": "time", "listing_is_read": "time"}
+EXTRA_RULES = {
+    "limit": "limit",
+    "time": "time",
+    "advance": "time",
+    "listing_is_read": "time",
+    "refusal_is_forgotten": "forgive",
+}
 
 
 def hand_vectors() -> list[dict[str, Any]]:

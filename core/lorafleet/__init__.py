@@ -28,6 +28,7 @@ from ._events import ListingReceived as ListingReceived
 from ._events import LoadFinished as LoadFinished
 from ._events import ReadingFailed as ReadingFailed
 from ._events import ReadingReceived as ReadingReceived
+from ._events import RefusalForgotten as RefusalForgotten
 from ._events import Released as Released
 from ._events import ReplicaAdded as ReplicaAdded
 from ._events import ReplicaFailed as ReplicaFailed

@@ -159,6 +159,14 @@ class AdapterUnpinned:
 
 
 @attrs.frozen(kw_only=True)
+class RefusalForgotten:
+    """The engine may take ``adapter`` now (its files were fixed, or an operator says so): forget
+    its refusal ([forgive]). None: every adapter's."""
+
+    adapter: str | None = None
+
+
+@attrs.frozen(kw_only=True)
 class Routed:
     """A request wants ``adapter`` (stored at ``path``) wherever placement puts it ([route]).
 
@@ -217,6 +225,7 @@ Event = (
     | ServedElsewhere
     | AdapterPinned
     | AdapterUnpinned
+    | RefusalForgotten
     | Routed
     | ReadingReceived
     | ReadingFailed

@@ -146,6 +146,7 @@ from ._events import (
     LoadFinished,
     ReadingFailed,
     ReadingReceived,
+    RefusalForgotten,
     Released,
     ReplicaAdded,
     ReplicaFailed,
@@ -543,6 +544,8 @@ class AdapterStateMachine:
                 return self._adapter_pinned(event)
             case AdapterUnpinned():
                 return self._adapter_unpinned(event)
+            case RefusalForgotten():
+                return self._refusal_forgotten(event)
             case Routed():
                 return self._routed(event)
             case ReadingReceived():
@@ -638,6 +641,10 @@ class AdapterStateMachine:
     def unpin(self, adapter: str) -> list[Command]:
         """``handle(AdapterUnpinned(...))``: ``adapter`` may be evicted again."""
         return self.handle(AdapterUnpinned(adapter=adapter))
+
+    def forget_refusal(self, adapter: str | None = None) -> list[Command]:
+        """``handle(RefusalForgotten(...))``: the engine may take ``adapter`` now (None: every adapter)."""
+        return self.handle(RefusalForgotten(adapter=adapter))
 
     def route(
         self, ticket: int, *, adapter: str, path: str, model: str | None = None, exclude: Iterable[str] = ()
@@ -1510,6 +1517,17 @@ class AdapterStateMachine:
             if rep is not None and not rep.removed:
                 self._replica_fault(rep)
         return []
+
+    def _refusal_forgotten(self, event: RefusalForgotten) -> list[Command]:
+        """[forgive]: the next request for the adapter asks an engine again, and a pin waiting out
+        the refusal loads now."""
+        _check_fields(event)
+        if event.adapter is None:
+            forgot = bool(self._refused)
+            self._refused.clear()
+        else:
+            forgot = self._refused.pop(event.adapter, None) is not None
+        return self._ensure_pins() if forgot and self._pins else []
 
     @staticmethod
     def blame(replica: str, failed: Iterable[str] = ()) -> Fault:
@@ -2421,6 +2439,7 @@ _ADAPTER = _Kind(_is_name, "adapter name must be a non-empty str")
 _PATH = _Kind(_is_name, "adapter path must be a non-empty str")
 _REPLICA = _Kind(_is_name, "replica id must be a non-empty str")
 _MODEL = _Kind(_is_name, "model must be a non-empty str")
+_ADAPTER_OR_NONE = _Kind(lambda v: v is None or _is_name(v), "adapter must be a non-empty str or absent")
 _MODEL_OR_NONE = _Kind(lambda v: v is None or _is_name(v), "model must be a non-empty str or absent")
 _TICKET_OR_NONE = _Kind(lambda v: v is None or type(v) is int, "ticket must be an int or absent")
 _AT_LEAST_1 = _Kind(lambda v: type(v) is int and v >= 1, "{field} must be an int of at least 1")
@@ -2467,6 +2486,7 @@ _FIELDS: dict[type, tuple[tuple[str, _Kind], ...]] = {
         ("model", _MODEL_OR_NONE),
     ),
     AdapterUnpinned: (("adapter", _ADAPTER),),
+    RefusalForgotten: (("adapter", _ADAPTER_OR_NONE),),
     Routed: (("adapter", _ADAPTER), ("path", _PATH), ("model", _MODEL_OR_NONE), ("exclude", _EXCLUDED)),
     ReadingReceived: (
         ("adapters", _READ_NAMES),

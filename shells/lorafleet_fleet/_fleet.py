@@ -58,6 +58,7 @@ from lorafleet import (
     ReadingFailed,
     ReadingReceived,
     ReadListing,
+    RefusalForgotten,
     Released,
     ReplicaAdded,
     ReplicaFailed,
@@ -481,6 +482,16 @@ class Fleet:
         """``adapter`` may be evicted again, once no request runs on it. Unknown names change nothing."""
         self._check_open()
         self._send(AdapterUnpinned(adapter=adapter))
+
+    def forget_refusal(self, adapter: str | None = None) -> None:
+        """The engines may take ``adapter`` now (its files were fixed): its next request asks one again
+        rather than fail at once, and a pin of it loads. None: every adapter the engines refused.
+
+        Raises:
+            InvalidValueError: ``adapter`` is not a non-empty str or None.
+        """
+        self._check_open()
+        self._send(RefusalForgotten(adapter=adapter))
 
     async def sync_unknown(self, replicas: Iterable[Replica]) -> None:
         """Read the listings of the replicas not met yet, all at once, and wait for them.

@@ -14,6 +14,7 @@ from lorafleet import (
     Placed,
     Placement,
     ReadListing,
+    RefusalForgotten,
     ReplicaFailed,
     ServedElsewhere,
     TimeAdvanced,
@@ -108,3 +109,38 @@ def test_refuse_an_adapter_the_engine_refused_at_once_until_its_record_expires()
     s.expect(TimeAdvanced(now=900.0))
     _, commands = s.request("r", "typo")  # the record expired: it is tried again
     assert loads(commands) == [IssueLoad(load=6, replica="r", adapter="typo", path="/adapters/typo")]
+
+
+# -- [forgive] -------------------------------------------------------------------------------------
+
+
+def test_forgive_a_forgotten_refusal_asks_the_engine_again_at_once() -> None:
+    """The folder was fixed: the next request loads, long before the refusal would have run out."""
+    s = Scenario.with_replicas(("r", 2))
+    t1, _ = s.request("r", "typo")
+    s.expect(
+        LoadFinished(load=2, outcome=LoadOutcome.ADAPTER_FAULT, message="No adapter found at /typo"),
+        Fail(ticket=t1, fault=Fault.ADAPTER, message="No adapter found at /typo"),
+    )
+    s.expect(RefusalForgotten(adapter="typo"))
+    _, commands = s.request("r", "typo")
+    assert loads(commands) == [IssueLoad(load=3, replica="r", adapter="typo", path="/adapters/typo")]
+
+
+def test_forgive_names_one_adapter_or_none_for_every_one() -> None:
+    """Forgetting one refusal keeps the others; null forgets them all. An adapter never refused is
+    no error, and changes nothing."""
+    s = Scenario.with_replicas(("r", 4))
+    for name, load in (("a", 2), ("b", 3)):
+        t, _ = s.request("r", name)
+        s.expect(
+            LoadFinished(load=load, outcome=LoadOutcome.ADAPTER_FAULT, message=f"bad {name}"),
+            Fail(ticket=t, fault=Fault.ADAPTER, message=f"bad {name}"),
+        )
+    s.expect(RefusalForgotten(adapter="never-refused"))
+    s.expect(RefusalForgotten(adapter="a"))
+    t, _ = s.request("r", "b")
+    assert s.steps[-1].commands == [Fail(ticket=t, fault=Fault.ADAPTER, message="bad b")]
+    s.expect(RefusalForgotten(adapter=None))
+    _, commands = s.request("r", "b")
+    assert [load.adapter for load in loads(commands)] == ["b"]

@@ -12,6 +12,7 @@ from lorafleet import (
     LoadFinished,
     LoadOutcome,
     ReadListing,
+    RefusalForgotten,
     Released,
     TimeAdvanced,
 )
@@ -74,6 +75,17 @@ def test_pin_waits_while_the_adapter_is_refused() -> None:
     (load,) = loads(s(AdapterPinned(adapter="bad", path="/adapters/bad")))
     s.expect(LoadFinished(load=load.load, outcome=LoadOutcome.ADAPTER_FAULT, message="No adapter found"))
     s.expect(TimeAdvanced(now=30.0), ReadListing(listing=3, replica="r0"))  # refused: no new load yet
+
+
+def test_pin_loads_as_soon_as_its_refusal_is_forgotten() -> None:
+    """[forgive] A pinned adapter waits out its refusal, unless the router says the engine may take it
+    now: then its load goes out with the event."""
+    s = Scenario.with_replicas(("r0", 2))
+    (load,) = loads(s(AdapterPinned(adapter="bad", path="/adapters/bad")))
+    s.expect(LoadFinished(load=load.load, outcome=LoadOutcome.ADAPTER_FAULT, message="No adapter found"))
+    s.expect(
+        RefusalForgotten(adapter="bad"), IssueLoad(load=3, replica="r0", adapter="bad", path="/adapters/bad")
+    )
 
 
 def test_pin_is_never_loaded_where_its_adapter_is_being_unloaded() -> None:

@@ -88,6 +88,7 @@ export class Machine {
       adapter_missing: this.adapterMissing, replica_failed: this.replicaFailed,
       served_elsewhere: this.servedElsewhere,
       adapter_pinned: this.adapterPinned, adapter_unpinned: this.adapterUnpinned,
+      refusal_forgotten: this.refusalForgotten,
       routed: this.routed, reading_received: this.readingReceived, reading_failed: this.readingFailed,
     }[event.type];
     if (!on) throw new Error(`unknown event type ${event.type}`);
@@ -961,6 +962,20 @@ export class Machine {
     }
     return commands;
   }
+
+  // [forgive]: the next request asks an engine again; a pin that waited out the refusal loads now.
+  refusalForgotten({ adapter }) {
+    if (adapter !== undefined && adapter !== null && !isName(adapter)) throw invalid("adapter", adapter);
+    let forgot;
+    if (adapter === undefined || adapter === null) {
+      forgot = this.refused.size > 0;
+      this.refused.clear();
+    } else {
+      forgot = this.refused.delete(adapter);
+    }
+    return forgot ? this.ensurePins() : [];
+  }
+
 
   // Making the pins good: loads where placement finds room, for pins short of their copies.
   ensurePins() {

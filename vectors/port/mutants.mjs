@@ -82,6 +82,12 @@ export const MUTANTS = [
     "if (refused.until > this.now) { // [refuse]: no call", "if (false) { // [refuse]: no call"),
   m("refusal-ignored", "refuse", "setting refusal ignored: refusals last the default 900 s",
     "this.refusal = Number(refusal);", "this.refusal = 900;"),
+  m("forgive-ignored", "forgive", "refusal_forgotten forgets nothing: the refusal runs its time",
+    "forgot = this.refused.delete(adapter);", "forgot = this.refused.has(adapter);"),
+  m("forgive-null-ignored", "forgive", "refusal_forgotten with a null adapter forgets no refusal",
+    "forgot = this.refused.size > 0;\n      this.refused.clear();", "forgot = false;"),
+  m("forgive-no-pins", "forgive", "a pin waiting out a forgotten refusal waits on",
+    "return forgot ? this.ensurePins() : [];", "return [];"),
   // -- §3.2 answers
   m("already-loaded-fails", "load-outcome", "already_loaded is taken for a failure",
     'if (outcome === "loaded" || outcome === "already_loaded") {', 'if (outcome === "loaded") {'),
