@@ -55,6 +55,14 @@ def adapter_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root
 
 
+def broken_folder_warning(root: Path) -> str:
+    """What ``--check`` says of adapter_dir's ``broken``, a folder with no adapter_config.json."""
+    return (
+        f"lorafleet serve: warning: adapters.root: '{root / 'broken'}' has no adapter_config.json: it is "
+        "no adapter; save it with PEFT's save_pretrained\n"
+    )
+
+
 @pytest.fixture
 def serve() -> Iterator[Callable[..., StandInServer]]:
     """Start stand-in servers (``host`` and ``port`` go to StandInServer, other keyword arguments to

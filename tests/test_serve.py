@@ -25,9 +25,10 @@ import pytest
 
 from lorafleet._cli import main as lorafleet
 from lorafleet_serve import Config, ConfigError, ReplicaConfig, RouterServer
+from lorafleet_serve._app import MISSING_RETRIES
 from lorafleet_standin import StandInServer, generated
 
-from conftest import ADAPTERS, eventually
+from conftest import ADAPTERS, broken_folder_warning, eventually, make_adapter
 
 Serve = Callable[..., StandInServer]
 HELLO = {"prompt": "hello", "max_tokens": 4}
@@ -357,6 +358,38 @@ async def test_a_restarted_replica_lost_its_adapters_and_the_request_still_succe
     assert standin.app.adapters == {"a4": str(adapter_dir / "a4")}
 
 
+@pytest.mark.anyio
+@pytest.mark.usefixtures("no_task_left_running")
+async def test_another_routers_unloads_are_met_by_loading_again_up_to_a_bound(
+    serve: Serve, adapter_dir: Path
+) -> None:
+    """Each time the engine answers "no such model" (another router unloaded the adapter between this
+    router's load and its forward), the request is placed again and the adapter loaded back, up to
+    MISSING_RETRIES times, each counted; past that the client gets the engine's 404."""
+    standin = serve()
+    gone = json.dumps(
+        {
+            "error": {
+                "message": "The model `a4` does not exist.",
+                "type": "NotFoundError",
+                "param": None,
+                "code": 404,
+            }
+        }
+    )
+    async with routing([standin], adapter_dir) as (_, client):
+        standin.app.answer("completions", 404, gone, times=MISSING_RETRIES)
+        answer = await client.post("/v1/completions", json={"model": "a4", **HELLO})
+        assert answer.status_code == 200, answer.text
+        standin.app.answer("completions", 404, gone, times=MISSING_RETRIES + 1)
+        answer = await client.post("/v1/completions", json={"model": "a4", **HELLO})
+        assert (answer.status_code, answer.json()) == (404, json.loads(gone))
+        metrics = (await client.get("/metrics")).text
+    assert f'lorafleet_serve_retries_total{{reason="adapter_missing"}} {2 * MISSING_RETRIES}.0' in metrics
+    # One load at first, then one per retry: the engine still had it each time, and said so.
+    assert len(standin.app.calls_to("load")) == 1 + 2 * MISSING_RETRIES
+
+
 # -- adapters the router will not serve ------------------------------------------------------------
 
 
@@ -391,7 +424,50 @@ async def test_an_adapter_the_engine_refuses_is_a_400_and_is_not_tried_again(
         error = error_of(answer)
         assert (error["code"], error["param"]) == ("adapter_refused", "model")
         assert str(adapter_dir) not in error["message"]  # the server's folders are not the client's business
+        assert "LoRA rank 64 is greater than max_lora_rank 16." in error["message"]  # what to fix
     assert len(standin.app.calls_to("load")) == 1  # the refusal is remembered: no second load call
+
+
+@pytest.mark.anyio
+@pytest.mark.usefixtures("no_task_left_running")
+async def test_a_refused_adapter_fixed_in_its_folder_is_served_at_once(serve: Serve, tmp_path: Path) -> None:
+    """[forgive] A rank too high, then the folder fixed: the next request loads the fixed adapter,
+    rather than get the refusal for 15 minutes; a missing folder that appears is served too."""
+    standin = serve()
+    make_adapter(tmp_path / "sql", rank=64)
+    async with routing([standin], tmp_path, adapter_paths={"typo": str(tmp_path / "typ0")}) as (_, client):
+        for name in ("sql", "typo"):
+            answer = await client.post("/v1/completions", json={"model": name, **HELLO})
+            assert (answer.status_code, error_of(answer)["code"]) == (400, "adapter_refused")
+        assert "<path>" in error_of(answer)["message"]  # the engine's words, the folder left out
+        make_adapter(tmp_path / "sql", rank=8)
+        make_adapter(tmp_path / "typ0")
+        for name in ("sql", "typo"):
+            answer = await client.post("/v1/completions", json={"model": name, **HELLO})
+            assert answer.status_code == 200, answer.text
+    assert [c.body["lora_name"] for c in standin.app.calls_to("load")] == ["sql", "typo", "sql", "typo"]
+
+
+@pytest.mark.anyio
+@pytest.mark.usefixtures("no_task_left_running")
+async def test_a_reload_forgets_every_refusal(serve: Serve, tmp_path: Path) -> None:
+    """A fix no fingerprint sees (same sizes, times put back) is still refused, until the settings
+    are read again (SIGHUP, or the file watched changed): then every refused adapter is asked again."""
+    standin = serve()
+    folder = make_adapter(tmp_path / "sql", rank=64)
+    config = folder / "adapter_config.json"
+    async with routing([standin], tmp_path) as (server, client):
+        answer = await client.post("/v1/completions", json={"model": "sql", **HELLO})
+        assert answer.status_code == 400
+        before = config.stat()
+        config.write_text(config.read_text().replace('"r": 64', '"r": 16'))  # the same size
+        os.utime(config, ns=(before.st_atime_ns, before.st_mtime_ns))
+        answer = await client.post("/v1/completions", json={"model": "sql", **HELLO})
+        assert answer.status_code == 400
+        assert await server.reload()
+        answer = await client.post("/v1/completions", json={"model": "sql", **HELLO})
+        assert answer.status_code == 200, answer.text
+    assert len(standin.app.calls_to("load")) == 2
 
 
 # -- what the router checks itself ---------------------------------------------------------------
@@ -744,6 +820,41 @@ def test_a_missing_file_is_named(tmp_path: Path, capsys: pytest.CaptureFixture[s
     assert "No such file or directory" in err
 
 
+def test_check_names_each_adapter_folder_an_engine_would_refuse(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """One line per folder, naming it and the fix: missing, no config, a config that is not JSON or
+    gives no rank; a good folder, and a name the root does not serve, say nothing."""
+    make_adapter(tmp_path / "root" / "good")
+    make_adapter(tmp_path / "root" / "noconfig", config=False)
+    (tmp_path / "root" / ".hidden").mkdir()
+    make_adapter(tmp_path / "root" / "norank")
+    (tmp_path / "root" / "norank" / "adapter_config.json").write_text('{"r": 0}')
+    make_adapter(tmp_path / "notjson")
+    (tmp_path / "notjson" / "adapter_config.json").write_text("{r: 8")
+    code, _, err = run_serve(
+        [
+            *("--replica", "id=r0,url=http://127.0.0.1:1,model=tiny,limit=2"),
+            *("--adapters-root", str(tmp_path / "root")),
+            *("--adapter", f"typo={tmp_path / 'typ0'}", "--adapter", f"bad={tmp_path / 'notjson'}"),
+            "--check",
+        ],
+        capsys,
+    )
+    assert code == 0
+    config = "adapter_config.json"
+    assert err.splitlines() == [
+        f"lorafleet serve: warning: adapter 'bad': '{tmp_path / 'notjson' / config}' is not JSON (Expecting "
+        "property name enclosed in double quotes, line 1): write it again",
+        f"lorafleet serve: warning: adapter 'typo': '{tmp_path / 'typ0'}' is not a folder here: fix the path "
+        "(or mount it where the router runs)",
+        f"lorafleet serve: warning: adapters.root: '{tmp_path / 'root' / 'noconfig'}' has no {config}: it is "
+        "no adapter; save it with PEFT's save_pretrained",
+        f"lorafleet serve: warning: adapters.root: '{tmp_path / 'root' / 'norank' / config}' gives no rank "
+        '("r": a whole number of at least 1): write it again',
+    ]
+
+
 def test_check_reads_the_file_then_the_flags_over_it(
     tmp_path: Path,
     standin_url: str,
@@ -756,7 +867,7 @@ def test_check_reads_the_file_then_the_flags_over_it(
     path = tmp_path / "router.toml"
     path.write_text(TOML.format(url=standin_url) + "[pins]\nsql = 1\n")
     code, out, err = run_serve(["--config", str(path), "--port", "9123", "--check"], capsys)
-    assert (code, err) == (0, "")
+    assert (code, err) == (0, broken_folder_warning(tmp_path / "adapters"))
     assert out == (
         "replicas: 1 of 'tiny'; adapters: 1 named and those under "
         f"'{tmp_path / 'adapters'}' (1 pinned); listening on 127.0.0.1:9123, clients' key from $ROUTER_KEY\n"
@@ -876,6 +987,8 @@ def test_lorafleet_serve_runs_until_interrupted(
     text = "".join(logged)
     assert "model=a5 replica=r0 how=loaded status=200" in text
     assert "SIGINT: stopping" in text
+    # adapter_dir's folder that is no adapter, named once at start-up, as --check names it
+    assert text.count(broken_folder_warning(adapter_dir).split("warning: ")[1]) == 1
     assert "CTRL + C" not in text  # hypercorn's start-up line: the router's "ready on" says it
     assert "replica-secret" not in text
     assert "Traceback" not in text

@@ -18,6 +18,8 @@ from lorafleet_serve._config import build, replica_flag
 from lorafleet_serve._sizing import sizing
 from lorafleet_standin import StandInServer
 
+from conftest import broken_folder_warning
+
 HELLO = {"prompt": "hello", "max_tokens": 4}
 
 
@@ -94,7 +96,7 @@ def test_check_states_the_bound_and_warns(capsys: pytest.CaptureFixture[str], ad
         f"puts at most 4 adapters on its engine: {cpu - 4} of its memory stays empty and loads come more "
         f"often; limit {cpu} would use it all (or leave limit out)"
         for i, cpu in ((0, 5), (1, 6))
-    ]
+    ] + [broken_folder_warning(adapter_dir).rstrip("\n")]
 
 
 @pytest.mark.parametrize(

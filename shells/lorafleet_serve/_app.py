@@ -44,7 +44,7 @@ from lorafleet_fleet import (
     Route,
 )
 
-from ._catalog import Catalog
+from ._catalog import Catalog, Fingerprint, fingerprint
 from ._config import Config
 from ._openai import JSON, Receive, RefusedError, Scope, Send, model_not_found, refuse, respond, respond_json
 from ._readiness import Origin, Readiness
@@ -59,6 +59,11 @@ DRAIN_FLOOR = 16 << 20
 """The router reads (and drops) the body of a request it refuses, up to 4 times ``max_body_bytes`` and
 at least this much, before it answers: see ``Router._drained``."""
 ERROR_HEAD_BYTES = 64 << 10
+MISSING_RETRIES = 3
+"""How many times a request whose replica answered "no such model" is placed again (the adapter
+loaded back where placement says): another router's unload, or a restart, between the load and the
+forward. Past that, the engine's 404 goes to the client: an engine that loads an adapter and then
+denies it every time is misconfigured, and retrying forever would hide it."""
 """How much of a replica's error answer is read to judge it ("does not exist"?) before relaying it."""
 HOP_BY_HOP = frozenset(
     {
@@ -226,6 +231,22 @@ class Router:
         self._registry = registry
         self._metrics = _Metrics(registry) if registry is not None else None
         self.readiness = readiness if readiness is not None else Readiness()
+        self._refused: dict[str, Fingerprint] = {}
+        """Adapters the engines refused, with what their folder held then: a change forgets it."""
+
+    def forget_refusals(self) -> None:
+        """Every adapter the engines refused is asked for again at its next request (its files may
+        have been fixed in a way their fingerprint does not show)."""
+        self._refused.clear()
+        self.fleet.forget_refusal()
+
+    def _forgive_if_changed(self, name: str, path: str) -> None:
+        """A refused adapter whose folder changed since is tried again ([forgive]): fixed, it loads
+        at once rather than after the refusal runs out."""
+        if name in self._refused and fingerprint(path) != self._refused[name]:
+            del self._refused[name]
+            log.info("adapter %r: its folder changed since the engine refused it: trying it again", name)
+            self.fleet.forget_refusal(name)
 
     @property
     def replicas(self) -> list[Replica]:
@@ -436,11 +457,13 @@ class Router:
         await refuse(send, refusal)
 
     async def _adapter_request(self, name: str, path: str, raw: bytes, send: Send, record: _Record) -> None:
-        if self.catalog.path(name) is None:
+        folder = self.catalog.path(name)
+        if folder is None:
             raise model_not_found(name)
+        if self._refused:
+            self._forgive_if_changed(name, folder)
         model = self.catalog.model(name)
-        faults = 0
-        missing_again = True
+        faults = missing = 0
         lease: Route | None = None
         while True:
             record.attempts += 1
@@ -448,12 +471,15 @@ class Router:
             try:
                 # A retry carries its previous attempt: the replicas tried, and those that failed it.
                 lease = await self.fleet.route(name, model=model, after=lease)
-            except AdapterError:
-                # The engine's words may name a folder on the server: they go to the log (the fleet
-                # logged them), the client learns whose fault it is.
+            except AdapterError as refused:
+                if name not in self._refused:
+                    self._refused[name] = fingerprint(folder)
+                # The engine's words say what to fix; the folder they may name is the server's own
+                # business, so it goes as vLLM's own sanitizer writes it.
+                reason = refused.message.replace(folder, "<path>") or "no reason given"
                 raise RefusedError(
                     400,
-                    f"The adapter `{name}` could not be loaded: the engine refused it",
+                    f"The adapter `{name}` could not be loaded: the engine refused it: {reason}",
                     "adapter_refused",
                     param="model",
                 ) from None
@@ -483,14 +509,15 @@ class Router:
                     (b"x-lorafleet-how", record.how.encode()),
                     timing,
                 ]
-                outcome = await self._forward(upstream, path, raw, send, record, extra, lease, missing_again)
+                may_retry = missing < MISSING_RETRIES
+                outcome = await self._forward(upstream, path, raw, send, record, extra, lease, may_retry)
             finally:
                 # Anything but an outcome (the client gone, the request's own 502) is no answer served.
                 lease.release(served=outcome is not None)
             if outcome is _Outcome.DONE:
                 return
             if outcome is _Outcome.MISSING:
-                missing_again = False  # once: the load that follows proves the replica has it
+                missing += 1
                 self._count_retry("adapter_missing")
                 continue
             faults += 1

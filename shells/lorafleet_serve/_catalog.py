@@ -2,12 +2,34 @@
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
 from ._config import ADAPTER_NAME, Config
 
 CONFIG_FILE = "adapter_config.json"
+
+Fingerprint = tuple[tuple[str, int, int], ...] | None
+"""A folder's files as (name, size, modification time in ns), sorted; None when it cannot be read."""
+
+
+def fingerprint(folder: str) -> Fingerprint:
+    """What ``folder`` holds, as cheaply as it can be told apart: one ``stat`` per file, no reading.
+
+    Sizes and times rather than a hash of the weights, which may be gigabytes: a copy, a training
+    run or a fix writes files anew. A copy that keeps both size and time (``rsync -t`` of weights
+    of the same shape) goes unseen; ``lorafleet serve``'s SIGHUP forgets every refusal for that case.
+    """
+    try:
+        with os.scandir(folder) as entries:
+            return tuple(
+                sorted(
+                    (e.name, st.st_size, st.st_mtime_ns) for e in entries if e.is_file() for st in (e.stat(),)
+                )
+            )
+    except OSError:
+        return None
 
 
 class Catalog:
@@ -79,3 +101,45 @@ class Catalog:
     @property
     def root(self) -> Path | None:
         return self._root
+
+
+def folder_problem(folder: Path) -> str | None:
+    """What keeps ``folder`` from being a LoRA adapter an engine can load, with the fix; None if nothing
+    this router can see. vLLM reads ``adapter_config.json`` first and wants a rank (``r``) in it."""
+    if not folder.is_dir():
+        return f"{str(folder)!r} is not a folder here: fix the path (or mount it where the router runs)"
+    config = folder / CONFIG_FILE
+    try:
+        data = json.loads(config.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return f"{str(folder)!r} has no {CONFIG_FILE}: it is no adapter; save it with PEFT's save_pretrained"
+    except (OSError, UnicodeDecodeError) as exc:
+        return f"{str(config)!r} cannot be read ({exc.__class__.__name__}): give the router read access"
+    except json.JSONDecodeError as exc:
+        return f"{str(config)!r} is not JSON ({exc.msg}, line {exc.lineno}): write it again"
+    rank = data.get("r") if isinstance(data, dict) else None
+    if type(rank) is not int or rank < 1:
+        return f'{str(config)!r} gives no rank ("r": a whole number of at least 1): write it again'
+    return None
+
+
+def adapter_problems(config: Config) -> list[str]:
+    """One line per adapter folder an engine would refuse as far as this router can tell, naming the
+    folder and the fix: the table's folders, and the root's subfolders (one that is no adapter is
+    never served, and would otherwise be left out without a word)."""
+    lines: list[str] = []
+    for name, path in sorted(config.adapter_paths.items()):
+        problem = folder_problem(Path(path))
+        if problem is not None:
+            lines.append(f"adapter {name!r}: {problem}")
+    root = config.adapter_root
+    if root is not None:
+        try:
+            entries = sorted(e for e in root.iterdir() if e.is_dir() and not e.name.startswith("."))
+        except OSError as exc:
+            return [*lines, f"adapters.root {str(root)!r} cannot be listed ({exc.__class__.__name__})"]
+        for entry in entries:
+            problem = folder_problem(entry)
+            if problem is not None:
+                lines.append(f"adapters.root: {problem}")
+    return lines

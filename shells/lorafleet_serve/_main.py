@@ -15,6 +15,7 @@ from typing import Any
 
 import anyio
 
+from ._catalog import adapter_problems
 from ._config import Config, ConfigError, build, discover_flag, pair_flag, read_toml, replica_flag, resolve
 from ._server import ListenError, RouterServer
 from ._sizing import sizing
@@ -241,7 +242,8 @@ def main(argv: list[str]) -> int:
     if args.check:
         sized = sizing(config)
         sys.stdout.write("".join(f"{line}\n" for line in (summary(config), *sized.lines)))
-        sys.stderr.write("".join(f"{PROG}: warning: {line}\n" for line in sized.warnings))
+        warnings = [*sized.warnings, *adapter_problems(config)]
+        sys.stderr.write("".join(f"{PROG}: warning: {line}\n" for line in warnings))
         return 0
     if args.runtime == "trio" and importlib.util.find_spec("trio") is None:
         sys.stderr.write(f"{PROG} --runtime trio needs trio: pip install 'lorafleet[serve,trio]'\n")
@@ -290,6 +292,8 @@ async def _serve(config: Config, source: Callable[[], Config], watch: Path | Non
     with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM, signal.SIGHUP) as signals:
         async with RouterServer(config, source=source, watch=watch) as server:
             log.info("lorafleet serve: %s", summary(config))
+            for problem in adapter_problems(config):
+                log.warning("lorafleet serve: %s", problem)
             log.info(
                 "lorafleet serve: ready on %s (Ctrl-C stops it; SIGHUP reads the settings again)", server.url
             )

@@ -207,7 +207,8 @@ class RouterServer:
     async def reload(self, config: Config | None = None) -> bool:
         """Apply a configuration now: ``config``, else what ``source`` reads (else the current one).
 
-        Its replicas, discovered names and limits take effect at once (every name is resolved now);
+        Its replicas, discovered names and limits take effect at once (every name is resolved now),
+        and every adapter the engines refused is asked for again at its next request;
         a setting that needs a restart is named in one log line and left as it runs. A configuration
         that is not valid changes nothing, and is named in one log line.
 
@@ -255,6 +256,8 @@ class RouterServer:
                 if discovery not in self._following:
                     self._follow(discovery)
             self.router.catalog.set_models(running.model_names())
+            # The operator may have fixed an adapter in a way no fingerprint shows: ask again.
+            self.router.forget_refusals()
             await self._apply()
             self._say_sizing()
             return True
