@@ -28,7 +28,7 @@ from lorafleet_serve import Config, ConfigError, ReplicaConfig, RouterServer
 from lorafleet_serve._app import MISSING_RETRIES
 from lorafleet_standin import StandInServer, generated
 
-from conftest import ADAPTERS, broken_folder_warning, eventually, make_adapter
+from conftest import ADAPTERS, broken_folder_warning, eventually, make_adapter, settled
 
 Serve = Callable[..., StandInServer]
 HELLO = {"prompt": "hello", "max_tokens": 4}
@@ -135,7 +135,8 @@ async def test_share_routers_is_passed_to_the_fleet(
         for adapter in ("a0", "a1"):
             answer = await client.post("/v1/completions", json={"model": adapter, **HELLO})
             assert answer.status_code == 200, answer.text
-            await eventually(lambda: leases(server) == 0)
+            # The victim's unload goes out once a1's load has landed, beside a1's grant ([evict]).
+            await eventually(lambda: leases(server) == 0 and settled(server.fleet))
     # Limit 2, an empty replica: one of two routers fills one slot of two, then evicts ([share]).
     assert [c.body["lora_name"] for c in standin.app.calls_to("unload")] == unloaded
 
