@@ -617,7 +617,6 @@ async def test_prometheus_gauges_and_counters(
         assert value("lorafleet_load_seconds_count", model="tiny") == len(loads_on(good) + loads_on(failing))
         for outcome, count in fleet.engine_reads().items():
             assert value("lorafleet_engine_reads_total", outcome=outcome) == count
-            assert value("lorafleet_gauge_reads_total", outcome=outcome) == count  # the old name
         assert fleet.engine_reads()["read"] >= 2  # each replica's listing is followed by a read
         held.release()
         assert value("lorafleet_adapters_in_use", replica="r0") == 0

@@ -578,16 +578,3 @@ async def test_a_removed_replica_can_be_used_again(
         async with fleet.acquire(r, "a0", str(adapter_dir / "a0")) as lease:
             assert lease.how is How.HIT
         quiet(fleet)
-
-
-def test_read_running_is_the_deprecated_name_of_read_engine(fleet_type: type[Fleet]) -> None:
-    with pytest.warns(DeprecationWarning, match=r"read_engine"):
-        fleet = fleet_type(read_running=False)
-    assert fleet._machine._read_engine is False
-    assert fleet_type()._machine._read_engine is True
-
-
-def test_gauge_reads_is_the_deprecated_name_of_engine_reads(fleet_type: type[Fleet]) -> None:
-    fleet = fleet_type()
-    with pytest.warns(DeprecationWarning, match=r"engine_reads"):
-        assert fleet.gauge_reads() == fleet.engine_reads() == {"read": 0, "absent": 0, "failed": 0}

@@ -116,7 +116,6 @@ import bisect
 import functools
 import heapq
 import math
-import warnings
 from collections import OrderedDict
 from collections.abc import Callable, Container, Iterable, Mapping
 from types import MappingProxyType
@@ -1677,16 +1676,6 @@ class AdapterStateMachine:
         """
         rep = self._replicas.get(replica)
         return frozenset() if rep is None or rep.removed else rep.named
-
-    def reported(self, replica: str) -> frozenset[str]:
-        """The old name of ``named``."""
-        warnings.warn(
-            "AdapterStateMachine.reported() is now AdapterStateMachine.named(): "
-            "what a reading names, as the [reading] rule and the replica's named field say",
-            DeprecationWarning,
-            stacklevel=2,
-        )
-        return self.named(replica)
 
     def reading(self, replica: str) -> Reading | None:
         """What the readings of ``replica``'s engine say ([reading], [load]); None when it is not in use."""

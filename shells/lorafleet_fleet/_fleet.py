@@ -19,7 +19,6 @@ import contextlib
 import logging
 import math
 import sys
-import warnings
 from collections.abc import Awaitable, Callable, Coroutine, Generator, Iterable, Mapping
 from types import MappingProxyType, TracebackType
 from typing import Any, Self
@@ -181,7 +180,6 @@ class Fleet:
             named while requests wait at the cap, and now and then as requests are placed (``reading``
             says what the last reads said). One read at a time per replica, bounded by
             ``listing_timeout``. False: listings only, and no load but this fleet's own.
-        read_running: deprecated, the name ``read_engine`` had before: the same setting.
         routers: how many routers (fleets, in any process) share these replicas: each fills at most
             its share of the free slots a replica's last listing left (the core's [share];
             docs/routers.md). 1: a router alone.
@@ -210,15 +208,7 @@ class Fleet:
         refusal: float = DEFAULT_REFUSAL,
         read_engine: bool = FLEET_DEFAULTS["read_engine"],
         routers: int = 1,
-        read_running: bool | None = None,
     ) -> None:
-        if read_running is not None:
-            warnings.warn(
-                "Fleet(read_running=...) is now Fleet(read_engine=...), the core's name for it",
-                DeprecationWarning,
-                stacklevel=2,
-            )
-            read_engine = read_running
         for name, value in (
             ("load_timeout", load_timeout),
             ("listing_timeout", listing_timeout),
@@ -671,15 +661,6 @@ class Fleet:
         the last reading stands until the read after the next listing.
         """
         return dict(self._engine_reads)
-
-    def gauge_reads(self) -> dict[str, int]:
-        """The old name of ``engine_reads``."""
-        warnings.warn(
-            "Fleet.gauge_reads() is now Fleet.engine_reads(): a read takes more than the gauge",
-            DeprecationWarning,
-            stacklevel=2,
-        )
-        return self.engine_reads()
 
     # -- acquiring, for Lease ------------------------------------------------------------------
 

@@ -51,8 +51,7 @@ class PrometheusMetrics:
     - ``lorafleet_loads_total{model,outcome}`` and ``lorafleet_load_seconds{model}`` (a histogram);
     - ``lorafleet_evictions_total{model,outcome}``;
     - ``lorafleet_engine_reads_total{outcome}``: reads of the engines, by read, absent (answered
-      without the gauge) and failed (see ``Fleet.engine_reads``); ``lorafleet_gauge_reads_total`` is
-      its old name, kept for dashboards that use it.
+      without the gauge) and failed (see ``Fleet.engine_reads``).
 
     Gauges, per replica in use: ``lorafleet_adapters_held{replica}``, ``lorafleet_adapters_in_use``,
     ``lorafleet_adapters_limit`` (what it may hold: the limit; past it only while all are in use, by
@@ -159,7 +158,6 @@ class _FleetCollector:
             families["evictions"].add_metric([model, outcome], count)
         for outcome, count in engine_reads.items():
             families["engine_reads"].add_metric([outcome], count)
-            families["gauge_reads"].add_metric([outcome], count)
         for rid in sorted(healthy):
             families["held"].add_metric([rid], held[rid])
             families["in_use"].add_metric([rid], in_use[rid])
@@ -247,11 +245,6 @@ class _FleetCollector:
             ),
             "engine_reads": CounterMetricFamily(
                 f"{prefix}_engine_reads", "Reads of the engines' /metrics, by outcome", labels=["outcome"]
-            ),
-            "gauge_reads": CounterMetricFamily(
-                f"{prefix}_gauge_reads",
-                f"Deprecated: the old name of {prefix}_engine_reads_total",
-                labels=["outcome"],
             ),
             "held": GaugeMetricFamily(
                 f"{prefix}_adapters_held", "Adapters a replica holds", labels=["replica"]
