@@ -265,10 +265,10 @@ def hit_path(replicas: int, held: int) -> Callable[[int], None]:
     adapter = f"a{held // 2}"
 
     def run(n: int) -> None:
-        request, release = m.request, m.release
+        hit, release = m.hit, m.release  # the Fleet's warm path: hit, then release
         ticket = m.next_ticket
         for t in range(ticket, ticket + n):
-            request(t, replica=rid, adapter=adapter, path="/p")
+            hit(t, replica=rid, adapter=adapter)
             release(t)
 
     return run
@@ -689,7 +689,7 @@ class Bench:
 def core_rows(bench: Bench, only: Callable[[str], bool]) -> None:
     quick = bench.settings.quick
     if only("hit"):
-        bench.core("hit", "core hit path (request + release), 1 replica, 4 held", hit_path(1, 4))
+        bench.core("hit", "core hit path (hit + release), 1 replica, 4 held", hit_path(1, 4))
     if only("cold"):
         for limit in (4, 32, 256):
             bench.core(
@@ -900,11 +900,10 @@ def verdicts(rows: dict[str, Row]) -> list[Verdict]:
             ratio = a.ratio / b.ratio
             out.append((label, f"{ratio:.2f}x", None if limit is None else ratio <= limit))
 
-    hit = get("core hit path (request + release), 1 replica, 4 held")
+    hit = get("core hit path (hit + release), 1 replica, 4 held")
     if hit is not None:
-        out.append(
-            ("core hit path ≤ 8x the LRU floor (never above 12x)", f"{hit.ratio:.1f}x", hit.ratio <= 8)
-        )
+        # Reported, not a goal: chasing it put fast paths no caller takes into the core (issue 36).
+        out.append(("core hit path, x the LRU floor", f"{hit.ratio:.1f}x", None))
     versus(
         "hit path, 10,000 replicas x 64 held vs 1 x 4, ≤ 1.2x",
         "  scaling: hit path, 10,000 replicas x 64 held (640,000 adapters)",
@@ -972,7 +971,7 @@ def verdicts(rows: dict[str, Row]) -> list[Verdict]:
     versus(
         "core routed hit / core hit",
         "core routed hit (place_hit + release), 2 holders of 10 replicas",
-        "core hit path (request + release), 1 replica, 4 held",
+        "core hit path (hit + release), 1 replica, 4 held",
         None,
     )
     for runtime in ("asyncio", "trio"):

@@ -34,7 +34,7 @@ def test_bench_quick_writes_every_section(tmp_path: Path, capsys: pytest.Capture
     text = out.read_text()
     assert "How to read it" in text
     assert "load average" in text
-    assert "| core hit path (request + release), 1 replica, 4 held" in text
+    assert "| core hit path (hit + release), 1 replica, 4 held" in text
     assert "routed cold request by route(), 100 replicas" in text
     assert "## Placements per second per core" in text
     assert "## A fleet just started" in text

@@ -199,12 +199,6 @@ TIES = 16
 (so that a walk passes few over), read them in the adapter's rendezvous order rather than weigh each."""
 
 _HIT = How.HIT  # looked up once: the hit path is every warm request's
-# attrs' frozen __init__ sets each field through object.__setattr__, from Python: half a hit's cost in
-# the core. A hit's Grant is made the same way from C, through the slots' own setters (``request``);
-# tests/test_hit_grant.py checks that it is the same value and that Grant has no other field.
-_new = object.__new__
-_grant_ticket = Grant.__dict__["ticket"].__set__
-_grant_how = Grant.__dict__["how"].__set__
 _NOWHERE: dict[str, _Replica] = {}
 
 
@@ -565,31 +559,7 @@ class AdapterStateMachine:
     # -- spellings of handle, one per event ------------------------------------------------------------
 
     def request(self, ticket: int, *, replica: str, adapter: str, path: str) -> list[Command]:
-        """``handle(Requested(...))``: a request wants ``adapter`` on ``replica``.
-
-        A [hit] goes straight to its rule, without the event, unless a subclass sees every event
-        through ``handle`` (or ``hit``): the same state, commands and errors either way.
-        """
-        if (
-            self._direct
-            and type(ticket) is int
-            and ticket > self._last_ticket
-            and type(replica) is str
-            and type(adapter) is str
-            and type(path) is str
-            and path
-        ):
-            # ``hit``'s checks, inline: a call is a tenth of a hit's cost. Anything unusual (an empty
-            # adapter name too: never held) takes handle's path, which raises the error.
-            rep = self._replicas.get(replica)
-            if rep is not None and not rep.removed:
-                held = rep.held.get(adapter)
-                if held is not None:
-                    self._hit(ticket, rep, held)
-                    grant = _new(Grant)  # Grant(ticket=ticket, how=_HIT), without attrs' __init__ (see _new)
-                    _grant_ticket(grant, ticket)
-                    _grant_how(grant, _HIT)
-                    return [grant]
+        """``handle(Requested(...))``: a request wants ``adapter`` on ``replica``."""
         return self.handle(Requested(ticket=ticket, replica=replica, adapter=adapter, path=path))
 
     def release(self, ticket: int) -> list[Command]:
@@ -799,10 +769,7 @@ class AdapterStateMachine:
             )
 
     def _count(self, rep: _Replica, adapter: str) -> None:
-        """A new request on ``rep``: in flight there, one more served, one more for the demand.
-
-        ``_hit`` repeats this and ``_take``: change the three together.
-        """
+        """A new request on ``rep``: in flight there, one more served, one more for the demand."""
         rep.in_flight += 1
         rep.served += 1
         if not rep.dirty:  # _touch, inline: every request's
@@ -836,31 +803,10 @@ class AdapterStateMachine:
                 self._reweighed.add(name)
 
     def _hit(self, ticket: int, rep: _Replica, held: _Held) -> None:
-        """[hit] for a new request: ``_count`` then ``_take``, in one call.
-
-        Every warm request takes this path (``request``, ``hit``, ``place_hit``), where each call
-        costs a tenth of the whole: so it is both rules' code again, in one body.
-        """
+        """[hit] for a new request, which counts ([place], [evict]'s demand) and then takes the adapter."""
         self._last_ticket = ticket
-        rep.in_flight += 1
-        rep.served += 1
-        if not rep.dirty:
-            rep.dirty = True
-            self._dirty.append(rep)
-        adapter = held.adapter
-        demand = self._demand
-        count = demand.get(adapter, 0) + 1
-        demand[adapter] = count
-        if not count & (count - 1):
-            self._reweighed.add(adapter)
-        self._to_halving -= 1
-        if not self._to_halving:
-            self._halve()
-        if not held.in_use:
-            rep.idle.pop(adapter, None)
-        held.in_use += 1
-        self._leases[ticket] = held
-        self._hits += 1
+        self._count(rep, held.adapter)
+        self._take(ticket, rep, held)
 
     def _touch(self, rep: _Replica) -> None:
         """Something ``rep``'s cold key reads changed: [place]'s index reads it again (``_reindex``)."""
