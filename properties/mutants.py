@@ -56,18 +56,16 @@ MUTANTS = [
         "hit",
         "a hit does not advance the highest ticket seen",
         MACHINE,
-        "        self._last_ticket = ticket\n        rep.in_flight += 1\n",
-        "        rep.in_flight += 1\n",
+        "        self._last_ticket = ticket\n        self._count(rep, held.adapter)\n",
+        "        self._count(rep, held.adapter)\n",
     ),
     Mutant(
         "hit-uncounted",
         "hit",
         "a hit is not counted in the statistics",
         MACHINE,
-        "            rep.idle.pop(adapter, None)\n        held.in_use += 1\n"
-        "        self._leases[ticket] = held\n        self._hits += 1",
-        "            rep.idle.pop(adapter, None)\n        held.in_use += 1\n"
-        "        self._leases[ticket] = held",
+        "        held.in_use += 1\n        self._leases[ticket] = held\n        self._hits += 1",
+        "        held.in_use += 1\n        self._leases[ticket] = held",
     ),
     Mutant(
         "hit-stays-idle",
