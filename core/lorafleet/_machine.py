@@ -112,7 +112,6 @@ a removal and a re-add.
 
 from __future__ import annotations
 
-import bisect
 import functools
 import heapq
 import math
@@ -156,7 +155,7 @@ from ._events import (
     TimeAdvanced,
     UnloadFinished,
 )
-from ._rendezvous import Orders
+from ._index import ColdIndex, Key
 from ._rendezvous import weight as _rendezvous
 from ._snapshots import Placement, Reading, ReplicaStatistics, Statistics, View
 from ._values import Fault, How, LoadOutcome, Placed, UnloadOutcome
@@ -194,9 +193,6 @@ _FULL = frozenset({Placed.EVICT, Placed.OVER, Placed.WAIT})
 
 _PLACED = (Placed.FREE, Placed.OVER, Placed.EVICT, Placed.OVER, Placed.WAIT)
 """[place]: a cold load's placement by its kind (``_cold_key``)."""
-TIES = 16
-"""[place]: past this many replicas tied on a cold key, and past the square root of the replicas known
-(so that a walk passes few over), read them in the adapter's rendezvous order rather than weigh each."""
 
 _HIT = How.HIT  # looked up once: the hit path is every warm request's
 _NOWHERE: dict[str, _Replica] = {}
@@ -316,7 +312,7 @@ class _Replica:
     """
     front: int = 0
     """The stamp of the last adapter a listing put at the front of ``idle``."""
-    cold: tuple[int, int, int, int, int] | None = None
+    cold: Key | None = None
     """Its key in [place]'s index of cold loads (``_cold_key``); None while not in it."""
     dirty: bool = False
     """Something its cold key reads changed since ``cold`` was computed: it waits in ``_dirty``."""
@@ -409,8 +405,8 @@ class AdapterStateMachine:
     __slots__ = (
         *(
             "_backoff _clock _concurrency _demand _direct _dirty _due _epoch _evictions _failures "
-            "_groups _half_life _headroom _hits _interval _joined _keys _last_ticket _leases _loaded "
-            "_loads _logical _max_backoff _next_op _ops _orders _overflow _pins _read_engine _refusal "
+            "_half_life _headroom _hits _index _interval _joined _last_ticket _leases _loaded "
+            "_loads _logical _max_backoff _next_op _ops _overflow _pins _read_engine _refusal "
             "_refused _replicas _reweighed _routers _to_halving _waiting _where"
         ).split(),
         "__dict__",
@@ -465,19 +461,15 @@ class AdapterStateMachine:
         """Requests until the next halving of the demand."""
         self._epoch = 0
         """Halvings of the demand so far: ``_level`` counts from it, so that a halving moves no level."""
-        self._dirty: list[_Replica] = []
-        """Replicas whose cold key may have changed since [place]'s index last read it (``_reindex``)."""
+        self._index: ColdIndex[_Replica] = ColdIndex()
+        """[place]'s index of cold loads (``_place_indexed``)."""
+        self._dirty = self._index.dirty
+        """The index's list of replicas whose cold key may have changed, appended to inline where a
+        request passes (``_touch`` elsewhere)."""
         self._reweighed: set[str] = set()
         """Adapters whose demand weight changed since ``_reindex``: the replicas where one is idle may
         have another victim. Read then, not as it changes, so that a hit's count stays apart from
         the fleet's size (a hot adapter may be held on every replica)."""
-        self._keys: list[tuple[int, int, int, int, int]] = []
-        """The cold keys of the replicas in use, each once, in order: [place]'s index of cold loads."""
-        self._groups: dict[tuple[int, int, int, int, int], dict[_Replica, None]] = {}
-        """Cold key to the replicas that have it (ties that the rendezvous weight breaks)."""
-        self._orders: Orders[_Replica] | None = None
-        """Every replica known in an adapter's rendezvous order (``_first``); None when a replica was
-        added or forgotten since, to be made again."""
         self._interval = float(listing_interval)
         self._headroom = headroom
         self._backoff = float(backoff)
@@ -820,10 +812,7 @@ class AdapterStateMachine:
         self._touch(rep)
 
     def _take(self, ticket: int, rep: _Replica, held: _Held) -> None:
-        """[hit]: the request uses a held adapter, which is then in use and no eviction candidate.
-
-        A new request's hit takes ``_hit`` instead, which repeats this.
-        """
+        """[hit]: the request uses a held adapter, which is then in use and no eviction candidate."""
         if not held.in_use:
             rep.idle.pop(held.adapter, None)  # not there if pinned
             if not rep.dirty:
@@ -1068,7 +1057,7 @@ class AdapterStateMachine:
         """Forget a removed replica once no call to it is out and no request runs on it."""
         if not rep.outstanding and not rep.held and self._replicas.get(rep.id) is rep:
             del self._replicas[rep.id]
-            self._orders = None  # they list every replica known
+            self._index.replicas_changed()
 
     # -- §3.3 the end of a request: [release], [cancel] ------------------------------------------------
 
@@ -1347,7 +1336,7 @@ class AdapterStateMachine:
         if rep is None:
             rep = _Replica(replica, model, limit, self._clock + self._interval)
             self._replicas[replica] = rep
-            self._orders = None  # they list every replica known
+            self._index.replicas_changed()
         else:
             # Back while calls or requests from before its removal are still out: keep them, so
             # that a new load never crosses an old one and a running request's adapter stays held.
@@ -1850,34 +1839,22 @@ class AdapterStateMachine:
         """[place], a cold load, from the index: the same answer as the scan of ``_place_cold``.
 
         The key ``(kind, a, b, busy, served, -weight)`` of a candidate is its cold key (``_cold_key``,
-        the same for every adapter, kept in ``_keys``) and the rendezvous weight. So the answer is in
-        the least cold key that has a candidate, the one with the highest weight among the replicas
-        tied there: the cold keys are read in order, and each group of tied replicas filtered as the
-        scan filters them, until one has a candidate. A large group is read in the adapter's
-        rendezvous order (``_first``), highest weight first, so that the first candidate is the answer.
+        the same for every adapter) and the rendezvous weight: the index reads the cold keys in order
+        and answers with the heaviest candidate of the first that has one.
         """
         self._reindex()
         clock = self._clock
-        groups = self._groups
-        for key in self._keys:
-            kind, busy = key[0], key[3]
-            if spread and kind == 4:
-                break  # at its cap: the request would wait for room, while others may have some
-            group = groups[key]
-            chosen: _Replica | None = None
-            if len(group) > TIES and len(group) * len(group) > len(self._replicas):
-                take = functools.partial(self._candidate, adapter, model, skip, spread, busy, clock)
-                chosen = self._first(adapter, group, take)
-            else:
-                weight = -1
-                for rep in group:
-                    if self._candidate(adapter, model, skip, spread, busy, clock, rep):
-                        mine = _rendezvous(adapter, rep.id)
-                        if mine > weight:
-                            chosen, weight = rep, mine
-            if chosen is not None:
-                return Placement(replica=chosen.id, placed=_PLACED[kind])
-        return Placement(replica=None, placed=None)
+
+        def accept(key: Key) -> Callable[[_Replica], bool] | None:
+            if spread and key[0] == 4:
+                return None  # at its cap: the request would wait for room, while others may have some
+            return functools.partial(self._candidate, adapter, model, skip, spread, key[3], clock)
+
+        found = self._index.best(adapter, accept, self._replicas)
+        if found is None:
+            return Placement(replica=None, placed=None)
+        key, chosen = found
+        return Placement(replica=chosen.id, placed=_PLACED[key[0]])
 
     def _candidate(
         self,
@@ -1903,7 +1880,7 @@ class AdapterStateMachine:
                 return False
         return True
 
-    def _cold_key(self, rep: _Replica) -> tuple[int, int, int, int, int]:
+    def _cold_key(self, rep: _Replica) -> Key:
         """[place] What a cold load would cost on ``rep``, whatever the adapter: (kind, a, b, busy,
         served), ``a`` the victim's level (``_level``: ordered as its weight, and moved by no halving)."""
         count = len(rep.held) + len(rep.loading)
@@ -1928,40 +1905,10 @@ class AdapterStateMachine:
                     if name in rep.idle:
                         self._touch(rep)
             self._reweighed.clear()
-        dirty = self._dirty
-        if not dirty:
-            return
-        keys, groups = self._keys, self._groups
-        for rep in dirty:
-            rep.dirty = False
-            key = None if rep.removed else self._cold_key(rep)
-            old = rep.cold
-            if key == old:
-                continue
-            if old is not None:
-                left = groups[old]
-                del left[rep]
-                if not left:
-                    del groups[old]
-                    del keys[bisect.bisect_left(keys, old)]
-            rep.cold = key
-            if key is not None:
-                group = groups.get(key)
-                if group is None:
-                    groups[key] = {rep: None}
-                    bisect.insort(keys, key)
-                else:
-                    group[rep] = None
-        dirty.clear()
+        self._index.refresh(self._indexed_key)
 
-    def _first(
-        self, adapter: str, among: Container[_Replica], accept: Callable[[_Replica], bool]
-    ) -> _Replica | None:
-        """The replica of ``among`` of highest rendezvous weight for ``adapter`` that ``accept`` takes."""
-        orders = self._orders
-        if orders is None:
-            orders = self._orders = Orders((rep.id, rep) for rep in self._replicas.values())
-        return orders.first(adapter, among, accept)
+    def _indexed_key(self, rep: _Replica) -> Key | None:
+        return None if rep.removed else self._cold_key(rep)
 
     def _weight(self, adapter: str) -> int:
         """[evict] An adapter's demand class: the bit length of its decayed request count."""
@@ -2253,13 +2200,7 @@ class AdapterStateMachine:
         # [place]'s index of cold keys: up to date once the replicas touched are read again, so that a
         # change that touched no replica shows here.
         self._reindex()
-        assert self._keys == sorted(self._groups), "cold keys"
-        for key, group in self._groups.items():
-            assert group, key
-            assert all(rep.cold == key and self._replicas.get(rep.id) is rep for rep in group), key
-        for rep in self._replicas.values():
-            assert rep.cold == (None if rep.removed else self._cold_key(rep)), rep.id
-            assert rep.cold is None or rep in self._groups[rep.cold], rep.id
+        self._index.check(self._replicas.values(), self._indexed_key)
         for rid, rep in self._replicas.items():
             assert rep.id == rid
             assert rep.in_flight == in_flight.get(id(rep), 0), (rid, rep.in_flight)

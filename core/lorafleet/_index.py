@@ -1,0 +1,144 @@
+"""[place]'s index of cold loads: the replicas by what a cold load there would cost, for any adapter.
+
+A cold load goes to the candidate of least ``(cold key, -rendezvous weight)`` (SPEC §3.12). The cold
+key of a replica (what a load there costs: a free slot, going over, a victim and its demand, how busy)
+is the same for every adapter, so the replicas are kept grouped by it, the keys in order, and a
+placement reads the groups in that order until one has a candidate: the rule's answer, found without
+scanning the fleet. The machine computes the keys and says which replicas are candidates; this module
+only keeps them in order and finds the heaviest candidate in a group.
+
+A replica whose key may have changed is marked ``dirty`` (the machine does so on the paths that change
+what a key reads) and listed; ``refresh`` computes those keys again before the next read.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Callable, Iterable, Mapping
+from typing import Generic, Protocol, TypeVar
+
+from ._rendezvous import Orders
+from ._rendezvous import weight as _rendezvous
+
+Key = tuple[int, int, int, int, int]
+"""A cold key: (kind, victim's level, victim's idle stamp, busy, served), compared as a tuple."""
+
+TIES = 16
+"""Past this many replicas tied on a cold key, and past the square root of the replicas known (so that
+a walk passes few over), read them in the adapter's rendezvous order rather than weigh each."""
+
+
+class Indexed(Protocol):
+    """What the index reads and writes of a replica."""
+
+    id: str
+    cold: Key | None
+    """Its key in the index; None while it is not in it."""
+    dirty: bool
+    """Its key may have changed since ``cold`` was computed: it waits in ``ColdIndex.dirty``."""
+
+
+R = TypeVar("R", bound=Indexed)
+
+
+class ColdIndex(Generic[R]):
+    """The replicas in use, grouped by cold key, the keys in order."""
+
+    __slots__ = ("_groups", "_keys", "_orders", "dirty")
+
+    def __init__(self) -> None:
+        self._keys: list[Key] = []
+        """Every key some replica has, once each, in order."""
+        self._groups: dict[Key, dict[R, None]] = {}
+        """Key to the replicas that have it: ties that the rendezvous weight breaks."""
+        self._orders: Orders[R] | None = None
+        """Every replica known, in an adapter's rendezvous order; None until needed, or when a
+        replica was added or forgotten since."""
+        self.dirty: list[R] = []
+        """Replicas whose key may have changed since ``refresh``: the machine appends (and sets
+        ``dirty``) inline on its hottest paths, where a call would cost a tenth of a hit."""
+
+    def touch(self, rep: R) -> None:
+        """``rep``'s key may have changed: ``refresh`` computes it again."""
+        if not rep.dirty:
+            rep.dirty = True
+            self.dirty.append(rep)
+
+    def refresh(self, key_of: Callable[[R], Key | None]) -> None:
+        """Give each touched replica its key again (``key_of``: None for one no longer in use)."""
+        dirty = self.dirty
+        if not dirty:
+            return
+        keys, groups = self._keys, self._groups
+        for rep in dirty:
+            rep.dirty = False
+            key = key_of(rep)
+            old = rep.cold
+            if key == old:
+                continue
+            if old is not None:
+                left = groups[old]
+                del left[rep]
+                if not left:
+                    del groups[old]
+                    del keys[bisect.bisect_left(keys, old)]
+            rep.cold = key
+            if key is not None:
+                group = groups.get(key)
+                if group is None:
+                    groups[key] = {rep: None}
+                    bisect.insort(keys, key)
+                else:
+                    group[rep] = None
+        dirty.clear()
+
+    def replicas_changed(self) -> None:
+        """A replica was added or forgotten: the rendezvous orders, which list every one, go stale."""
+        self._orders = None
+
+    def best(
+        self,
+        adapter: str,
+        accept: Callable[[Key], Callable[[R], bool] | None],
+        known: Mapping[str, R],
+    ) -> tuple[Key, R] | None:
+        """The replica of least ``(key, -weight for adapter)`` that its key's acceptor takes, and its key.
+
+        ``accept(key)`` gives the test for the replicas of that key, or None to look no further; the
+        keys are read in order. ``known`` is every replica known by id, for the rendezvous orders.
+        """
+        groups = self._groups
+        for key in self._keys:
+            take = accept(key)
+            if take is None:
+                return None
+            group = groups[key]
+            chosen: R | None = None
+            if len(group) > TIES and len(group) * len(group) > len(known):
+                orders = self._orders
+                if orders is None:
+                    orders = self._orders = Orders(known.items())
+                chosen = orders.first(adapter, group, take)
+            else:
+                weight = -1
+                for rep in group:
+                    if take(rep):
+                        mine = _rendezvous(adapter, rep.id)
+                        if mine > weight:
+                            chosen, weight = rep, mine
+            if chosen is not None:
+                return key, chosen
+        return None
+
+    def check(self, in_use: Iterable[R], key_of: Callable[[R], Key | None]) -> None:
+        """Raise AssertionError unless the index holds each replica under its key (after ``refresh``)."""
+        assert not self.dirty, "refresh before check"
+        replicas = list(in_use)
+        members = set(replicas)
+        assert self._keys == sorted(self._groups), "cold keys"
+        for key, group in self._groups.items():
+            assert group, key
+            assert all(rep.cold == key and rep in members for rep in group), key
+        for rep in replicas:
+            assert rep.cold == key_of(rep), rep.id
+            assert rep.cold is None or rep in self._groups[rep.cold], rep.id
