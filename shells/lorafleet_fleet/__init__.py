@@ -30,9 +30,9 @@ from ._fleet import LISTING_INTERVAL as LISTING_INTERVAL
 from ._fleet import LISTING_TIMEOUT as LISTING_TIMEOUT
 from ._fleet import LOAD_TIMEOUT as LOAD_TIMEOUT
 from ._fleet import Fleet as Fleet
+from ._fleet import FleetMetrics as FleetMetrics
 from ._fleet import Lease as Lease
 from ._fleet import Route as Route
-from ._metrics import FleetMetrics as FleetMetrics
 from ._metrics import PrometheusMetrics as PrometheusMetrics
 from ._resolve import AdapterSource as AdapterSource
 from ._types import AdapterError as AdapterError

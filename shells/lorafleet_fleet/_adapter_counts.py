@@ -17,7 +17,7 @@ import heapq
 import itertools
 from collections.abc import Iterable, Mapping
 from types import TracebackType
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import anyio
 import attrs
@@ -37,8 +37,17 @@ from lorafleet import (
 
 from ._types import AdapterError, _invalid
 
-if TYPE_CHECKING:
-    from ._fleet import Lease
+
+class Granted(Protocol):
+    """What the counts read of a request's lease (``Fleet``'s ``Lease``): its adapter, and once its
+    block was entered, how it was granted."""
+
+    @property
+    def adapter(self) -> str: ...
+
+    @property
+    def how(self) -> How: ...
+
 
 TOP_ADAPTERS = 20
 """Adapters with a label value of their own in the exported metrics (``PrometheusMetrics``)."""
@@ -206,7 +215,7 @@ class Tallies:
         self.total.fast = sum(tally.fast for tally in self.by_adapter.values())
         return self.total.vector()
 
-    def waiting(self, lease: Lease) -> _Waiting:
+    def waiting(self, lease: Granted) -> _Waiting:
         """Count ``lease``'s request, which was not a hit at once, for the block that waits for it."""
         tally = self._of(lease.adapter)
         tally.cold += 1
@@ -256,7 +265,7 @@ class _Waiting:
 
     __slots__ = ("_lease", "_started", "_tallies", "_tally")
 
-    def __init__(self, tallies: Tallies, tally: _Tally, lease: Lease) -> None:
+    def __init__(self, tallies: Tallies, tally: _Tally, lease: Granted) -> None:
         self._tallies = tallies
         self._tally = tally
         self._lease = lease

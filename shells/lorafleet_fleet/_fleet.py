@@ -21,7 +21,7 @@ import math
 import sys
 from collections.abc import Awaitable, Callable, Coroutine, Generator, Iterable, Mapping
 from types import MappingProxyType, TracebackType
-from typing import Any, Self
+from typing import Any, Protocol, Self
 
 import anyio
 import anyio.abc
@@ -76,7 +76,7 @@ from lorafleet import (
 
 from ._adapter_counts import AdapterStatistics, Tallies
 from ._http import CutShortError, fetch
-from ._metrics import ENGINE_READS, FleetMetrics
+from ._metrics import ENGINE_READS
 from ._resolve import AdapterSource, Resolver, resolver
 from ._types import (
     AdapterError,
@@ -139,6 +139,19 @@ class _Call:
         self.scope = anyio.CancelScope()
         self.abandoned = False
         """Its answer was given up on (the replica moved to another server) and reported already."""
+
+
+class FleetMetrics(Protocol):
+    """What a fleet gives its metrics: itself, to read whenever its counts are wanted, and load times."""
+
+    def watch(self, fleet: Fleet) -> None:
+        """The fleet to read (``statistics()``, ``placements()``) when counts are wanted.
+
+        ``Fleet()`` calls it.
+        """
+
+    def load_took(self, model: str, seconds: float) -> None:
+        """A load on a replica of ``model`` was answered (or failed, or timed out) after ``seconds``."""
 
 
 class Fleet:

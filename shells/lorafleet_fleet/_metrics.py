@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import TYPE_CHECKING, Any, Protocol
 
-from lorafleet import Fault, How, Placed
+from lorafleet import Fault, How, Placed, Statistics
 
 from ._adapter_counts import (
     LOAD_OUTCOMES,
@@ -14,6 +14,7 @@ from ._adapter_counts import (
     UNLOAD_OUTCOMES,
     WAIT_BUCKETS,
     AdapterExport,
+    Tallies,
 )
 from ._types import _invalid
 
@@ -23,20 +24,17 @@ ENGINE_READS = ("read", "absent", "failed")
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
 
-    from ._fleet import Fleet
 
+class Watched(Protocol):
+    """What ``PrometheusMetrics`` reads of a fleet (``lorafleet_fleet.Fleet``) each time it collects."""
 
-class FleetMetrics(Protocol):
-    """What a fleet gives its metrics: itself, to read whenever its counts are wanted, and load times."""
+    _tallies: Tallies
 
-    def watch(self, fleet: Fleet) -> None:
-        """The fleet to read (``statistics()``, ``placements()``) when counts are wanted.
+    def statistics(self) -> Statistics: ...
 
-        ``Fleet()`` calls it.
-        """
+    def placements(self) -> dict[str, int]: ...
 
-    def load_took(self, model: str, seconds: float) -> None:
-        """A load on a replica of ``model`` was answered (or failed, or timed out) after ``seconds``."""
+    def engine_reads(self) -> dict[str, int]: ...
 
 
 class PrometheusMetrics:
@@ -91,7 +89,7 @@ class PrometheusMetrics:
         if type(top_adapters) is not int or top_adapters < 0:
             raise _invalid("top_adapters", top_adapters, "top_adapters must be an int of at least 0")
         registry = registry if registry is not None else REGISTRY
-        self._fleets: list[Fleet] = []
+        self._fleets: list[Watched] = []
         registry.register(_FleetCollector(self._fleets, prefix, AdapterExport(top_adapters)))
         self._latency = Histogram(
             f"{prefix}_load_seconds",
@@ -101,7 +99,7 @@ class PrometheusMetrics:
             registry=registry,
         )
 
-    def watch(self, fleet: Fleet) -> None:
+    def watch(self, fleet: Watched) -> None:
         self._fleets.append(fleet)
 
     def load_took(self, model: str, seconds: float) -> None:
@@ -111,7 +109,7 @@ class PrometheusMetrics:
 class _FleetCollector:
     """Reads the watched fleets at each scrape and exports their counts and per-replica figures."""
 
-    def __init__(self, fleets: list[Fleet], prefix: str, adapters: AdapterExport) -> None:
+    def __init__(self, fleets: list[Watched], prefix: str, adapters: AdapterExport) -> None:
         self._fleets = fleets
         self._prefix = prefix
         self._adapters = adapters
