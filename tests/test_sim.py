@@ -664,7 +664,20 @@ def test_a_trace_file_runs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -
         ("x a 1", "timestamp 'x' is not a number"),
         ("0 a nan", "finite number"),
         ("0 a 0", "duration must be above 0"),
-        ("# nothing", "holds no request"),
+        ("# nothing", "holds no request: it is empty"),
+        ("", "holds no request: it is empty"),
+        ('{"time": 1, "adapter": "a"', r"t\.txt:1: not a JSON object of the request log"),
+        (
+            '{"time": 1, "adapter": "a", "replica": "r", "wait": 0}',
+            r"t\.txt:1: 'duration' must be .* not missing",
+        ),
+        ('{"time": 1, "adapter": "a", "duration": 1, "replica": "r", "wait": "x"}', r"'wait' must be"),
+        ('{"time": 1, "adapter": 3, "duration": 1}', r"t\.txt:1: 'adapter' must be a name or null"),
+        ('{"time": 1, "adapter": null, "duration": 1}\n[1, 2]', r"t\.txt:2: not a JSON object of the"),
+        (
+            '{"time": 1, "adapter": null, "duration": 1}\n{"time": 2, "adapter": "a", "duration": 1}',
+            r"no request for an adapter that a replica took \(left out 1 for a base model and 1 that no",
+        ),
     ],
 )
 def test_malformed_traces_say_where(tmp_path: Path, lines: str, message: str) -> None:

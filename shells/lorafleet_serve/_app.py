@@ -48,6 +48,7 @@ from ._catalog import Catalog, Fingerprint, fingerprint
 from ._config import Config
 from ._openai import JSON, Receive, RefusedError, Scope, Send, model_not_found, refuse, respond, respond_json
 from ._readiness import Origin, Readiness
+from ._requestlog import RequestLog, Watch
 
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
@@ -233,6 +234,9 @@ class Router:
         self.readiness = readiness if readiness is not None else Readiness()
         self._refused: dict[str, Fingerprint] = {}
         """Adapters the engines refused, with what their folder held then: a change forgets it."""
+        self._requests = (
+            RequestLog(config.request_log, config.request_log_max_bytes) if config.request_log else None
+        )
 
     def forget_refusals(self) -> None:
         """Every adapter the engines refused is asked for again at its next request (its files may
@@ -341,6 +345,8 @@ class Router:
         """Close every replica's connections."""
         upstreams = [*self._upstreams.values(), *self._retired.values()]
         self._upstreams, self._by_model = {}, {}
+        if self._requests is not None:
+            self._requests.close()
         for upstream in upstreams:
             await self._close(upstream)
 
@@ -399,6 +405,9 @@ class Router:
 
     async def _completion(self, scope: Scope, receive: Receive, send: Send, route: str) -> None:
         record = _Record("POST", scope["path"], time.perf_counter())
+        watch = self._requests.watch(send) if self._requests is not None else None
+        if watch is not None:
+            send = watch.send
         metrics = self._metrics
         if metrics is not None:
             metrics.in_flight += 1
@@ -449,6 +458,27 @@ class Router:
                 metrics.answered(route, record.status, time.perf_counter() - record.started)
             if log.isEnabledFor(logging.INFO):
                 log.info(record.line())
+            if watch is not None:
+                self._log_request(watch, record)
+
+    def _log_request(self, watch: Watch, record: _Record) -> None:
+        """The request's line in the request log."""
+        assert self._requests is not None
+        base = record.how == "base" or record.model in self.catalog.bases
+        upstream = self._upstreams.get(record.replica) if record.replica is not None else None
+        self._requests.write(
+            watch,
+            adapter=None if base else record.model,
+            model=record.model if base else upstream.replica.model if upstream else None,
+            replica=record.replica,
+            how=record.how,
+            wait_ms=record.adapter_ms,
+            stream=record.stream,
+            status=record.status,
+            attempts=record.attempts,
+            end=record.end,
+            error=record.error,
+        )
 
     @staticmethod
     async def _refuse(send: Send, refusal: RefusedError, record: _Record) -> None:

@@ -29,6 +29,8 @@ DISCOVER_INTERVAL = 5.0
 DEFAULT_MAX_BODY_BYTES = 4 << 20
 """4 MiB: a prompt of 100,000 tokens or so. Past the bound a request is answered 413; its body is read and
 dropped first (up to 4 times the bound, 16 MiB at least), so that the client reads the answer."""
+DEFAULT_REQUEST_LOG_BYTES = 100 << 20
+"""100 MiB, some 300,000 lines: past it the request log becomes FILE.1 and a new one begins."""
 
 ADAPTER_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.\-]{0,127}")
 """A name a directory root resolves: one path component, no dot first (so never ``..`` or hidden)."""
@@ -138,6 +140,10 @@ class Config:
     """Connections to one replica open at once (requests past it wait for one, up to the connect timeout)."""
     metrics_adapters: int = TOP_ADAPTERS
     """Adapters with a label value of their own in /metrics, the most requested; the rest are summed."""
+    request_log: Path | None = None
+    """The file each completion's JSON line is appended to (None: no request log); see ``_requestlog``."""
+    request_log_max_bytes: int = DEFAULT_REQUEST_LOG_BYTES
+    """The request log's size at which it becomes ``FILE.1`` and a new one begins."""
 
     @property
     def models(self) -> dict[str, list[ReplicaConfig]]:
@@ -177,7 +183,16 @@ class EngineEntry:
 # -- the TOML file ---------------------------------------------------------------------------------
 
 _TOP = {"server", "fleet", "timeouts", "adapters", "pins", "replicas", "discover"}
-_SERVER = {"host", "port", "api_key_env", "max_body_bytes", "max_connections", "metrics_adapters"}
+_SERVER = {
+    "host",
+    "port",
+    "api_key_env",
+    "max_body_bytes",
+    "max_connections",
+    "metrics_adapters",
+    "request_log",
+    "request_log_max_bytes",
+}
 _FLEET = {"headroom", "attempts", "routers", "concurrency", "prewarm"}
 _TIMEOUTS = {"load", "listing", "listing_interval", "connect", "read", "shutdown"}
 _ADAPTERS = {"root", "model", "paths"}
@@ -223,9 +238,11 @@ def settings_of(data: Mapping[str, Any], source: str, *, base: Path | None = Non
     for key in ("host", "api_key_env"):
         if key in server:
             out[key] = _str(server[key], f"{source}: server.{key}")
-    for key in ("port", "max_body_bytes", "max_connections", "metrics_adapters"):
+    for key in ("port", "max_body_bytes", "max_connections", "metrics_adapters", "request_log_max_bytes"):
         if key in server:
             out[key] = _int(server[key], f"{source}: server.{key}")
+    if "request_log" in server:
+        out["request_log"] = _under(base, _str(server["request_log"], f"{source}: server.request_log"))
     fleet = _table(data, "fleet", source)
     _known(fleet, _FLEET, source, "fleet.")
     for key in ("headroom", "attempts", "routers", "concurrency"):
@@ -576,11 +593,14 @@ def check(config: Config) -> None:
         ("fleet.attempts", config.attempts, 1),
         ("fleet.routers", config.routers, 1),
         ("server.metrics_adapters", config.metrics_adapters, 0),
+        ("server.request_log_max_bytes", config.request_log_max_bytes, 1),
     ):
         if value < least:
             raise ConfigError(f"{name} must be at least {least}, not {value}")
     if config.headroom is not None and config.headroom < 0:
         raise ConfigError(f"fleet.headroom must be 0 or more, not {config.headroom}")
+    if config.request_log is not None and not config.request_log.parent.is_dir():
+        raise ConfigError(f"server.request_log: {str(config.request_log)!r} is not in a folder that exists")
     if config.concurrency is not None and config.concurrency < 1:
         raise ConfigError(f"fleet.concurrency must be at least 1, not {config.concurrency}")
     for name, seconds in (

@@ -148,6 +148,18 @@ def parser() -> argparse.ArgumentParser:
         type=_whole(0),
         help="adapters with their own label in /metrics, the most requested; the rest summed (default 20)",
     )
+    add(
+        "--request-log",
+        metavar="FILE",
+        type=Path,
+        help="append a JSON line per completion to FILE, for lorafleet simulate --trace (default: none)",
+    )
+    add(
+        "--request-log-max-bytes",
+        metavar="N",
+        type=_whole(1),
+        help="the request log's size at which it becomes FILE.1 and a new one begins (default 100 MiB)",
+    )
     add("--attempts", metavar="N", type=_whole(1), help="replicas one request may try (default 3)")
     add("--headroom", metavar="N", type=_whole(0), help="adapters over its limit a busy replica may take")
     add("--routers", metavar="N", type=_whole(1), help="routers sharing these replicas (default 1)")
@@ -213,6 +225,8 @@ def config_of(args: argparse.Namespace) -> Config:
         ("max_body_bytes", "max_body_bytes"),
         ("max_connections", "max_connections"),
         ("metrics_adapters", "metrics_adapters"),
+        ("request_log", "request_log"),
+        ("request_log_max_bytes", "request_log_max_bytes"),
         ("attempts", "attempts"),
         ("headroom", "headroom"),
         ("routers", "routers"),

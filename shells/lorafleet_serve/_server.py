@@ -401,6 +401,8 @@ RESTART = {
     "routers": "fleet.routers",
     "concurrency": "fleet.concurrency",
     "max_connections": "server.max_connections",
+    "request_log": "server.request_log",
+    "request_log_max_bytes": "server.request_log_max_bytes",
 }
 """The settings a running router keeps until it restarts, by ``Config`` field: every one but the
 replicas and the discovered names (and with them the limits and keys)."""

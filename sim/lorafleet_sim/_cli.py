@@ -211,7 +211,12 @@ def parser() -> argparse.ArgumentParser:
         ),
     )
     p.add_argument(
-        "--trace", type=Path, help="requests from FILE instead: lines 'timestamp adapter duration'"
+        "--trace",
+        type=Path,
+        help=(
+            "requests from FILE instead: lorafleet serve's request log (--request-log), or lines "
+            "'timestamp adapter duration'"
+        ),
     )
     p.add_argument("--shift", action="store_true", help="popularity shifts to a new order half-way")
     p.add_argument(
@@ -302,7 +307,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         for name in names
     }
     elapsed = time.perf_counter() - started
-    text = report(args_list, args, runs, elapsed)
+    text = report(args_list, args, runs, elapsed, workloads[0].note)
     sys.stdout.write(text)
     if args.plot is not None:
         plot_started = time.perf_counter()
@@ -418,14 +423,18 @@ def rows(runs: dict[str, list[Figures]]) -> list[list[str]]:
 
 
 def report(
-    argv: Sequence[str], args: argparse.Namespace, runs: dict[str, list[Figures]], elapsed: float
+    argv: Sequence[str],
+    args: argparse.Namespace,
+    runs: dict[str, list[Figures]],
+    elapsed: float,
+    note: str = "",
 ) -> str:
     """The results as markdown: the command, the machine, the workload, the table and what it means."""
     first = next(iter(runs.values()))
     n = first[0].requests
     compulsory = _mean([f.per_1k(f.compulsory) for f in first])
     if args.trace is not None:
-        workload = f"trace {args.trace} ({n} requests)"
+        workload = f"trace {args.trace} ({n} requests{', ' + note if note else ''})"
     else:
         workload = (
             f"{n} requests, Poisson at {args.rate:g}/s, Zipf({args.skew:g}) over {args.adapters} adapters, "

@@ -7,9 +7,11 @@ same arrival times, adapters, service times, routers and replica restarts.
 from __future__ import annotations
 
 import bisect
+import json
 import math
 import random
 from pathlib import Path
+from typing import Any
 
 import attrs
 
@@ -32,6 +34,8 @@ class Workload:
     routers: tuple[int, ...]
     restarts: tuple[tuple[float, int], ...] = ()
     """(time, replica index) of each restart, in time order."""
+    note: str = ""
+    """What reading it left out, said beside its figures (a request log's base-model requests)."""
 
     def __len__(self) -> int:
         return len(self.times)
@@ -173,35 +177,36 @@ class _Spells:
 def read_trace(
     path: Path, *, routers: int = 1, replicas: int = 1, restarts: int = 0, seed: int = 1
 ) -> Workload:
-    """A workload from a trace file: one request per line, ``timestamp adapter duration``.
+    """A workload from a trace file: ``lorafleet serve``'s request log, or lines ``timestamp adapter
+    duration``.
 
-    Timestamps and durations are seconds; lines may come in any order (they are sorted by time,
-    keeping file order among equal times); blank lines and lines starting with ``#`` are skipped.
-    Routers and restarts are drawn from ``seed`` as for a synthetic stream.
+    The request log (JSON lines, docs/serve.md) is told by its first line, an object. Each request
+    that named an adapter and was granted it on a replica is one request here: it arrives at its
+    ``time`` and keeps its slot for ``duration - wait`` seconds (from the grant to its last byte).
+    Requests for a base model and those refused before a replica took them (an unknown adapter, a
+    bad body) are left out, and counted in ``Workload.note``.
+
+    In the plain format, timestamps and durations are seconds; blank lines and lines starting with
+    ``#`` are skipped. Either way lines may come in any order (they are sorted by time, keeping file
+    order among equal times). Routers and restarts are drawn from ``seed`` as for a synthetic stream.
 
     Raises:
-        WorkloadError: the file cannot be read, a line is malformed, or it holds no request.
+        WorkloadError: the file cannot be read, a line is malformed (the message names it), or it
+            holds no request.
     """
     try:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise WorkloadError(f"cannot read trace {str(path)!r}: {exc}") from None
-    rows: list[tuple[float, int, str, float]] = []
-    for number, line in enumerate(text.splitlines(), start=1):
-        stripped = line.strip()
-        if not stripped or stripped.startswith("#"):
-            continue
-        fields = stripped.split()
-        where = f"{path}:{number}"
-        if len(fields) != 3:
-            raise WorkloadError(f"{where}: expected 'timestamp adapter duration', got {stripped!r}")
-        at = _number(fields[0], "timestamp", where)
-        duration = _number(fields[2], "duration", where)
-        if duration <= 0:
-            raise WorkloadError(f"{where}: duration must be above 0, not {fields[2]!r}")
-        rows.append((at, number, fields[1], duration))
-    if not rows:
-        raise WorkloadError(f"trace {str(path)!r} holds no request")
+    lines = [(n, line.strip()) for n, line in enumerate(text.splitlines(), start=1)]
+    lines = [(n, line) for n, line in lines if line and not line.startswith("#")]
+    if not lines:
+        raise WorkloadError(f"trace {str(path)!r} holds no request: it is empty")
+    note = ""
+    if lines[0][1].startswith("{"):
+        rows, note = _request_log(path, lines)
+    else:
+        rows = _plain(path, lines)
     rows.sort()
     start = rows[0][0]
     times = tuple(at - start for at, _, _, _ in rows)
@@ -216,7 +221,74 @@ def read_trace(
         tuple(duration for _, _, _, duration in rows),
         router_of,
         restart_at,
+        note,
     )
+
+
+def _plain(path: Path, lines: list[tuple[int, str]]) -> list[tuple[float, int, str, float]]:
+    rows: list[tuple[float, int, str, float]] = []
+    for number, stripped in lines:
+        fields = stripped.split()
+        where = f"{path}:{number}"
+        if len(fields) != 3:
+            raise WorkloadError(f"{where}: expected 'timestamp adapter duration', got {stripped!r}")
+        at = _number(fields[0], "timestamp", where)
+        duration = _number(fields[2], "duration", where)
+        if duration <= 0:
+            raise WorkloadError(f"{where}: duration must be above 0, not {fields[2]!r}")
+        rows.append((at, number, fields[1], duration))
+    return rows
+
+
+SHORTEST = 1e-6
+"""The least service a request of a request log keeps (one whose wait took all its duration)."""
+
+
+def _request_log(path: Path, lines: list[tuple[int, str]]) -> tuple[list[tuple[float, int, str, float]], str]:
+    """The requests of ``lorafleet serve``'s request log, and a note on those left out."""
+    rows: list[tuple[float, int, str, float]] = []
+    bases = refused = 0
+    for number, stripped in lines:
+        where = f"{path}:{number}"
+        try:
+            entry = json.loads(stripped)
+        except ValueError as exc:
+            raise WorkloadError(f"{where}: not a JSON object of the request log ({exc})") from None
+        if not isinstance(entry, dict):
+            raise WorkloadError(f"{where}: not a JSON object of the request log, but {stripped[:60]!r}")
+        at = _field(entry, "time", where)
+        duration = _field(entry, "duration", where)
+        adapter = entry.get("adapter")
+        if adapter is None:
+            bases += 1
+            continue
+        if not isinstance(adapter, str) or not adapter:
+            raise WorkloadError(f"{where}: 'adapter' must be a name or null, not {adapter!r}")
+        if entry.get("wait") is None or entry.get("replica") is None:
+            refused += 1  # no replica took it: it cost the fleet nothing
+            continue
+        wait = _field(entry, "wait", where)
+        rows.append((at, number, adapter, max(duration - wait, SHORTEST)))
+    skipped = []
+    if bases:
+        skipped.append(f"{bases} for a base model")
+    if refused:
+        skipped.append(f"{refused} that no replica took")
+    note = f"left out {' and '.join(skipped)}" if skipped else ""
+    if not rows:
+        raise WorkloadError(
+            f"trace {str(path)!r} holds no request for an adapter that a replica took"
+            + (f" ({note})" if note else "")
+        )
+    return rows, note
+
+
+def _field(entry: dict[str, Any], name: str, where: str) -> float:
+    value = entry.get(name)
+    if (type(value) is int or type(value) is float) and math.isfinite(value) and value >= 0:
+        return float(value)
+    shown = "missing" if name not in entry else repr(value)
+    raise WorkloadError(f"{where}: {name!r} must be a finite number of seconds, at least 0, not {shown}")
 
 
 def _number(text: str, what: str, where: str) -> float:
