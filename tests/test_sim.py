@@ -687,9 +687,79 @@ def test_malformed_traces_say_where(tmp_path: Path, lines: str, message: str) ->
         ls.read_trace(trace)
 
 
+def _sweep_rows(text: str) -> list[list[str]]:
+    return [
+        [cell.strip() for cell in line.strip("|").split("|")]
+        for line in text.splitlines()
+        if line.startswith("| ") and "|---" not in line and not line.startswith("| replicas")
+    ]
+
+
+def test_a_sweep_prints_one_row_a_size_and_says_what_keeps_up(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = [
+        "--requests",
+        "1500",
+        "--rate",
+        "60",
+        "--adapters",
+        "60",
+        "--replicas",
+        "4..6",
+        "--wait-target",
+        "40",
+    ]
+    assert ls.main(argv) == 0
+    text = capsys.readouterr().out
+    rows = _sweep_rows(text)
+    assert [row[0] for row in rows] == ["4", "5", "6"]
+    assert {row[6] for row in rows} == {"lorafleet"}  # a sweep runs lorafleet unless told otherwise
+    verdicts = {row[0]: row[-1] for row in rows}
+    assert verdicts["4"] == "overloaded"  # 30 s of service a second on 32 slots
+    assert float(rows[0][9]) >= 1 > float(rows[2][9])  # utilisation
+    assert "Overloaded: replicas 4 (lorafleet): utilisation" in text
+    assert verdicts["6"] == "meets the target"
+    assert "The smallest: replicas " in text
+
+
+def test_a_sweep_leaves_out_a_size_vllm_would_not_start(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = [
+        "--requests",
+        "300",
+        "--rate",
+        "10",
+        "--max-cpu-loras",
+        "4,8",
+        "--max-loras",
+        "8",
+        "--limit",
+        "8,12",
+    ]
+    assert ls.main(argv) == 0
+    captured = capsys.readouterr()
+    assert [row[1:5] for row in _sweep_rows(captured.out)] == [["8", "8", "8", "8"], ["8", "8", "8", "12"]]
+    assert "left out replicas 8, max-cpu-loras 4, max-loras 8" in captured.err
+    assert "--max-cpu-loras 4 is below --max-loras 8: vLLM does not start so" in captured.err
+    assert (
+        "limit 12 with headroom 0 and 1 router(s) may put 12 adapters on an engine of --max-cpu-loras 8"
+        in (captured.err)
+    )
+
+
+def test_one_run_says_when_the_fleet_cannot_keep_up(capsys: pytest.CaptureFixture[str]) -> None:
+    assert ls.main(["--requests", "2000", "--rate", "300", "--policy", "lorafleet"]) == 0
+    text = capsys.readouterr().out
+    assert "Overloaded under lorafleet: utilisation" in text
+    assert ls.main(["--requests", "2000", "--rate", "30", "--policy", "lorafleet"]) == 0
+    assert "Overloaded" not in capsys.readouterr().out
+
+
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
+        (["--replicas", "4..2"], "the range '4..2' is empty"),
+        (["--replicas", "0..2"], "--replicas: '0..2' must be at least 1"),
+        (["--headroom", "0,x"], "'x' is not an integer, 'none' or a range"),
+        (["--replicas", "2,3", "--plot", "p.png"], "--plot sweeps --max-cpu-loras itself"),
         (["--limit", "0"], "--limit: '0' must be at least 1"),
         (["--rate", "nan"], "--rate: 'nan' is not a finite number"),
         (["--rate", "-3"], "--rate: '-3' must be above 0"),

@@ -18,15 +18,20 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+import attrs
+
 import lorafleet
 
+from . import _sizes
 from ._policies import POLICIES, VARIANTS
 from ._sim import UNSET, Figures, Fleet, simulate
+from ._sizes import ranges
 from ._workload import Synthetic, Workload, WorkloadError, read_trace
 
 PROG = "lorafleet simulate"
 PLOT_LIMITS = (1, 2, 3, 4, 6, 8, 12, 16)
 KNOWN = {**POLICIES, **VARIANTS}
+SWEEP = "several (4,6,8 or 4..8) sweep every combination"
 
 
 def _number(
@@ -62,13 +67,6 @@ def _fraction(text: str) -> float:
     return value
 
 
-def _headroom(text: str) -> int | None:
-    if text.lower() == "none":
-        return None
-    value: int = _number(int, "an integer or 'none'", 0)(text)
-    return value
-
-
 def _policies(text: str) -> list[str]:
     names = [name.strip() for name in text.split(",") if name.strip()]
     if not names:
@@ -79,31 +77,70 @@ def _policies(text: str) -> list[str]:
     return names
 
 
+class _Parser(argparse.ArgumentParser):
+    """Options that sweep sizes parse into ``<dest>_range`` lists; ``<dest>`` is their first value."""
+
+    def parse_known_args(  # type: ignore[override]
+        self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
+    ) -> tuple[argparse.Namespace, list[str]]:
+        parsed, rest = super().parse_known_args(args, namespace)
+        for dest, _ in _sizes.SIZES:
+            setattr(parsed, dest, getattr(parsed, f"{dest}_range")[0])
+        return parsed, rest
+
+
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog=PROG, description=(__doc__ or "").splitlines()[0].replace("``", ""))
+    p = _Parser(prog=PROG, description=(__doc__ or "").splitlines()[0].replace("``", ""))
     positive_int = _number(int, "an integer", 1)
     positive = _number(float, "a number", 0.0, above=True)
-    p.add_argument("--replicas", type=positive_int, default=8, help="vLLM replicas (default 8)")
+    sizes = ranges(1)
+    p.add_argument(
+        "--replicas",
+        dest="replicas_range",
+        metavar="N",
+        type=sizes,
+        default=[8],
+        help=f"vLLM replicas (default 8); {SWEEP}",
+    )
     p.add_argument(
         "--max-cpu-loras",
-        dest="memory",
-        type=positive_int,
-        default=8,
-        help="adapters each engine keeps in memory, vLLM's --max-cpu-loras, for every policy (default 8)",
+        dest="memory_range",
+        metavar="N",
+        type=sizes,
+        default=[8],
+        help=(
+            "adapters each engine keeps in memory, vLLM's --max-cpu-loras, for every policy (default 8); "
+            f"{SWEEP}"
+        ),
     )
     p.add_argument(
         "--max-loras",
-        type=positive_int,
-        default=8,
-        help="distinct adapters one batch of an engine may use, vLLM's --max-loras (default 8)",
+        dest="max_loras_range",
+        metavar="N",
+        type=sizes,
+        default=[8],
+        help=f"distinct adapters one batch of an engine may use, vLLM's --max-loras (default 8); {SWEEP}",
     )
     p.add_argument(
         "--limit",
-        type=positive_int,
+        dest="limit_range",
+        metavar="N",
+        type=sizes,
+        default=[None],
         help=(
             "the limit every router's machine gives a replica (default: what fits --max-cpu-loras with "
-            "the machine's headroom and routers, lorafleet.limit_for)"
+            f"the machine's headroom and routers, lorafleet.limit_for); {SWEEP}"
         ),
+    )
+    p.add_argument(
+        "--wait-target",
+        type=_number(float, "a number of milliseconds", 0.0, above=True),
+        help="a sweep names the sizes whose mean wait is at most this many ms (and that keep up)",
+    )
+    p.add_argument(
+        "--p99-target",
+        type=_number(float, "a number of milliseconds", 0.0, above=True),
+        help="a sweep names the sizes whose p99 wait is at most this many ms (and that keep up)",
     )
     p.add_argument(
         "--frees",
@@ -116,7 +153,12 @@ def parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--rate", type=positive, default=76.8, help="requests per second, Poisson (default 76.8)")
     p.add_argument(
-        "--concurrency", type=positive_int, default=8, help="requests a replica runs at once (default 8)"
+        "--concurrency",
+        dest="concurrency_range",
+        metavar="N",
+        type=sizes,
+        default=[8],
+        help=f"requests a replica runs at once, vLLM's --max-num-seqs: its batch (default 8); {SWEEP}",
     )
     p.add_argument(
         "--service", type=positive, default=0.5, help="mean service seconds, exponential (default 0.5)"
@@ -181,11 +223,14 @@ def parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--headroom",
-        type=_headroom,
-        default=UNSET,
+        dest="headroom_range",
+        metavar="N",
+        type=ranges(0, none=True),
+        default=[UNSET],
         help=(
             "the machine's cap: adapters a replica may hold past its limit, or 'none' (default: as "
-            f"shipped, {lorafleet.FLEET_DEFAULTS['headroom']} for lorafleet, none for the baselines)"
+            f"shipped, {lorafleet.FLEET_DEFAULTS['headroom']} for lorafleet, none for the baselines); "
+            f"{SWEEP}"
         ),
     )
     p.add_argument(
@@ -277,6 +322,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         p.error(
             "--shift, --flash, --swing and --bursts shape the synthetic stream; they do not apply to --trace"
         )
+    if _sizes.swept(args):
+        return _sweep_sizes(p, args_list, args)
     if args.memory < args.max_loras:
         p.error(
             f"--max-cpu-loras {args.memory} is below --max-loras {args.max_loras}: vLLM does not start so "
@@ -316,6 +363,85 @@ def main(argv: Sequence[str] | None = None) -> int:
         table = sweep_table(sweep, args.plot, time.perf_counter() - plot_started)
         sys.stdout.write(table)
         text += table
+    if args.out is not None:
+        args.out.write_text(text, encoding="utf-8")
+    return 0
+
+
+def _sweep_sizes(p: argparse.ArgumentParser, argv: list[str], args: argparse.Namespace) -> int:
+    """Run every combination of the sizes given, each policy on the same requests; print one table."""
+    if args.plot is not None:
+        p.error("--plot sweeps --max-cpu-loras itself: give each size one value with it")
+    names = list(dict.fromkeys(name for group in (args.policy or [["lorafleet"]]) for name in group))
+    seeds = list(range(args.seed, args.seed + args.seeds))
+    started = time.perf_counter()
+    warnings: list[str] = []
+    rows: list[_sizes.Row] = []
+    workloads: dict[int, list[Workload]] = {}
+    for size in _sizes.sizes(args):
+        refused = _sizes.refusal(size)
+        if refused is not None:
+            warnings.append(f"left out {size.named()}: {refused}")
+            continue
+        sized = argparse.Namespace(**{**vars(args), **attrs.asdict(size, recurse=False)})
+        try:
+            if size.replicas not in workloads:
+                workloads[size.replicas] = [_workload(sized, seed) for seed in seeds]
+        except WorkloadError as exc:
+            p.exit(2, f"{PROG}: error: {exc}\n")
+        fleet = _fleet(sized, size.memory)
+        for name in names:
+            try:
+                fleet.limit_of(0, KNOWN[name])
+            except ValueError as exc:
+                warnings.append(f"left out {size.named()} ({name}): {exc}")
+                continue
+            headroom = fleet.settings_of(KNOWN[name]).get("headroom")
+            overfull = _sizes.overfull(size, headroom, args.routers)
+            if overfull is not None:
+                warnings.append(f"{size.named()} ({name}): {overfull}")
+            figures = tuple(
+                simulate(w, fleet, KNOWN[name], seed=s)
+                for s, w in zip(seeds, workloads[size.replicas], strict=True)
+            )
+            rows.append(_sizes.Row(size, name, figures))
+        sys.stderr.write(f"sweep: {size.named()} done\n")
+    for warning in warnings:
+        sys.stderr.write(f"{PROG}: warning: {warning}\n")
+    if not rows:
+        p.exit(2, f"{PROG}: error: no size of the sweep can run (see the warnings above)\n")
+    elapsed = time.perf_counter() - started
+    first = next(iter(workloads.values()))[0]
+    if args.trace is not None:
+        workload = f"trace {args.trace} ({len(first)} requests{', ' + first.note if first.note else ''})"
+    else:
+        workload = (
+            f"{len(first)} requests, Poisson at {args.rate:g}/s, Zipf({args.skew:g}) over {args.adapters} "
+            f"adapters, service exponential mean {args.service:g} s"
+        )
+    lines = [
+        f"## {PROG}: a sweep of {len(rows)} fleet(s)",
+        "",
+        f"Command: `{' '.join([PROG, *(shlex.quote(a) for a in argv)])}`",
+        "",
+        f"Machine: {_machine()}. Run time: {elapsed:.1f} s for {len(rows)} runs x {len(seeds)} seed(s).",
+        "",
+        f"Workload: {workload}; loads of {args.load:g} s, {args.routers} router(s)"
+        + _reads(args, "each")
+        + _settings(args)
+        + f"; seeds {args.seed}..{args.seed + args.seeds - 1}, figures are means over the seeds.",
+        "",
+        *(f"Warning: {w}." for w in warnings),
+        *([""] if warnings else []),
+        *_sizes.table(rows, args.wait_target, args.p99_target),
+        "Loads/s: reads of adapters from disk per second of arrivals; utilisation: seconds requests held "
+        "a request slot (paused by reads included) over the fleet's slots (replicas x concurrency) "
+        "while requests arrived; wait: arrival to start of service; held: adapters an engine held, "
+        "time-mean and most.",
+        "",
+    ]
+    text = "\n".join(lines)
+    sys.stdout.write(text)
     if args.out is not None:
         args.out.write_text(text, encoding="utf-8")
     return 0
@@ -387,6 +513,8 @@ COLUMNS = (
     ("drops /1k", "{:.1f}"),
     ("unloads under others", "{:.1f}"),
     ("under own", "{:.1f}"),
+    ("loads/s", "{:.2f}"),
+    ("utilisation", "{:.2f}"),
 )
 
 
@@ -417,6 +545,8 @@ def rows(runs: dict[str, list[Figures]]) -> list[list[str]]:
             _mean([f.per_1k(f.drops) for f in figures]),
             _mean([f.unloads_under_others for f in figures]),
             _mean([f.unloads_under_own for f in figures]),
+            _mean([f.loads_per_second for f in figures]),
+            _mean([f.utilisation for f in figures]),
         ]
         out.append([fmt.format(v) for (_, fmt), v in zip(COLUMNS, values, strict=True)])
     return out
@@ -466,6 +596,15 @@ def report(
         "|" + "|".join("---" for _ in COLUMNS) + "|",
     ]
     lines += ["| " + " | ".join(row) + " |" for row in rows(runs)]
+    for name, figures in runs.items():
+        why = next((w for f in figures if (w := f.overloaded) is not None), None)
+        if why is not None:
+            lines.append("")
+            lines.append(
+                f"Overloaded under {name}: {why}. This fleet cannot keep up with this traffic, and its "
+                "waits grow with the length of the run: add replicas or --concurrency, or sweep them "
+                "(--replicas 8..12)."
+            )
     lines += [
         "",
         f"Compulsory loads (distinct adapters asked for): {compulsory:.1f} /1k. Belady: MIN on each "
@@ -476,7 +615,8 @@ def report(
         "registered. Copies: loads of an "
         "adapter another replica held. Wait: arrival to start of service. Unloads under others (own): "
         "unloads per run of an adapter another router (the unloading router) had requests running or "
-        "waiting on there.",
+        "waiting on there. Loads/s: per second of arrivals; utilisation: seconds requests held a request "
+        "slot (paused by reads included) over the fleet's slots while requests arrived.",
         "",
     ]
     return "\n".join(lines)

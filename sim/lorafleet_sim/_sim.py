@@ -241,6 +241,36 @@ class Figures:
     whose machine loads: an adapter its router holds, as far as it knows)."""
     load_times: tuple[float, ...] = attrs.field(default=(), repr=False, eq=False)
     """When each load went out, in order: for the loads of a window (after a popularity shift)."""
+    span: float = 0.0
+    """Seconds from the first arrival to the last."""
+    utilisation: float = 0.0
+    """Seconds requests held engines' request slots (reads from disk that paused them included) over
+    the slots the fleet had while requests arrived (replicas x concurrency x ``span``): at 1 or past
+    it the fleet cannot keep up."""
+    wait_early: float = 0.0
+    """Mean wait of the second quarter of the requests (by arrival; the first warms up)."""
+    wait_late: float = 0.0
+    """Mean wait of the last quarter: far above ``wait_early``, the queue grew through the run."""
+    service_mean: float = 0.0
+    """The requests' mean service, seconds."""
+
+    @property
+    def loads_per_second(self) -> float:
+        return self.loads / self.span if self.span > 0 else 0.0
+
+    @property
+    def overloaded(self) -> str | None:
+        """Why the fleet could not keep up, in words, or None: its utilisation is at 1 or past it, or
+        the queue grew through the run (the last quarter's mean wait is more than twice the second's
+        and more than a mean service above it)."""
+        if self.utilisation >= 1:
+            return f"utilisation {self.utilisation:.2f}"
+        if self.wait_late > max(2 * self.wait_early, self.wait_early + self.service_mean):
+            return (
+                f"a queue that grew: mean wait {1000 * self.wait_late:.0f} ms in the last quarter of the "
+                f"run, {1000 * self.wait_early:.0f} ms in the second"
+            )
+        return None
 
     def loads_between(self, start: float, end: float) -> int:
         """Loads that went out from ``start`` up to ``end``."""
@@ -330,6 +360,9 @@ class Simulation:
         self.now = 0.0
         n = len(workload)
         self.started = [math.nan] * n
+        self.slot_seconds = 0.0
+        """Seconds requests held an engine's request slot, from their start to their end (reads from
+        disk that paused them included): the fleet's work, for the utilisation."""
         self.granted = [math.nan] * n
         self.pending = 0
         self.hits = 0
@@ -534,6 +567,7 @@ class Simulation:
         if job.end != end or job.request not in self.jobs:
             return  # a read from disk paused it since: its end moved on
         self.started[job.request] = job.start
+        self.slot_seconds += end - job.start
         attempt, _ = self.jobs.pop(job.request)
         engine = self.engines[attempt.replica]
         engine.finish(job, self.now)
@@ -769,7 +803,11 @@ class Simulation:
 
     def _figures(self) -> Figures:
         n = len(self.workload)
-        waits = sorted(s - t for s, t in zip(self.started, self.workload.times, strict=True))
+        unsorted = [s - t for s, t in zip(self.started, self.workload.times, strict=True)]
+        waits = sorted(unsorted)
+        quarter = n // 4
+        span = self.workload.times[-1] - self.workload.times[0] if n else 0.0
+        slots = sum(e.concurrency for e in self.engines)
         grant_waits = [g - t for g, t in zip(self.granted, self.workload.times, strict=True)]
         end = self.now
         busy = [e.busy for e in self.engines]
@@ -807,7 +845,16 @@ class Simulation:
             rereads=sum(e.rereads for e in self.engines),
             drops=sum(e.drops for e in self.engines),
             load_times=tuple(self.load_times),
+            span=span,
+            utilisation=self.slot_seconds / (slots * span) if span > 0 else 0.0,
+            wait_early=_mean(unsorted[quarter : 2 * quarter]),
+            wait_late=_mean(unsorted[n - quarter :]) if quarter else 0.0,
+            service_mean=_mean(self.workload.durations),
         )
+
+
+def _mean(values: list[float] | tuple[float, ...]) -> float:
+    return sum(values) / len(values) if values else 0.0
 
 
 def _percentile(ordered: list[float], q: float) -> float:
