@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import re
 import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
 import httpx
 
@@ -174,3 +176,32 @@ def test_the_value_is_written_as_prometheus_client_writes_it() -> None:
     assert go_float(1796222331.2258186) == "1.7962223312258186e+09"
     assert go_float(1796222317.443089) == "1.796222317443089e+09"
     assert go_float(2.5) == "2.5"
+
+
+def test_reads_from_disk_take_their_time_one_at_a_time_and_tokens_theirs(
+    serve: Callable[..., StandInServer], adapter_dir: Path
+) -> None:
+    """``load_seconds``: loads read one at a time; ``token_seconds``: each token takes its time. Only
+    lower bounds: a sleep never ends early."""
+    server = serve(load_seconds=0.05, token_seconds=0.01)
+    started = time.monotonic()
+    threads = [
+        threading.Thread(
+            target=httpx.post,
+            args=(f"{server.url}/v1/load_lora_adapter",),
+            kwargs={"json": {"lora_name": name, "lora_path": str(adapter_dir / name)}, "timeout": 30},
+        )
+        for name in ("a0", "a1")
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert time.monotonic() - started >= 0.1  # two reads, one after the other
+    assert set(server.app.adapters) == {"a0", "a1"}
+    started = time.monotonic()
+    answer = httpx.post(
+        f"{server.url}/v1/completions", json={"model": "a0", "prompt": "hi", "max_tokens": 5}, timeout=30
+    )
+    assert answer.status_code == 200
+    assert time.monotonic() - started >= 0.05  # 5 tokens of 10 ms

@@ -70,6 +70,10 @@ class VllmStandIn:
         max_cpu_loras: like ``--max-cpu-loras``: the adapters kept in memory, least recently used
             dropped first when a load finds it full, read back when a completion needs one dropped
             (``memory()`` counts both). None: memory without bound, as before this was modelled.
+        load_seconds: seconds each read of an adapter from disk takes (a load, a re-read), one at a
+            time inside the engine's loop: every completion's steps wait meanwhile, as vLLM's do
+            (0: at once).
+        token_seconds: seconds each generated token takes, paused by reads from disk (0: at once).
     """
 
     def __init__(
@@ -87,6 +91,8 @@ class VllmStandIn:
         max_model_len: int = 2048,
         max_num_seqs: int = 128,
         max_cpu_loras: int | None = None,
+        load_seconds: float = 0.0,
+        token_seconds: float = 0.0,
     ) -> None:
         self.model = model
         self.family = Family.of(version)
@@ -103,6 +109,8 @@ class VllmStandIn:
             max_model_len=max_model_len,
             max_num_seqs=max_num_seqs,
             max_cpu_loras=max_cpu_loras,
+            load_seconds=load_seconds,
+            token_seconds=token_seconds,
         )
         self._misbehaviours = Misbehaviours()
         self._calls_lock = threading.Condition()
@@ -327,8 +335,10 @@ class VllmStandIn:
         adapter = None if model == engine.model else model
         await engine.join_batch()
         try:
-            engine.started(adapter)  # vLLM names a request's adapter from its first step
+            reread = engine.started(adapter)  # vLLM names a request's adapter from its first step
             try:
+                if reread:
+                    await engine.read_from_disk()
                 if misbehaviour is not None and await self._misbehaviours.act(misbehaviour, send):
                     return
                 if failing is not None and await self._misbehaviours.act(failing, send):

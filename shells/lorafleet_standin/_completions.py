@@ -48,6 +48,7 @@ async def complete(
     if wants_stream(body):
         await _stream(engine, send, route, ident, model, words, pause)
         return
+    await engine.steps(tokens)
     text = "".join(words)
     token_ids = [token_id(w) for w in words] if body.get("return_token_ids") else None
     prompt_tokens = len(str(prompt).split())
@@ -137,6 +138,7 @@ async def _stream(
     await send({"type": "http.response.start", "status": 200, "headers": headers})
     created = int(time.time())
     for i, word in enumerate(words):
+        await engine.steps(1)
         last = i == len(words) - 1
         finish = "length" if last else None
         if route == "completions":

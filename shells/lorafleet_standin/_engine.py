@@ -44,6 +44,8 @@ class Engine:
         max_model_len: int = 2048,
         max_num_seqs: int = 128,
         max_cpu_loras: int | None = None,
+        load_seconds: float = 0.0,
+        token_seconds: float = 0.0,
     ) -> None:
         self.model = model
         self.model_root = model_root
@@ -71,6 +73,15 @@ class Engine:
         if max_cpu_loras is not None and (type(max_cpu_loras) is not int or max_cpu_loras < 1):
             raise ValueError(f"max_cpu_loras must be an int of at least 1, or None, not {max_cpu_loras!r}")
         self.max_cpu_loras = max_cpu_loras
+        for name, value in (("load_seconds", load_seconds), ("token_seconds", token_seconds)):
+            if not (type(value) in (int, float) and 0 <= value < math.inf):
+                raise ValueError(f"{name} must be a finite number of seconds, at least 0, not {value!r}")
+        self.load_seconds = float(load_seconds)
+        self.token_seconds = float(token_seconds)
+        self._stalled_until = 0.0
+        """``time.monotonic()`` when the last read from disk ends: no step runs before."""
+        self._stalled_total = 0.0
+        """Seconds of reads from disk so far: a completion's steps take longer by those during them."""
         self._copies = itertools.count(1)
         self._copy: dict[str, int] = {}
         """Registered name to its copy in memory (a new one at each registration, as vLLM's int id)."""
@@ -155,19 +166,51 @@ class Engine:
                 self._drops += 1
                 self._dropped.add(victim)
 
-    def _use(self, name: str) -> None:
-        """A step runs ``name``: its copy is the most recently used, read back first if dropped."""
+    def _use(self, name: str) -> bool:
+        """A step runs ``name``: its copy is the most recently used, read back first if dropped (True)."""
         copy = self._copy.get(name)
         if self.max_cpu_loras is None or copy is None:
-            return
+            return False
         if copy in self._memory:
             self._memory.move_to_end(copy)
-            return
+            return False
         self._dropped.discard(copy)  # needed again: a drop that cost a read
         self._rereads += 1
         self._make_room()
         self._memory[copy] = name
         self._most = max(self._most, len(self._memory))
+        return True
+
+    async def read_from_disk(self) -> None:
+        """A read of an adapter from disk (a load, or a completion's re-read) taking ``load_seconds``
+        inside the engine's loop: after any read before it, and no step runs meanwhile (API.md §4.7)."""
+        if not self.load_seconds:
+            return
+        with self._lock:
+            now = time.monotonic()
+            self._stalled_until = max(now, self._stalled_until) + self.load_seconds
+            self._stalled_total += self.load_seconds
+            until = self._stalled_until
+        await asyncio.sleep(until - now)
+
+    async def steps(self, tokens: int) -> None:
+        """Generate ``tokens`` at ``token_seconds`` each: not while a read from disk runs, and longer by
+        every read that runs meanwhile (each pauses every running completion)."""
+        if not self.token_seconds:
+            return
+        left = tokens * self.token_seconds
+        while True:
+            with self._lock:
+                stalled = self._stalled_until - time.monotonic()
+            if stalled <= 0:
+                break
+            await asyncio.sleep(stalled)
+        while left > 0:
+            with self._lock:
+                seen = self._stalled_total
+            await asyncio.sleep(left)
+            with self._lock:
+                left = self._stalled_total - seen
 
     def next_id(self) -> int:
         """A fresh number for ids the answers carry (permissions, completions)."""
@@ -218,13 +261,14 @@ class Engine:
         with self._lock:
             return self._lock.wait_for(lambda: self._batch + len(self._queue) >= count, timeout)
 
-    def started(self, adapter: str | None) -> None:
-        """A completion for ``adapter`` (None: the base model) is running, from now until ``ended``."""
+    def started(self, adapter: str | None) -> bool:
+        """A completion for ``adapter`` (None: the base model) is running, from now until ``ended``;
+        True when its adapter had to be read back from disk (``read_from_disk`` then takes its time)."""
         with self._lock:
-            if adapter is not None:
-                self._use(adapter)
+            reread = self._use(adapter) if adapter is not None else False
             self._running[adapter] = self._running.get(adapter, 0) + 1
             self._step()
+            return reread
 
     def ended(self, adapter: str | None) -> None:
         """The completion ``started`` with ``adapter`` has ended (answered, failed or dropped)."""

@@ -69,6 +69,7 @@ async def load(engine: Engine, send: Send, body: Any, headers: dict[str, str]) -
         if refused is not None:
             await respond_json(send, *refused)
             return
+    await engine.read_from_disk()
     if not engine.register(name, path):  # another call won the race while the files were read
         await respond_json(send, 400, family.error(400, family.already_loaded(name), "InvalidUserInput"))
         return
