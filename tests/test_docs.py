@@ -56,6 +56,7 @@ HELP_ONLY = {
     "bench/serve_bench.py": "about 30 s a run, and writes bench/serve_results.md",
     "bench/metrics_read.py": "needs the real vLLM, and writes bench/metrics_results.md",
     "bench/headroom.py": "runs the simulator for minutes",
+    "bench/replay.py": "records a request log through serve for minutes, and writes bench/replay_results.md",
     "-m lorafleet_standin": "serves until stopped",
     "sim/several_routers.py": "runs the simulator for minutes",
     "sim/share_routers.py": "runs the simulator for minutes",

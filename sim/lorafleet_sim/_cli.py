@@ -515,6 +515,7 @@ COLUMNS = (
     ("under own", "{:.1f}"),
     ("loads/s", "{:.2f}"),
     ("utilisation", "{:.2f}"),
+    ("to grant ms", "{:.1f}"),
 )
 
 
@@ -547,6 +548,7 @@ def rows(runs: dict[str, list[Figures]]) -> list[list[str]]:
             _mean([f.unloads_under_own for f in figures]),
             _mean([f.loads_per_second for f in figures]),
             _mean([f.utilisation for f in figures]),
+            1000 * _mean([f.load_wait_mean for f in figures]),
         ]
         out.append([fmt.format(v) for (_, fmt), v in zip(COLUMNS, values, strict=True)])
     return out
@@ -616,7 +618,8 @@ def report(
         "adapter another replica held. Wait: arrival to start of service. Unloads under others (own): "
         "unloads per run of an adapter another router (the unloading router) had requests running or "
         "waiting on there. Loads/s: per second of arrivals; utilisation: seconds requests held a request "
-        "slot (paused by reads included) over the fleet's slots while requests arrived.",
+        "slot (paused by reads included) over the fleet's slots while requests arrived; to grant: arrival "
+        "to the adapter's grant, the request log's wait.",
         "",
     ]
     return "\n".join(lines)
