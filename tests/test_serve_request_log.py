@@ -4,6 +4,8 @@
 from __future__ import annotations
 
 import json
+import logging
+import os
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +14,7 @@ from test_serve import HELLO, Serve, leases, routing, sse
 
 from lorafleet_serve import ConfigError
 from lorafleet_serve._main import config_of, parser
+from lorafleet_serve._requestlog import RequestLog
 from lorafleet_sim import read_trace
 
 from conftest import eventually
@@ -122,3 +125,36 @@ def test_the_request_log_is_off_unless_named(tmp_path: Path) -> None:
         config_of(parser().parse_args([*args, "--config", str(toml)])).request_log
         == tmp_path / "logs/r.jsonl"
     )
+
+
+def test_a_log_that_cannot_be_written_costs_lines_never_answers(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    requests = RequestLog(tmp_path / "r.jsonl", 1 << 20)
+    watch = requests.watch(_ignore)
+    fields: dict[str, Any] = {
+        "adapter": "a0",
+        "model": "tiny",
+        "replica": "r0",
+        "how": "hit",
+        "wait_ms": 0.1,
+        "stream": False,
+        "status": 200,
+        "attempts": 1,
+        "end": "done",
+        "error": None,
+    }
+    requests.write(watch, **fields)
+    requests._file.close()
+    requests._file = open(os.devnull, encoding="utf-8")  # noqa: SIM115 - a file it cannot write
+    with caplog.at_level(logging.WARNING, "lorafleet.serve"):
+        requests.write(watch, **fields)
+        requests.write(watch, **fields)
+    assert [r.message.count("lines are lost") for r in caplog.records] == [1]  # said once
+    requests.close()
+    requests.write(watch, **fields)  # a request that outlived the router: nothing written, no error
+    assert len(lines_of(tmp_path / "r.jsonl")) == 1
+
+
+async def _ignore(message: Any) -> None:
+    return

@@ -675,7 +675,8 @@ def test_a_trace_file_runs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -
         ('{"time": 1, "adapter": 3, "duration": 1}', r"t\.txt:1: 'adapter' must be a name or null"),
         ('{"time": 1, "adapter": null, "duration": 1}\n[1, 2]', r"t\.txt:2: not a JSON object of the"),
         (
-            '{"time": 1, "adapter": null, "duration": 1}\n{"time": 2, "adapter": "a", "duration": 1}',
+            '{"time": 1, "adapter": null, "duration": 1, "replica": "r"}\n'
+            '{"time": 2, "adapter": "a", "duration": 1}',
             r"no request for an adapter that a replica took \(left out 1 for a base model and 1 that no",
         ),
     ],

@@ -16,6 +16,7 @@ The line is written when the request ends, so lines come in order of their ends,
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 import time
@@ -26,6 +27,7 @@ import attrs
 
 from ._openai import Message, Send
 
+log = logging.getLogger("lorafleet.serve")
 TAIL_BYTES = 16 << 10
 """How much of an answer's end is kept to find the engine's ``usage`` in (the last chunk of a stream)."""
 _USAGE = re.compile(rb'"usage"\s*:\s*\{')
@@ -84,6 +86,7 @@ class RequestLog:
         self._epoch = time.time() - time.perf_counter()
         self._file = open(path, "a", encoding="utf-8")  # noqa: SIM115 - held open until close()
         self._size = self._file.tell()
+        self._failing = False
 
     def watch(self, send: Send) -> Watch:
         """A watch on the answer of a request arriving now."""
@@ -125,17 +128,30 @@ class RequestLog:
             "error": error,
         }
         line = json.dumps(entry, separators=(", ", ": ")) + "\n"
-        self._file.write(line)
-        self._file.flush()
-        self._size += len(line.encode("utf-8"))
-        if self._size >= self.max_bytes:
-            self._rotate()
+        if self._file.closed:
+            return  # a request that outlived the router's shutdown
+        try:
+            self._file.write(line)
+            self._file.flush()
+            self._size += len(line.encode("utf-8"))
+            if self._size >= self.max_bytes:
+                self._rotate()
+        except OSError as exc:
+            # The log is the operator's record, not the request's business: a full disk costs lines,
+            # never an answer. Said once, until a line goes through again.
+            if not self._failing:
+                log.warning("the request log %s: %s; lines are lost until it can be written", self.path, exc)
+            self._failing = True
+        else:
+            self._failing = False
 
     def _rotate(self) -> None:
         self._file.close()
-        os.replace(self.path, self.path.with_name(self.path.name + ".1"))
-        self._file = open(self.path, "a", encoding="utf-8")  # noqa: SIM115
-        self._size = 0
+        try:
+            os.replace(self.path, self.path.with_name(self.path.name + ".1"))
+        finally:
+            self._file = open(self.path, "a", encoding="utf-8")  # noqa: SIM115
+            self._size = self._file.tell()
 
     def close(self) -> None:
         self._file.close()

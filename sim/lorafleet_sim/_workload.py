@@ -259,13 +259,13 @@ def _request_log(path: Path, lines: list[tuple[int, str]]) -> tuple[list[tuple[f
         at = _field(entry, "time", where)
         duration = _field(entry, "duration", where)
         adapter = entry.get("adapter")
-        if adapter is None:
-            bases += 1
-            continue
-        if not isinstance(adapter, str) or not adapter:
+        if adapter is not None and (not isinstance(adapter, str) or not adapter):
             raise WorkloadError(f"{where}: 'adapter' must be a name or null, not {adapter!r}")
-        if entry.get("wait") is None or entry.get("replica") is None:
-            refused += 1  # no replica took it: it cost the fleet nothing
+        if entry.get("replica") is None:
+            refused += 1  # no replica took it (a bad body, an unknown name): it cost the fleet nothing
+            continue
+        if adapter is None or entry.get("wait") is None:
+            bases += 1
             continue
         wait = _field(entry, "wait", where)
         rows.append((at, number, adapter, max(duration - wait, SHORTEST)))
