@@ -760,7 +760,6 @@ def test_one_run_says_when_the_fleet_cannot_keep_up(capsys: pytest.CaptureFixtur
         (["--replicas", "4..2"], "the range '4..2' is empty"),
         (["--replicas", "0..2"], "--replicas: '0..2' must be at least 1"),
         (["--headroom", "0,x"], "'x' is not an integer, 'none' or a range"),
-        (["--replicas", "2,3", "--plot", "p.png"], "--plot sweeps --max-cpu-loras itself"),
         (["--limit", "0"], "--limit: '0' must be at least 1"),
         (["--rate", "nan"], "--rate: 'nan' is not a finite number"),
         (["--rate", "-3"], "--rate: '-3' must be above 0"),

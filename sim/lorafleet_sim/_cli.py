@@ -299,7 +299,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--plot",
         type=Path,
-        help="also sweep --max-cpu-loras and plot loads and load latency per policy (matplotlib)",
+        help=(
+            "also sweep --max-cpu-loras and plot loads and load latency per policy; with sizes swept, "
+            "plot the sweep's loads/s and waits instead (matplotlib)"
+        ),
     )
     return p
 
@@ -370,8 +373,13 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _sweep_sizes(p: argparse.ArgumentParser, argv: list[str], args: argparse.Namespace) -> int:
     """Run every combination of the sizes given, each policy on the same requests; print one table."""
+    pyplot = None
     if args.plot is not None:
-        p.error("--plot sweeps --max-cpu-loras itself: give each size one value with it")
+        try:
+            importlib.import_module("matplotlib")
+        except ImportError:
+            p.error("--plot needs matplotlib, an optional extra: pip install 'lorafleet[plot]'")
+        pyplot = _pyplot()
     names = list(dict.fromkeys(name for group in (args.policy or [["lorafleet"]]) for name in group))
     seeds = list(range(args.seed, args.seed + args.seeds))
     started = time.perf_counter()
@@ -440,6 +448,9 @@ def _sweep_sizes(p: argparse.ArgumentParser, argv: list[str], args: argparse.Nam
         "time-mean and most.",
         "",
     ]
+    if pyplot is not None:
+        _sizes.draw(pyplot, rows, args.plot, args.wait_target)
+        lines.append(f"Plot: {args.plot}.\n")
     text = "\n".join(lines)
     sys.stdout.write(text)
     if args.out is not None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import itertools
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 import attrs
@@ -198,14 +199,19 @@ class Row:
         ]
 
 
+def _varying(rows: list[Row]) -> list[str]:
+    """The names of the settings that differ between the rows (the first, when none does)."""
+    return [name for i, (_, name) in enumerate(SIZES) if len({row.size.cells()[i] for row in rows}) > 1] or [
+        SIZES[0][1]
+    ]
+
+
 def table(rows: list[Row], mean_ms: float | None, p99_ms: float | None) -> list[str]:
     """The sweep's table and what it means, in words, as markdown lines."""
     lines = ["| " + " | ".join(COLUMNS) + " |", "|" + "|".join("---" for _ in COLUMNS) + "|"]
     lines += ["| " + " | ".join(row.cells(mean_ms, p99_ms)) + " |" for row in rows]
     lines.append("")
-    varying = [
-        name for i, (_, name) in enumerate(SIZES) if len({row.size.cells()[i] for row in rows}) > 1
-    ] or [SIZES[0][1]]
+    varying = _varying(rows)
     over = [row for row in rows if row.overloaded is not None]
     for row in over:
         lines.append(
@@ -237,3 +243,31 @@ def table(rows: list[Row], mean_ms: float | None, p99_ms: float | None) -> list[
             lines.append(f"No size meets {target}.")
     lines.append("")
     return lines
+
+
+def draw(pyplot: Any, rows: list[Row], path: Path, mean_ms: float | None) -> None:
+    """The sweep as a figure: loads per second and mean and p99 wait, a point a size, overloaded
+    sizes in red, the wait target a dashed line."""
+    varying = _varying(rows)
+    columns = [i for i, (_, name) in enumerate(SIZES) if name in varying]
+    labels = ["/".join(row.size.cells()[i] for i in columns) for row in rows]
+    x = list(range(len(rows)))
+    colours = ["tab:red" if row.overloaded is not None else "tab:blue" for row in rows]
+    figure, (loads, waits) = pyplot.subplots(1, 2, figsize=(max(8.0, 1.1 * len(rows) + 4), 4.5))
+    loads.bar(x, [_mean([f.loads_per_second for f in row.figures]) for row in rows], color=colours)
+    loads.set(ylabel="loads per second", title="Loads (red: overloaded)")
+    waits.plot(x, [1000 * row.wait_mean for row in rows], marker="o", label="mean")
+    waits.plot(x, [1000 * row.wait_p99 for row in rows], marker="s", label="p99")
+    waits.set_yscale("log")
+    if mean_ms is not None:
+        waits.axhline(mean_ms, linestyle="--", color="grey", label=f"target {mean_ms:g} ms")
+    waits.set(ylabel="ms from arrival to service", title="Wait")
+    waits.legend()
+    for axes in (loads, waits):
+        axes.set_xticks(x)
+        axes.set_xticklabels(labels, fontsize=8)
+        axes.set_xlabel(" / ".join(varying))
+        axes.grid(alpha=0.3)
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+    pyplot.close(figure)
