@@ -746,6 +746,14 @@ def test_a_sweep_leaves_out_a_size_vllm_would_not_start(capsys: pytest.CaptureFi
     )
 
 
+def test_one_run_warns_of_a_limit_past_the_memory(capsys: pytest.CaptureFixture[str]) -> None:
+    assert ls.main(["--requests", "300", "--rate", "10", "--limit", "9", "--policy", "lorafleet"]) == 0
+    captured = capsys.readouterr()
+    warning = "limit 9 with headroom 0 and 1 router(s) may put 9 adapters on an engine of --max-cpu-loras 8"
+    assert warning in captured.err
+    assert warning in captured.out
+
+
 def test_one_run_says_when_the_fleet_cannot_keep_up(capsys: pytest.CaptureFixture[str]) -> None:
     assert ls.main(["--requests", "2000", "--rate", "300", "--policy", "lorafleet"]) == 0
     text = capsys.readouterr().out

@@ -352,12 +352,20 @@ def main(argv: Sequence[str] | None = None) -> int:
             fleet.limit_of(0, KNOWN[name])
     except ValueError as exc:
         p.exit(2, f"{PROG}: error: {exc}\n")
+    (size,) = _sizes.sizes(args)
+    warnings = [
+        f"{name}: {why}"
+        for name in names
+        if (why := _sizes.overfull(size, fleet.settings_of(KNOWN[name]).get("headroom"), args.routers))
+    ]
+    for warning in warnings:
+        sys.stderr.write(f"{PROG}: warning: {warning}\n")
     runs = {
         name: [simulate(w, fleet, KNOWN[name], seed=s) for s, w in zip(seeds, workloads, strict=True)]
         for name in names
     }
     elapsed = time.perf_counter() - started
-    text = report(args_list, args, runs, elapsed, workloads[0].note)
+    text = report(args_list, args, runs, elapsed, workloads[0].note, warnings)
     sys.stdout.write(text)
     if args.plot is not None:
         plot_started = time.perf_counter()
@@ -571,6 +579,7 @@ def report(
     runs: dict[str, list[Figures]],
     elapsed: float,
     note: str = "",
+    warnings: Sequence[str] = (),
 ) -> str:
     """The results as markdown: the command, the machine, the workload, the table and what it means."""
     first = next(iter(runs.values()))
@@ -605,6 +614,8 @@ def report(
         + _settings(args)
         + f"; seeds {args.seed}..{args.seed + args.seeds - 1}, figures are means over the seeds.",
         "",
+        *(f"Warning: {w}." for w in warnings),
+        *([""] if warnings else []),
         "| " + " | ".join(name for name, _ in COLUMNS) + " |",
         "|" + "|".join("---" for _ in COLUMNS) + "|",
     ]
