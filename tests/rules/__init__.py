@@ -20,6 +20,7 @@
     [read]                                    test_read.py
     [route]                                   test_route.py
     the points SPEC once left open            test_spec_points.py
+    the points SPEC left to the porter        test_porter_points.py
 
 A test's name starts with its rule (``test_listing_...``), and the Go seed's known faults
 (../shared/seed/NOTES.md, 1 to 7) are ``test_fault_N_...`` under the rule each breaks. Every test here
