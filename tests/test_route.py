@@ -211,19 +211,57 @@ async def test_a_replica_with_nothing_listening_is_avoided_after_its_first_failu
     assert sorted(loads_on(alive)) == ["a0", "a1", "a2", "a3", "a4", "a5"]
 
 
+class _LoadsTimeOutOn(httpx.AsyncBaseTransport):
+    """Real HTTP, but a load sent to ``server`` times out as soon as the server holds it.
+
+    The client's read timeout without its clock: a short ``load_timeout`` would time out the healthy
+    replica's loads too on a busy machine (0.3 s did, at a load average of 4 to 13).
+    """
+
+    def __init__(self, server: StandInServer) -> None:
+        self._real = httpx.AsyncHTTPTransport()
+        self._server = server
+        self._loads = 0
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        if not (
+            str(request.url).startswith(self._server.url) and request.url.path.endswith("load_lora_adapter")
+        ):
+            return await self._real.handle_async_request(request)
+        self._loads += 1
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(self._real.handle_async_request, request)
+            await calls_reach(self._server, "load", self._loads)  # it holds the call, unanswered
+            tasks.cancel_scope.cancel()
+        raise httpx.ReadTimeout("the hung replica did not answer", request=request)
+
+    async def aclose(self) -> None:
+        await self._real.aclose()
+
+
 async def test_a_hung_replica_is_avoided_after_its_first_timeout(
     fleet_type: type[Fleet], serve: Callable[..., StandInServer], adapter_dir: Path
 ) -> None:
     hung, alive = serve(), serve()
     hung.app.hang("load", times=None)
     try:
-        async with fleet_type(
-            replicas=replicas([hung, alive], limit=4), adapters=adapter_dir, load_timeout=0.3
-        ) as fleet:
+        # The hung replica's load times out once it is held (the transport); the healthy replica's
+        # loads have the default timeout, and the avoidance outlasts any run of the test.
+        async with (
+            httpx.AsyncClient(transport=_LoadsTimeOutOn(hung)) as client,
+            fleet_type(
+                client=client,
+                replicas=replicas([hung, alive], limit=4),
+                adapters=adapter_dir,
+                backoff=3600,
+                max_backoff=3600,
+            ) as fleet,
+        ):
             for name in ("a0", "a1", "a2", "a3", "a4", "a5"):
                 async with fleet.route(name) as lease:
                     assert lease.replica.id == "r1"
             assert fleet.statistics().loads[("tiny", "replica_fault")] == 1
+            assert fleet.statistics().replicas["r0"].failing_until is not None
             quiet(fleet)
     finally:
         hung.app.release()

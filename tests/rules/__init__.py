@@ -20,6 +20,8 @@
     [read]                                    test_read.py
     [route]                                   test_route.py
     the points SPEC once left open            test_spec_points.py
+    the points SPEC left to the porter        test_porter_points.py
+    readings of §3.8-3.15 pinned (issue 37)   test_pinned_readings.py
 
 A test's name starts with its rule (``test_listing_...``), and the Go seed's known faults
 (../shared/seed/NOTES.md, 1 to 7) are ``test_fault_N_...`` under the rule each breaks. Every test here
