@@ -35,6 +35,7 @@ from lorafleet import (
     DEFAULT_LISTING_INTERVAL,
     DEFAULT_MAX_BACKOFF,
     DEFAULT_REFUSAL,
+    AdapterChanged,
     AdapterMissing,
     AdapterPinned,
     AdapterUnpinned,
@@ -309,7 +310,7 @@ class Model:
                 else:
                     self.refused.pop(event.adapter, None)
                 return []
-            case AdapterPinned() | AdapterUnpinned():
+            case AdapterPinned() | AdapterUnpinned() | AdapterChanged():
                 # The properties send no pins.
                 raise NotImplementedError(f"the model does not follow {type(event).__name__}")
 

@@ -17,6 +17,7 @@ from ._errors import UnknownOperationError as UnknownOperationError
 from ._errors import UnknownReplicaError as UnknownReplicaError
 from ._errors import UnknownTicketError as UnknownTicketError
 from ._errors import UsageError as UsageError
+from ._events import AdapterChanged as AdapterChanged
 from ._events import AdapterMissing as AdapterMissing
 from ._events import AdapterPinned as AdapterPinned
 from ._events import AdapterUnpinned as AdapterUnpinned

@@ -167,6 +167,14 @@ class RefusalForgotten:
 
 
 @attrs.frozen(kw_only=True)
+class AdapterChanged:
+    """The files behind ``adapter`` changed (new weights, a new config): no request is granted a copy
+    loaded before, and the next load reads the new files ([renew]). Its refusal is forgotten."""
+
+    adapter: str
+
+
+@attrs.frozen(kw_only=True)
 class Routed:
     """A request wants ``adapter`` (stored at ``path``) wherever placement puts it ([route]).
 
@@ -226,6 +234,7 @@ Event = (
     | AdapterPinned
     | AdapterUnpinned
     | RefusalForgotten
+    | AdapterChanged
     | Routed
     | ReadingReceived
     | ReadingFailed

@@ -133,6 +133,7 @@ from ._errors import (
     UnknownTicketError,
 )
 from ._events import (
+    AdapterChanged,
     AdapterMissing,
     AdapterPinned,
     AdapterUnpinned,
@@ -246,6 +247,9 @@ class _Unload:
     since: int = 0
     """A victim's: when it became held, and (``stamp``) its place in ``idle``, should it be held again."""
     stamp: int = 0
+    renew: bool = False
+    """The adapter changed ([renew]): this copy is never held again. While the replica still holds it
+    (in use) or loads it, the unload waits (``op`` None) for the last request on it to end."""
 
 
 @attrs.define(eq=False)
@@ -531,6 +535,8 @@ class AdapterStateMachine:
                 return self._adapter_unpinned(event)
             case RefusalForgotten():
                 return self._refusal_forgotten(event)
+            case AdapterChanged():
+                return self._adapter_changed(event)
             case Routed():
                 return self._routed(event)
             case ReadingReceived():
@@ -607,6 +613,10 @@ class AdapterStateMachine:
         """``handle(RefusalForgotten(...))``: the engine may take ``adapter`` now (None: every adapter)."""
         return self.handle(RefusalForgotten(adapter=adapter))
 
+    def adapter_changed(self, adapter: str) -> list[Command]:
+        """``handle(AdapterChanged(...))``: the files behind ``adapter`` changed."""
+        return self.handle(AdapterChanged(adapter=adapter))
+
     def route(
         self, ticket: int, *, adapter: str, path: str, model: str | None = None, exclude: Iterable[str] = ()
     ) -> list[Command]:
@@ -680,8 +690,8 @@ class AdapterStateMachine:
         if type(adapter) is not str or not adapter:
             raise _ADAPTER.error("adapter", adapter)
         held = rep.held.get(adapter)
-        if held is None:
-            return False
+        if held is None or (rep.unloading and adapter in rep.unloading):
+            return False  # not held, or an old copy ([renew])
         self._hit(ticket, rep, held)
         return True
 
@@ -829,6 +839,11 @@ class AdapterStateMachine:
         ``fresh`` False: its first admission, which reads the engine before a cold load with no free
         slot ([read]); admitted afresh later (after a read, an unload, from the queue), it reads no more.
         """
+        unload = rep.unloading.get(adapter)
+        if unload is not None:  # [wait-unload], and [renew]: the copy held or loading here is old
+            unload.waiters.append((ticket, path))
+            self._waiting[ticket] = unload
+            return []
         held = rep.held.get(adapter)
         if held is not None:  # [hit]
             self._take(ticket, rep, held)
@@ -837,11 +852,6 @@ class AdapterStateMachine:
         if load is not None:  # [join]
             load.waiters.append(ticket)
             self._waiting[ticket] = load
-            return []
-        unload = rep.unloading.get(adapter)
-        if unload is not None:  # [wait-unload]
-            unload.waiters.append((ticket, path))
-            self._waiting[ticket] = unload
             return []
         if not fresh and self._needs_read(rep):
             return self._park(ticket, rep, adapter, path, None)
@@ -927,14 +937,17 @@ class AdapterStateMachine:
         self._touch(rep)
         key = (rep.model, outcome.value)
         self._loads[key] = self._loads.get(key, 0) + 1
+        renewal = rep.unloading.get(op.adapter)  # [renew]: the adapter changed while it loaded
         if self._count_answer(rep):
+            if renewal is not None:
+                del rep.unloading[op.adapter]
             return []
         commands: list[Command] = []
         if outcome is LoadOutcome.REPLICA_FAULT:
             self._replica_fault(rep)
         else:
             self._replica_ok(rep)
-        if outcome is LoadOutcome.ADAPTER_FAULT:
+        if outcome is LoadOutcome.ADAPTER_FAULT and renewal is None:  # [renew]: files since replaced
             self._refused[op.adapter] = (
                 self._clock + self._refusal,
                 event.message or load_failed_message(op.adapter, rep.id),
@@ -942,9 +955,10 @@ class AdapterStateMachine:
         if outcome.succeeded:
             held = _Held(rep, op.adapter, len(op.waiters), self._tick())
             rep.held[op.adapter] = held
-            self._where.setdefault(op.adapter, {})[rep.id] = rep
-            if not held.in_use and op.adapter not in self._pins and op.adapter not in rep.named:
-                rep.idle[op.adapter] = held.since
+            if renewal is None:
+                self._where.setdefault(op.adapter, {})[rep.id] = rep
+                if not held.in_use and op.adapter not in self._pins and op.adapter not in rep.named:
+                    rep.idle[op.adapter] = held.since
             for ticket in op.waiters:
                 del self._waiting[ticket]
                 self._leases[ticket] = held
@@ -955,6 +969,8 @@ class AdapterStateMachine:
                     self._joined += 1
                     commands.append(Grant(ticket=ticket, how=How.JOINED))
             commands.extend(self._unload(unload) for unload in op.victims)  # [evict]: room it took
+            if renewal is not None:
+                commands.extend(self._retire(rep, held))  # [renew]: its waiters asked before the change
             commands.extend(self._settle(rep))
         else:
             fault = Fault.ADAPTER if outcome is LoadOutcome.ADAPTER_FAULT else Fault.REPLICA
@@ -963,6 +979,10 @@ class AdapterStateMachine:
                 del self._waiting[ticket]
                 commands.append(self._fail(ticket, rep, fault, text))
             commands.extend(self._spare(op))
+            if renewal is not None:
+                # [renew]: no old copy came: the requests that waited for it load the new files.
+                del rep.unloading[op.adapter]
+                commands.extend(self._readmit(renewal))
         commands.extend(self._admit_queued(rep))
         if self._pins and not outcome.succeeded:
             commands.extend(self._ensure_pins())
@@ -974,6 +994,9 @@ class AdapterStateMachine:
         rep = load.replica
         commands: list[Command] = []
         for unload in load.victims:
+            if unload.renew:
+                commands.append(self._unload(unload))  # [renew]: an old copy is never held again
+                continue
             del rep.unloading[unload.adapter]
             rep.held[unload.adapter] = _Held(rep, unload.adapter, 0, unload.since)
             self._where.setdefault(unload.adapter, {})[rep.id] = rep
@@ -981,9 +1004,16 @@ class AdapterStateMachine:
                 _idle_at(rep.idle, unload.adapter, unload.stamp)
             self._touch(rep)
         for unload in load.victims:
-            for ticket, path in unload.waiters:
-                del self._waiting[ticket]
-                commands.extend(self._admit(ticket, rep, unload.adapter, path))
+            if not unload.renew:
+                commands.extend(self._readmit(unload))
+        return commands
+
+    def _readmit(self, unload: _Unload) -> list[Command]:
+        """Admit afresh, in order, the requests that waited for ``unload`` (answered, or not needed)."""
+        commands: list[Command] = []
+        for ticket, path in unload.waiters:
+            del self._waiting[ticket]
+            commands.extend(self._admit(ticket, unload.replica, unload.adapter, path))
         return commands
 
     def _settle(self, rep: _Replica) -> list[Command]:
@@ -1032,14 +1062,15 @@ class AdapterStateMachine:
         if rep.listing is not None:
             rep.dropped_while_listing.add(op.adapter)
         commands: list[Command] = []
-        if self._routers > 1 and event.outcome is UnloadOutcome.NOT_FOUND:
+        if self._routers > 1 and event.outcome is UnloadOutcome.NOT_FOUND and not op.renew:
             # [share] Another router unloaded it first, most likely to make room for an adapter this
-            # one does not see: count that one until the next listing.
+            # one does not see: count that one until the next listing. (An old copy of a changed
+            # adapter every router unloads: no other adapter took its slot.)
             rep.unseen += 1
             self._touch(rep)
-        for ticket, path in op.waiters:
-            del self._waiting[ticket]
-            commands.extend(self._admit(ticket, rep, op.adapter, path))
+        commands.extend(self._readmit(op))
+        if op.renew and op.adapter in self._pins:
+            commands.extend(self._ensure_pins())  # [renew], [pin]: the new files, where placement says
         return commands
 
     def _count_answer(self, rep: _Replica) -> bool:
@@ -1080,8 +1111,11 @@ class AdapterStateMachine:
         if rep.removed:
             # Kept only while requests ran on it (see Removal above): now it can go.
             self._drop(rep, held.adapter)
+            rep.unloading.pop(held.adapter, None)  # [renew]: an old copy's unload, never issued now
             self._forget_if_done(rep)
             return []
+        if rep.unloading and held.adapter in rep.unloading:
+            return self._retire(rep, held)  # [renew]: the old copy's last request ended
         if held.adapter in self._pins:
             return []  # [pin]: never a victim, so never idle
         if held.adapter in rep.named:
@@ -1228,9 +1262,11 @@ class AdapterStateMachine:
         self._replica_ok(rep)
         commands = self._met(rep)
         listed = set(names)
+        renewals: list[_Unload] = []
         for name, held in list(rep.held.items()):
             if name not in listed and held.since < finished.started:
                 self._drop(rep, name)
+                renewals.extend(self._unrenew(rep, name))
         known = rep.held.keys() | rep.loading.keys() | rep.unloading.keys() | rep.dropped_while_listing
         rep.dropped_while_listing = set()
         since = self._tick()
@@ -1244,6 +1280,8 @@ class AdapterStateMachine:
         rep.base, rep.unseen = len(rep.held) + len(rep.loading), 0  # [share]: shared afresh
         self._touch(rep)
         rep.listed_since_reading = True
+        for renewal in renewals:
+            commands.extend(self._readmit(renewal))
         commands.extend(self._admit_queued(rep))
         if self._pins:
             commands.extend(self._ensure_pins())
@@ -1290,7 +1328,10 @@ class AdapterStateMachine:
         if self._routers > 1:
             rep.unseen += 1  # [share]: as an unload another router answered first
             self._touch(rep)
-        commands = self._admit_queued(rep)
+        commands: list[Command] = []
+        for renewal in self._unrenew(rep, adapter):
+            commands.extend(self._readmit(renewal))
+        commands.extend(self._admit_queued(rep))
         if adapter in self._pins:
             commands.extend(self._ensure_pins())
         return commands
@@ -1304,6 +1345,15 @@ class AdapterStateMachine:
         self._unwhere(rep, name)
         if rep.listing is not None:
             rep.dropped_while_listing.add(name)
+
+    def _unrenew(self, rep: _Replica, name: str) -> list[_Unload]:
+        """[renew]: ``rep`` no longer holds the old copy of ``name`` (a listing or the engine said so):
+        the unload that waited for it is not needed; its waiters are the caller's to admit afresh."""
+        unload = rep.unloading.get(name)
+        if unload is None or name in rep.loading:
+            return []
+        del rep.unloading[name]
+        return [unload]
 
     def _unwhere(self, rep: _Replica, adapter: str) -> None:
         where = self._where.get(adapter)
@@ -1344,7 +1394,8 @@ class AdapterStateMachine:
             rep.due = self._clock + self._interval
             rep.base, rep.unseen = len(rep.held) + len(rep.loading), 0  # [share]: what it knows
             for name in list(rep.held) + list(rep.loading):
-                self._where.setdefault(name, {})[rep.id] = rep
+                if name not in rep.unloading:  # [renew]: an old copy is no holder
+                    self._where.setdefault(name, {})[rep.id] = rep
         self._touch(rep)
         heapq.heappush(self._due, (rep.due, replica))
         return [self._start_listing(rep)]
@@ -1393,8 +1444,9 @@ class AdapterStateMachine:
             for name, unload in list(rep.unloading.items()):
                 failed.extend(t for t, _ in unload.waiters)
                 unload.waiters.clear()
-                if unload.op is None:
+                if unload.op is None and name not in rep.held and name not in rep.loading:
                     del rep.unloading[name]  # a victim whose load is still out: never issued
+                # [renew]: an old copy's stays, so that a re-add does not hold it as current
             if rep.queue is not None:
                 failed.extend(t for t, _, _ in rep.queue.waiters)
                 rep.queue = None
@@ -1462,6 +1514,73 @@ class AdapterStateMachine:
         else:
             forgot = self._refused.pop(event.adapter, None) is not None
         return self._ensure_pins() if forgot and self._pins else []
+
+    # -- §3.17 changed adapters: [renew] ---------------------------------------------------------------
+
+    def _adapter_changed(self, event: AdapterChanged) -> list[Command]:
+        """[renew]: no request is granted a copy of ``adapter`` loaded before its files changed.
+
+        On each replica, in id order, an idle copy is unloaded at once; a copy requests run on (this
+        router's, or another's as the last reading named them), or one loading, is unloaded once the
+        last of them ends, and requests for it there wait for that unload, then load the new files.
+        A victim whose load is out is never held again. The refusal is forgotten, and a pinned
+        adapter gets its copies of the new files where placement puts them.
+        """
+        _check_fields(event)
+        adapter = event.adapter
+        self._refused.pop(adapter, None)
+        commands: list[Command] = []
+        for rep in sorted(self._replicas.values(), key=lambda r: r.id):
+            unload = rep.unloading.get(adapter)
+            if unload is not None:
+                if unload.op is None:
+                    unload.renew = True  # a victim, or already an old copy's unload
+                continue
+            held = rep.held.get(adapter)
+            if held is None and adapter not in rep.loading:
+                continue
+            rep.unloading[adapter] = _Unload(rep, adapter, None, renew=True)
+            self._unwhere(rep, adapter)  # no holder any more, for placement
+            if held is not None:
+                rep.idle.pop(adapter, None)
+                self._touch(rep)
+                commands.extend(self._retire(rep, held))
+        if self._pins:
+            commands.extend(self._ensure_pins())
+        return commands
+
+    def _retire(self, rep: _Replica, held: _Held) -> list[Command]:
+        """[renew]: unload the old copy ``held`` of a changed adapter if no request runs on it now."""
+        unload = rep.unloading[held.adapter]
+        if held.in_use or rep.removed:
+            return []
+        if held.adapter in rep.named:
+            # Another router's requests may run on it. [read]: with requests waiting for the
+            # unload, read again rather than wait for the next reading.
+            wanted = self._read_engine and unload.waiters and rep.read is None
+            return [self._start_read(rep)] if wanted else []
+        self._drop(rep, held.adapter)
+        return [self._unload(unload)]
+
+    def _renewing(
+        self, adapter: str, model: str | None, skip: Container[str], extra: Mapping[str, float]
+    ) -> Placement:
+        """[place]'s last resort: the replica replacing an old copy of ``adapter``, where a request
+        waits for that copy to go; the least (busy, served, -weight) of them."""
+        chosen: _Replica | None = None
+        chosen_key: tuple[float, int, int] = (0, 0, 0)
+        clock = self._clock
+        for rep in self._replicas.values():
+            if rep.removed or not rep.met or rep.id in skip or rep.avoid_until > clock:
+                continue
+            if (model is not None and rep.model != model) or adapter not in rep.unloading:
+                continue
+            key = (self._busy(rep, extra), rep.served, -_rendezvous(adapter, rep.id))
+            if chosen is None or key < chosen_key:
+                chosen, chosen_key = rep, key
+        return Placement(
+            replica=None if chosen is None else chosen.id, placed=None if chosen is None else Placed.WAIT
+        )
 
     @staticmethod
     def blame(replica: str, failed: Iterable[str] = ()) -> Fault:
@@ -1589,8 +1708,8 @@ class AdapterStateMachine:
                 continue
             held = rep.held
             loading = rep.loading
-            if adapter in held or adapter in loading:
-                holders.append(replica)
+            if (adapter in held or adapter in loading) and adapter not in rep.unloading:
+                holders.append(replica)  # [renew]: an old copy is no holder
             line = rep.limit if alone else self._line(rep)
             if len(held) + len(loading) < line and rep.avoid_until <= clock:
                 with_room.append(replica)
@@ -1732,7 +1851,8 @@ class AdapterStateMachine:
         if cold.replica is not None:
             return cold
         if holder is None:
-            return self._place_cold(adapter, model, skip, extra, spread=False, least=True)
+            least = self._place_cold(adapter, model, skip, extra, spread=False, least=True)
+            return least if least.replica is not None else self._renewing(adapter, model, skip, extra)
         # Every engine is busy: the holder's queue, unless another's is shorter by more than a load.
         other = self._place_cold(adapter, model, skip, extra, spread=False, least=True)
         if other.replica is not None:
@@ -2004,12 +2124,20 @@ class AdapterStateMachine:
         for name in rep.named - before:
             rep.idle.pop(name, None)
         freed = False
+        commands: list[Command] = []
         for name in sorted(before - rep.named):
             held = rep.held.get(name)
-            if held is not None and not held.in_use and name not in self._pins:
+            if held is None or held.in_use:
+                continue
+            if name in rep.unloading:
+                commands.extend(self._retire(rep, held))  # [renew]: its last request ended
+                freed = True
+            elif name not in self._pins:
                 rep.idle[name] = self._tick()
                 freed = True
-        return self._admit_queued(rep) if freed else []
+        if freed:
+            commands.extend(self._admit_queued(rep))
+        return commands
 
     # -- §3.14 limits across routers: [share] ----------------------------------------------------------
 
@@ -2194,6 +2322,7 @@ class AdapterStateMachine:
             for rep in self._replicas.values()
             if not rep.removed
             for name in rep.held.keys() | rep.loading.keys()
+            if name not in rep.unloading  # [renew]: an old copy is no holder
         }
         assert where == {(name, rid) for name, reps in self._where.items() for rid in reps}, "index"
         assert all(self._where.values()), "empty index entry"
@@ -2205,10 +2334,15 @@ class AdapterStateMachine:
             assert rep.id == rid
             assert rep.in_flight == in_flight.get(id(rep), 0), (rid, rep.in_flight)
             assert rep.outstanding == outstanding.get(rid, 0), (rid, rep.outstanding)
-            names = rep.held.keys() | rep.loading.keys() | rep.unloading.keys()
-            assert len(names) == len(rep.held) + len(rep.loading) + len(rep.unloading), rid
+            # An adapter is held, loading or unloading, except an old copy of a changed one ([renew]):
+            # held or loading, and its unload waiting for it.
+            assert not rep.held.keys() & rep.loading.keys(), rid
+            old = rep.unloading.keys() & (rep.held.keys() | rep.loading.keys())
+            assert all(rep.unloading[n].renew and rep.unloading[n].op is None for n in old), rid
             idle = {
-                n for n, h in rep.held.items() if not h.in_use and n not in self._pins and n not in rep.named
+                n
+                for n, h in rep.held.items()
+                if not h.in_use and n not in self._pins and n not in rep.named and n not in old
             }
             assert set(rep.idle) == (set() if rep.removed else idle), rid
             for name, held in rep.held.items():
@@ -2223,13 +2357,17 @@ class AdapterStateMachine:
                 assert all(self._waiting.get(t) is load for t in load.waiters), (rid, name)
                 assert all(rep.unloading.get(u.adapter) is u for u in load.victims), (rid, name)
             for name, unload in rep.unloading.items():
-                if unload.op is None:  # a victim: its load still out ([evict])
+                if name in old:
+                    assert all(u is not unload for u in doomed), (rid, name)
+                    if name in rep.held and not rep.removed:  # it goes once nothing runs on it
+                        assert rep.held[name].in_use or name in rep.named, (rid, name)
+                elif unload.op is None:  # a victim: its load still out ([evict])
                     assert sum(u is unload for u in doomed) == 1, (rid, name)
                 else:
                     assert self._ops.get(unload.op) is unload, (rid, name)
                 assert unload.adapter == name, (rid, name)
                 assert all(self._waiting.get(t) is unload for t, _ in unload.waiters), (rid, name)
-            assert len(doomed) == sum(u.op is None for u in rep.unloading.values()), rid
+            assert len(doomed) == sum(u.op is None and n not in old for n, u in rep.unloading.items()), rid
             stamps = list(rep.idle.values())
             assert stamps == sorted(set(stamps)), rid  # they rise along idle: a victim goes back by it
             if rep.listing is None:
@@ -2243,7 +2381,7 @@ class AdapterStateMachine:
                 assert rep.outstanding or rep.held, f"removed replica {rid} kept for nothing"
                 assert not rep.idle, rid
                 assert all(not load.waiters and not load.victims for load in rep.loading.values()), rid
-                assert all(unload.op is not None for unload in rep.unloading.values()), rid
+                assert all(u.op is not None or n in old for n, u in rep.unloading.items()), rid
                 assert rep.listing is None, rid
                 assert rep.read is None, rid
             else:
@@ -2363,6 +2501,7 @@ _FIELDS: dict[type, tuple[tuple[str, _Kind], ...]] = {
     ),
     AdapterUnpinned: (("adapter", _ADAPTER),),
     RefusalForgotten: (("adapter", _ADAPTER_OR_NONE),),
+    AdapterChanged: (("adapter", _ADAPTER),),
     Routed: (("adapter", _ADAPTER), ("path", _PATH), ("model", _MODEL_OR_NONE), ("exclude", _EXCLUDED)),
     ReadingReceived: (
         ("adapters", _READ_NAMES),
