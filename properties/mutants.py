@@ -249,10 +249,8 @@ MUTANTS = [
         "load-outcome",
         "the waiters of a failed load's victims are admitted before the victims are held again",
         MACHINE,
-        "        for unload in load.victims:\n            del rep.unloading[unload.adapter]\n",
-        "        for unload in load.victims:\n            for ticket, path in unload.waiters:\n"
-        "                del self._waiting[ticket]\n"
-        "                commands.extend(self._admit(ticket, rep, unload.adapter, path))\n"
+        "                continue\n            del rep.unloading[unload.adapter]\n",
+        "                continue\n            commands.extend(self._readmit(unload))\n"
         "            unload.waiters.clear()\n            del rep.unloading[unload.adapter]\n",
     ),
     Mutant(
@@ -380,8 +378,9 @@ MUTANTS = [
         "share",
         "a victim another router unloaded first counts as room made",
         MACHINE,
-        "            rep.unseen += 1\n            self._touch(rep)\n        for ticket, path in op.waiters:",
-        "            self._touch(rep)\n        for ticket, path in op.waiters:",
+        "            rep.unseen += 1\n            self._touch(rep)\n"
+        "        commands.extend(self._readmit(op))",
+        "            self._touch(rep)\n        commands.extend(self._readmit(op))",
     ),
     # -- [read], [reading], [read-failed]
     Mutant(
@@ -422,8 +421,8 @@ MUTANTS = [
         "reading",
         "a release makes an adapter the engine reports running idle, so a victim",
         MACHINE,
-        "        if held.adapter in rep.named:\n",
-        "        if False:\n",
+        "never a victim, so never idle\n        if held.adapter in rep.named:\n",
+        "never a victim, so never idle\n        if False:\n",
     ),
     Mutant(
         "read-failed-always-ends",

@@ -122,6 +122,23 @@ async def test_an_adapter_in_use_is_never_evicted(
     assert sorted(calls[3:]) == [(UNLOAD, "a0"), (UNLOAD, "a1")]  # out together, in either order
 
 
+async def test_a_changed_adapter_is_loaded_again_once_its_old_copy_is_free(
+    fleet_type: type[Fleet], standin: StandInServer, adapter_dir: Path
+) -> None:
+    """[renew] over HTTP: the copy a request runs on stays until it ends; the next request loads again."""
+    r = replica(standin)
+    path = str(adapter_dir / "a0")
+    async with fleet_type() as fleet:
+        await fleet.sync_unknown([r])
+        async with fleet.acquire(r, "a0", path):
+            fleet.adapter_changed("a0")
+            assert lora_calls(standin) == [(LOAD, "a0")]  # never an unload under a running request
+        async with fleet.acquire(r, "a0", path) as lease:
+            assert lease.how is How.LOADED
+        quiet(fleet)
+    assert lora_calls(standin) == [(LOAD, "a0"), (UNLOAD, "a0"), (LOAD, "a0")]
+
+
 @pytest.mark.parametrize("headroom", [2, HEADROOM])
 async def test_a_cold_load_at_the_limit_lands_before_the_excess_goes(
     fleet_type: type[Fleet], serve: Callable[..., StandInServer], adapter_dir: Path, headroom: int

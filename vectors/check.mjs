@@ -15,7 +15,7 @@ const EVENTS = {
   cancelled: ["ticket"], load_finished: ["load", "outcome", "message"], unload_finished: ["unload", "outcome", "message"],
   listing_received: ["listing", "adapters"], listing_failed: ["listing", "message"], adapter_missing: ["replica", "adapter", "ticket"],
   replica_failed: ["replica", "message"], served_elsewhere: ["replica", "failed"], adapter_pinned: ["adapter", "path", "copies", "model"],
-  adapter_unpinned: ["adapter"], refusal_forgotten: ["adapter"], routed: ["ticket", "adapter", "path", "model", "exclude"],
+  adapter_unpinned: ["adapter"], refusal_forgotten: ["adapter"], adapter_changed: ["adapter"], routed: ["ticket", "adapter", "path", "model", "exclude"],
   reading_received: ["read", "adapters", "running", "waiting", "max_loras"], reading_failed: ["read", "message"],
 };
 const COMMANDS = {

@@ -86,6 +86,7 @@ RULES_BY_NAME = [
     ("cap", ["cap", "cold"]),
     ("refuse", ["refuse", "load-outcome"]),
     ("forgive", ["forgive", "refuse"]),
+    ("renew", ["renew", "wait-unload"]),
     ("pin", ["pin", "cold"]),
     ("statistics", ["statistics"]),
     ("reading", ["reading", "read"]),

@@ -1555,10 +1555,9 @@ class AdapterStateMachine:
         if held.in_use or rep.removed:
             return []
         if held.adapter in rep.named:
-            # Another router's requests may run on it. [read]: with requests waiting for the
-            # unload, read again rather than wait for the next reading.
-            wanted = self._read_engine and unload.waiters and rep.read is None
-            return [self._start_read(rep)] if wanted else []
+            # Another router's requests may run on it. [read]: read again, rather than leave the
+            # requests that will wait for the unload to wait for the next listing's reading.
+            return [self._start_read(rep)] if self._read_engine and rep.read is None else []
         self._drop(rep, held.adapter)
         return [self._unload(unload)]
 
@@ -2501,7 +2500,6 @@ _FIELDS: dict[type, tuple[tuple[str, _Kind], ...]] = {
     ),
     AdapterUnpinned: (("adapter", _ADAPTER),),
     RefusalForgotten: (("adapter", _ADAPTER_OR_NONE),),
-    AdapterChanged: (("adapter", _ADAPTER),),
     Routed: (("adapter", _ADAPTER), ("path", _PATH), ("model", _MODEL_OR_NONE), ("exclude", _EXCLUDED)),
     ReadingReceived: (
         ("adapters", _READ_NAMES),
@@ -2510,6 +2508,7 @@ _FIELDS: dict[type, tuple[tuple[str, _Kind], ...]] = {
         ("max_loras", _AT_LEAST_0_OR_NONE),
     ),
     ReadingFailed: (("message", _TEXT),),
+    AdapterChanged: (("adapter", _ADAPTER),),
 }
 """SPEC.md §2.1, the fields whose wrong values are an InvalidValueError: each event's, in its order.
 

@@ -32,6 +32,7 @@ from lorafleet import (
     DEFAULT_MAX_BACKOFF,
     DEFAULT_REFUSAL,
     FLEET_DEFAULTS,
+    AdapterChanged,
     AdapterMissing,
     AdapterPinned,
     AdapterStateMachine,
@@ -495,6 +496,18 @@ class Fleet:
         """
         self._check_open()
         self._send(RefusalForgotten(adapter=adapter))
+
+    def adapter_changed(self, adapter: str) -> None:
+        """The files behind ``adapter`` changed ([renew]): no request is granted a copy loaded before.
+
+        Idle copies are unloaded now, copies in use once their last request ends; requests for it wait
+        for that and load the new files. Its refusal is forgotten.
+
+        Raises:
+            InvalidValueError: ``adapter`` is not a non-empty str.
+        """
+        self._check_open()
+        self._send(AdapterChanged(adapter=adapter))
 
     async def sync_unknown(self, replicas: Iterable[Replica]) -> None:
         """Read the listings of the replicas not met yet, all at once, and wait for them.

@@ -88,7 +88,7 @@ export class Machine {
       adapter_missing: this.adapterMissing, replica_failed: this.replicaFailed,
       served_elsewhere: this.servedElsewhere,
       adapter_pinned: this.adapterPinned, adapter_unpinned: this.adapterUnpinned,
-      refusal_forgotten: this.refusalForgotten,
+      refusal_forgotten: this.refusalForgotten, adapter_changed: this.adapterChanged,
       routed: this.routed, reading_received: this.readingReceived, reading_failed: this.readingFailed,
     }[event.type];
     if (!on) throw new Error(`unknown event type ${event.type}`);
@@ -127,7 +127,7 @@ export class Machine {
   hit({ ticket, replica, adapter }) {
     const rep = this.newRequest(ticket, replica, adapter);
     const held = rep.held.get(adapter);
-    if (!held) return false;
+    if (!held || this.old(rep, adapter)) return false;
     this.highest = ticket;
     this.count(rep, adapter);
     this.take(ticket, held);
@@ -138,12 +138,12 @@ export class Machine {
   // afresh (after a read, an unload, from the queue), from the top, it never does.
   admit(ticket, rep, adapter, path, first = false) {
     const held = rep.held.get(adapter);
-    if (held) { // [hit]
+    if (held && !this.old(rep, adapter)) { // [hit]
       this.take(ticket, held);
       return [{ type: "grant", ticket, how: "hit" }];
     }
     const load = rep.loading.get(adapter);
-    if (load) { // [join]
+    if (load && !this.old(rep, adapter)) { // [join]
       load.waiters.push(ticket);
       this.waiting.set(ticket, load);
       return [];
@@ -266,11 +266,15 @@ export class Machine {
     const rep = load.replica;
     rep.loading.delete(load.adapter);
     count(this.loads, `${rep.model}/${outcome}`); // the model the replica has now
-    if (this.answered(rep)) return [];
+    const renewal = rep.unloading.get(load.adapter); // [renew]: an old copy's load
+    if (this.answered(rep)) {
+      if (renewal) rep.unloading.delete(load.adapter);
+      return [];
+    }
     const text = message || `the load of '${load.adapter}' on '${rep.id}' failed`; // literally, no escaping
     if (outcome === "replica_fault") this.failure(rep);
     else this.healthy(rep);
-    if (outcome === "adapter_fault") { // [refuse]
+    if (outcome === "adapter_fault" && !renewal) { // [refuse]; [renew]: not for files since replaced
       this.refused.set(load.adapter, { until: this.now + this.refusal, message: text });
     }
     const commands = [];
@@ -279,7 +283,7 @@ export class Machine {
         replica: rep, adapter: load.adapter, inUse: load.waiters.length, since: this.tick(), current: true,
       };
       rep.held.set(load.adapter, held);
-      if (held.inUse === 0 && this.idleable(rep, load.adapter)) rep.idle.set(load.adapter, held.since);
+      if (!renewal && held.inUse === 0 && this.idleable(rep, load.adapter)) rep.idle.set(load.adapter, held.since);
       for (const ticket of load.waiters) {
         this.waiting.delete(ticket);
         this.leases.set(ticket, held);
@@ -290,6 +294,7 @@ export class Machine {
       // Its victims' unloads go out now, in eviction order, each numbered as it goes: the engine made
       // their room as the load landed (§3.16). Then [settle].
       for (const unload of load.victims) commands.push(this.issueUnload(unload));
+      if (renewal) commands.push(...this.retire(rep, held));
       commands.push(...this.settle(rep));
     } else {
       const fault = outcome === "adapter_fault" ? "adapter" : "replica";
@@ -298,6 +303,10 @@ export class Machine {
         commands.push(this.fail(ticket, rep, fault, text));
       }
       commands.push(...this.spare(rep, load.victims));
+      if (renewal) {
+        rep.unloading.delete(load.adapter);
+        commands.push(...this.readmit(rep, renewal));
+      }
     }
     commands.push(...this.admitQueue(rep));
     if (outcome === "adapter_fault" || outcome === "replica_fault") commands.push(...this.ensurePins());
@@ -309,7 +318,13 @@ export class Machine {
   // (the stamps rise along it), unless pinned or named; then the requests that waited on their unloads
   // are admitted afresh, victim by victim, and find them held.
   spare(rep, victims) {
-    for (const { adapter, since, stamp } of victims) {
+    const commands = [];
+    for (const victim of victims) {
+      const { adapter, since, stamp } = victim;
+      if (victim.renew) { // [renew]: an old copy is not held again; its unload goes out
+        commands.push(this.issueUnload(victim));
+        continue;
+      }
       rep.unloading.delete(adapter);
       rep.held.set(adapter, { replica: rep, adapter, inUse: 0, since, current: true });
       if (!this.idleable(rep, adapter)) continue;
@@ -318,12 +333,16 @@ export class Machine {
       idle.splice(at < 0 ? idle.length : at, 0, [adapter, stamp]);
       rep.idle = new Map(idle);
     }
+    for (const victim of victims) if (!victim.renew) commands.push(...this.readmit(rep, victim)); // a [hit]
+    return commands;
+  }
+
+  // The requests that waited for an unload, admitted afresh in arrival order.
+  readmit(rep, unload) {
     const commands = [];
-    for (const { adapter, waiters } of victims) {
-      for (const { ticket, path } of waiters) {
-        this.waiting.delete(ticket);
-        commands.push(...this.admit(ticket, rep, adapter, path)); // afresh: a [hit]
-      }
+    for (const { ticket, path } of unload.waiters) {
+      this.waiting.delete(ticket);
+      commands.push(...this.admit(ticket, rep, unload.adapter, path));
     }
     return commands;
   }
@@ -344,12 +363,10 @@ export class Machine {
     if (rep.listing) rep.droppedWhileListing.add(unload.adapter);
     // [share] another router unloaded it first: one more adapter this router does not see, and a line one
     // lower. Nothing more: the load it made room for landed before it went out.
-    if (this.routers > 1 && outcome === "not_found") rep.unseen += 1;
-    const commands = [];
-    for (const { ticket, path } of unload.waiters) {
-      this.waiting.delete(ticket);
-      commands.push(...this.admit(ticket, rep, unload.adapter, path)); // afresh, from the top
-    }
+    // [renew]: not an old copy's: every router unloads that, and no other adapter took its slot.
+    if (this.routers > 1 && outcome === "not_found" && !unload.renew) rep.unseen += 1;
+    const commands = this.readmit(rep, unload); // afresh, from the top
+    if (unload.renew && this.pins.has(unload.adapter)) commands.push(...this.ensurePins());
     return commands;
   }
 
@@ -380,9 +397,11 @@ export class Machine {
     if (held.inUse > 0 || !held.current) return []; // a dead lease: it ends, nothing else
     if (rep.removed) {
       this.drop(rep, held.adapter);
+      rep.unloading.delete(held.adapter); // [renew]: an old copy's unload, never issued now
       this.forgetIfDone(rep);
       return [];
     }
+    if (rep.unloading.has(held.adapter)) return this.retire(rep, held); // [renew]: an old copy
     if (this.pins.has(held.adapter)) return []; // [pin]: never idle
     if (rep.named.has(held.adapter)) { // [reading]: never idle until the next reading
       // [read]: with requests waiting at the cap, read again for the room this request leaves.
@@ -492,8 +511,15 @@ export class Machine {
     this.healthy(rep);
     const commands = this.met(rep);
     const listed = new Set(adapters);
+    const renewals = [];
     for (const [name, held] of [...rep.held]) {
-      if (!listed.has(name) && held.since < listing.started) this.drop(rep, name); // in use or not
+      if (!listed.has(name) && held.since < listing.started) { // in use or not
+        this.drop(rep, name);
+        if (rep.unloading.has(name)) { // [renew]: the old copy is gone: its unload is not needed
+          renewals.push(rep.unloading.get(name));
+          rep.unloading.delete(name);
+        }
+      }
     }
     const known = (name) => rep.held.has(name) || rep.loading.has(name) || rep.unloading.has(name)
       || rep.droppedWhileListing.has(name);
@@ -512,6 +538,7 @@ export class Machine {
     rep.base = rep.held.size + rep.loading.size; // [share]: the free slots it leaves, shared afresh
     rep.unseen = 0;
     rep.listedSinceReading = true; // [read-failed]
+    for (const renewal of renewals) commands.push(...this.readmit(rep, renewal));
     commands.push(...this.admitQueue(rep), ...this.ensurePins());
     if (this.readEngine && !rep.read) commands.push(this.startRead(rep)); // [read], step 6
     return commands;
@@ -542,7 +569,13 @@ export class Machine {
     if (ticket !== null && this.leases.get(ticket) !== held) return []; // a report about an older copy
     this.drop(rep, adapter);
     if (this.routers > 1) rep.unseen += 1; // [share]: as an unload another router answered first
-    return [...this.admitQueue(rep), ...(this.pins.has(adapter) ? this.ensurePins() : [])];
+    const commands = [];
+    const renewal = rep.unloading.get(adapter);
+    if (renewal) { // [renew]: the old copy is gone: its unload is not needed
+      rep.unloading.delete(adapter);
+      commands.push(...this.readmit(rep, renewal));
+    }
+    return [...commands, ...this.admitQueue(rep), ...(this.pins.has(adapter) ? this.ensurePins() : [])];
   }
 
   // -- §3.6 Dropping ------------------------------------------------------------------------------
@@ -627,7 +660,9 @@ export class Machine {
         failed.push(...unload.waiters.map((w) => w.ticket));
         unload.waiters = [];
         // A victim whose unload is not issued never is, even if the replica comes back: it is simply not held.
-        if (unload.op === null) rep.unloading.delete(unload.adapter);
+        // An old copy's stays ([renew]): added back, the replica must not take it for a holder.
+        const old = rep.held.has(unload.adapter) || rep.loading.has(unload.adapter);
+        if (unload.op === null && !old) rep.unloading.delete(unload.adapter);
       }
       failed.push(...rep.queue.waiters.map((w) => w.ticket));
       rep.queue.waiters = [];
@@ -920,14 +955,19 @@ export class Machine {
     rep.named = names;
     for (const name of rep.named) rep.idle.delete(name);
     let freed = false;
+    const commands = [];
     for (const name of [...before].filter((n) => !rep.named.has(n)).sort(byName)) {
       const held = rep.held.get(name);
-      if (held && held.inUse === 0 && !this.pins.has(name)) {
+      if (!held || held.inUse !== 0) continue;
+      if (rep.unloading.has(name)) { // [renew]: an old copy nothing runs on any more
+        commands.push(...this.retire(rep, held));
+        freed = true;
+      } else if (!this.pins.has(name)) {
         rep.idle.set(name, this.tick());
         freed = true;
       }
     }
-    return freed ? this.admitQueue(rep) : [];
+    return freed ? [...commands, ...this.admitQueue(rep)] : commands;
   }
 
   // Whether a held adapter with no request of ours on it may be idle: not pinned, not named by a reading.
@@ -977,6 +1017,43 @@ export class Machine {
   }
 
 
+  // [renew] (§3.17): from now on no request gets a copy loaded before; none goes under a running request.
+  adapterChanged({ adapter }) {
+    if (!isName(adapter)) throw invalid("adapter", adapter);
+    this.refused.delete(adapter);
+    const commands = [];
+    for (const rep of [...this.replicas.values()].sort((a, b) => byName(a.id, b.id))) {
+      const unload = rep.unloading.get(adapter);
+      if (unload) {
+        if (unload.op === null) unload.renew = true;
+        continue;
+      }
+      const held = rep.held.get(adapter);
+      if (!held && !rep.loading.has(adapter)) continue;
+      rep.unloading.set(adapter, {
+        kind: "unload", replica: rep, adapter, op: null, waiters: [], since: 0, stamp: 0, renew: true,
+      });
+      rep.idle.delete(adapter);
+      if (held) commands.push(...this.retire(rep, held));
+    }
+    return [...commands, ...this.ensurePins()];
+  }
+
+  // [renew]: an old held copy goes once nothing runs on it: not this router's requests, nor what the
+  // last reading names (then read again, for the requests that will wait).
+  retire(rep, held) {
+    if (held.inUse > 0 || rep.removed) return [];
+    if (rep.named.has(held.adapter)) return this.readEngine && !rep.read ? [this.startRead(rep)] : [];
+    const unload = rep.unloading.get(held.adapter);
+    this.drop(rep, held.adapter);
+    return [this.issueUnload(unload)];
+  }
+
+  // An old copy of a changed adapter: held or loading, and its unload waiting for it ([renew]).
+  old(rep, name) {
+    return rep.unloading.has(name) && (rep.held.has(name) || rep.loading.has(name));
+  }
+
   // Making the pins good: loads where placement finds room, for pins short of their copies.
   ensurePins() {
     const commands = [];
@@ -984,7 +1061,7 @@ export class Machine {
       const pin = this.pins.get(adapter);
       if ((this.refused.get(adapter)?.until ?? -Infinity) > this.now) continue; // [refuse]
       const inUse = [...this.replicas.values()].filter((rep) => !rep.removed);
-      const holders = inUse.filter((rep) => rep.held.has(adapter) || rep.loading.has(adapter));
+      const holders = inUse.filter((rep) => (rep.held.has(adapter) || rep.loading.has(adapter)) && !this.old(rep, adapter));
       const ofModel = (rep) => pin.model === null || rep.model === pin.model;
       const have = holders.filter((rep) => !this.avoided(rep) && ofModel(rep));
       // Never where it is held, loading or unloading (a load and an unload of one adapter never cross).
@@ -1031,7 +1108,7 @@ export class Machine {
         withRoom.add(id);
         continue;
       }
-      if (rep.held.has(adapter) || rep.loading.has(adapter)) holders.add(id);
+      if ((rep.held.has(adapter) || rep.loading.has(adapter)) && !this.old(rep, adapter)) holders.add(id);
       if (rep.held.size + rep.loading.size < this.line(rep) && !this.avoided(rep)) withRoom.add(id);
     }
     return { holders: [...holders].sort(byName), with_room: [...withRoom].sort(byName) };
@@ -1083,7 +1160,7 @@ export class Machine {
     const busy = (rep) => this.load(rep) + Number(load[rep.id] ?? 0);
     const least = (rep) => [busy(rep), rep.served, -rendezvous(adapter, rep.id)];
     const holders = this.candidates(model, exclude)
-      .filter((rep) => rep.held.has(adapter) || rep.loading.has(adapter));
+      .filter((rep) => (rep.held.has(adapter) || rep.loading.has(adapter)) && !this.old(rep, adapter));
     const holder = holders.length ? best(holders.map((rep) => ({ rep, key: least(rep) }))).rep : null;
     const atHolder = (rep) => ({ replica: rep.id, placed: rep.held.has(adapter) ? "held" : "loading" });
     // [load]: a saturated replica's requests queue; with its capacity unknown it never is.
@@ -1095,6 +1172,11 @@ export class Machine {
     const cold = this.placeCold(adapter, { model, exclude, load, spread: true });
     if (cold.replica !== null) return cold;
     const other = this.placeCold(adapter, { model, exclude, load, least: true });
+    if (!holder && other.replica === null) { // [renew]: wait where an old copy of it is being replaced
+      const renewing = this.candidates(model, exclude).filter((rep) => this.old(rep, adapter));
+      if (renewing.length === 0) return other;
+      return { replica: best(renewing.map((rep) => ({ rep, key: least(rep) }))).rep.id, placed: "wait" };
+    }
     if (!holder) return other;
     const [mine, theirs] = [queue(holder), other.replica === null ? null : queue(this.replicas.get(other.replica))];
     if (mine !== null && theirs !== null && theirs + 2 <= mine) return other; // a load costs a wait too
