@@ -1577,9 +1577,9 @@ class AdapterStateMachine:
             key = (self._busy(rep, extra), rep.served, -_rendezvous(adapter, rep.id))
             if chosen is None or key < chosen_key:
                 chosen, chosen_key = rep, key
-        return Placement(
-            replica=None if chosen is None else chosen.id, placed=None if chosen is None else Placed.WAIT
-        )
+        if chosen is None:
+            return Placement(replica=None, placed=None)
+        return Placement(replica=chosen.id, placed=Placed.WAIT)
 
     @staticmethod
     def blame(replica: str, failed: Iterable[str] = ()) -> Fault:
