@@ -46,6 +46,7 @@ from lorafleet_fleet import (
 
 from ._catalog import Catalog, Fingerprint, fingerprint
 from ._config import Config
+from ._forward import BusyError, CutError, Forwarder, HttpxForwarder, NoAnswerError
 from ._openai import JSON, Receive, RefusedError, Scope, Send, model_not_found, refuse, respond, respond_json
 from ._readiness import Origin, Readiness
 from ._requestlog import RequestLog, Watch
@@ -162,9 +163,9 @@ class _Upstream:
     """
 
     replica: Replica
-    client: httpx.AsyncClient
+    client: Forwarder
     headers: list[tuple[bytes, bytes]]
-    urls: dict[str, httpx.URL]
+    urls: dict[str, str]
     running: int = 0
     """Requests being forwarded to it now, adapters' and base models' alike."""
     base: int = 0
@@ -196,8 +197,9 @@ class Router:
     Args:
         fleet: an entered fleet that resolves adapters with ``catalog``.
         catalog: the adapters served.
-        new_client: makes the httpx client a replica's requests are forwarded with (give it
-            ``cookies=NoCookies()``); the router closes it when the replica is gone and idle.
+        new_client: makes the client a replica's requests are forwarded with: an httpx client (give
+            it ``cookies=NoCookies()``) or a ``Forwarder``; the router closes it when the replica is
+            gone and idle.
         config: timeouts, bounds and attempts.
         client_key: the key this router's clients must send (None: none).
         registry: where the router's own metrics go, beside the fleet's (None: no metrics of its own).
@@ -209,7 +211,7 @@ class Router:
         fleet: Fleet,
         *,
         catalog: Catalog,
-        new_client: Callable[[Replica], httpx.AsyncClient],
+        new_client: Callable[[Replica], httpx.AsyncClient | Forwarder],
         config: Config,
         client_key: str | None = None,
         registry: CollectorRegistry | None = None,
@@ -311,8 +313,11 @@ class Router:
         headers = [(b"content-type", b"application/json"), (b"accept-encoding", b"identity")]
         if replica.api_key:
             headers.append((b"authorization", f"Bearer {replica.api_key}".encode()))
-        urls = {path: httpx.URL(replica.url + path) for path in COMPLETIONS}
-        return _Upstream(replica, self._new_client(replica), headers, urls)
+        urls = {path: replica.url + path for path in COMPLETIONS}
+        client = self._new_client(replica)
+        if isinstance(client, httpx.AsyncClient):
+            client = HttpxForwarder(client)
+        return _Upstream(replica, client, headers, urls)
 
     def _upstream_for(self, replica: Replica) -> _Upstream:
         """Where to forward a request granted on ``replica``: the server it was granted on, even when
@@ -665,34 +670,30 @@ class Router:
         failed: Sequence[str],
     ) -> _Outcome:
         replica = upstream.replica
-        client = upstream.client
-        request = client.build_request("POST", upstream.urls[path], content=raw, headers=upstream.headers)
         try:
-            response = await client.send(request, stream=True)
-        except httpx.PoolTimeout:
+            response = await upstream.client.post(upstream.urls[path], raw, upstream.headers)
+        except BusyError:
             raise RefusedError(
                 503,
                 "The router has too many requests open; try again later",
                 "router_busy",
                 kind="server_error",
             ) from None
-        except httpx.HTTPError as exc:
-            self._replica_failed(replica, lease, f"no answer: {type(exc).__name__}: {exc}")
+        except NoAnswerError as exc:
+            self._replica_failed(replica, lease, f"no answer: {exc}")
             return _Outcome.FAULT
         try:
-            status = response.status_code
+            status = response.status
             head = b""
-            chunks = response.aiter_raw()
+            chunks = response.chunks()
             if status >= 400:
                 try:
                     async for chunk in chunks:
                         head += chunk
                         if len(head) >= ERROR_HEAD_BYTES:
                             break
-                except httpx.HTTPError as exc:
-                    self._replica_failed(
-                        replica, lease, f"HTTP {status}, then cut: {type(exc).__name__}: {exc}"
-                    )
+                except CutError as exc:
+                    self._replica_failed(replica, lease, f"HTTP {status}, then cut: {exc}")
                     return _Outcome.FAULT
                 if status >= 500:
                     message = f"HTTP {status}: {head[:200].decode('utf-8', 'replace')}"
@@ -702,7 +703,7 @@ class Router:
                     return _Outcome.SERVER_ERROR
                 if lease is not None and lease.check_answer(status, head) and may_retry_missing:
                     return _Outcome.MISSING
-            headers = [(k, v) for k, v in response.headers.raw if k.lower() not in HOP_BY_HOP]
+            headers = [(k, v) for k, v in response.headers if k.lower() not in HOP_BY_HOP]
             headers.extend(extra)
             record.status = status
             await send({"type": "http.response.start", "status": status, "headers": headers})
@@ -711,10 +712,10 @@ class Router:
             try:
                 async for chunk in chunks:
                     await send({"type": "http.response.body", "body": chunk, "more_body": True})
-            except httpx.HTTPError as exc:
+            except CutError as exc:
                 # Too late to go elsewhere: the client has part of the answer. Ending without the last
                 # message makes the server close the connection, so the client sees it cut short.
-                self._replica_failed(replica, lease, f"cut mid-answer: {type(exc).__name__}: {exc}")
+                self._replica_failed(replica, lease, f"cut mid-answer: {exc}")
                 record.end = "cut"
                 return _Outcome.DONE
             record.answered = True

@@ -269,11 +269,26 @@ def main(argv: list[str]) -> int:
         # httpx logs every request it makes at INFO: the router's own line per request says more.
         logging.getLogger("httpx").setLevel(logging.WARNING)
     try:
-        anyio.run(_serve, config, lambda: config_of(args), args.config, backend=args.runtime)
+        anyio.run(
+            _serve,
+            config,
+            lambda: config_of(args),
+            args.config,
+            backend=args.runtime,
+            backend_options=_backend_options(args.runtime),
+        )
     except ListenError as exc:
         sys.stderr.write(f"{PROG}: error: {exc}\n")
         return 1
     return 0
+
+
+def _backend_options(runtime: str) -> dict[str, Any]:
+    """uvloop for asyncio where it is installed (the ``serve`` extra has it where it builds): its loop
+    spends less CPU per request than asyncio's own (bench/NOTES.md)."""
+    if runtime == "asyncio" and importlib.util.find_spec("uvloop") is not None:
+        return {"use_uvloop": True}
+    return {}
 
 
 def summary(config: Config) -> str:
