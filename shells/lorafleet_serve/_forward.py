@@ -17,6 +17,8 @@ from typing import TYPE_CHECKING, Protocol
 
 import httpx
 
+from lorafleet_fleet import KEEPALIVE_EXPIRY
+
 if TYPE_CHECKING:
     import aiohttp
 
@@ -149,6 +151,9 @@ class AiohttpForwarder:
                 ssl=tls,
                 # The replicas are few and named in the configuration: no DNS cache to go stale.
                 use_dns_cache=False,
+                # Below the replica's own keep-alive (vLLM's 5 s): a request sent on a connection the
+                # server is closing fails with no answer. aiohttp's default is 15 s.
+                keepalive_timeout=KEEPALIVE_EXPIRY,
             ),
             timeout=aiohttp.ClientTimeout(total=None, connect=connect, sock_read=read),
             cookie_jar=aiohttp.DummyCookieJar(),
