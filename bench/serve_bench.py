@@ -205,12 +205,16 @@ def started(command: list[str], log: Path, env: dict[str, str] | None = None) ->
 
 
 @contextmanager
-def standin() -> Iterator[str]:
-    """A stand-in vLLM in a process of its own, on a free port; yields its URL."""
+def standin(options: str = "") -> Iterator[str]:
+    """A stand-in vLLM in a process of its own, on a free port; yields its URL.
+
+    Args:
+        options: more arguments to ``VllmStandIn``, as Python source (``"stream_interval=0.5"``).
+    """
     code = (
         "import sys, threading\n"
         "from lorafleet_standin import StandInServer, VllmStandIn\n"
-        "with StandInServer(VllmStandIn(model='tiny')) as s:\n"
+        f"with StandInServer(VllmStandIn(model='tiny', {options})) as s:\n"
         "    print('ready on', s.url, file=sys.stderr, flush=True)\n"
         "    threading.Event().wait()\n"
     )
@@ -828,6 +832,170 @@ def sweep(args: argparse.Namespace) -> str:
     return "\n".join(lines) + "\n"
 
 
+# -- the streaming arm: many open streams at a steady rate ------------------------------------------
+
+
+@attrs.frozen
+class StreamTurn:
+    """One turn of ``streams`` streams through one proxy."""
+
+    lateness: list[float]
+    """Seconds each token chunk came after its stream's schedule, less the stream's least."""
+    chunks: int
+    cpu: float
+    """CPU seconds of the proxy's process in the turn (0 for none)."""
+    wall: float
+    streams: int
+    """Streams that ended with ``[DONE]``."""
+
+
+def stream_turn(url: str, streams: int, interval: float, tokens: int, proxy: Process | None) -> StreamTurn:
+    """Open ``streams`` streams of ``tokens`` chunks each at ``interval`` seconds, their starts spread
+    over one interval, and read them all on one thread (non-blocking sockets, a selector) until each
+    has ended: when each chunk came, against its stream's schedule.
+
+    A chunk's lateness is when it came less ``i * interval`` (its step), less the least of that over
+    its stream: what the path from the stand-in's send to here added, beyond its best.
+    """
+    import selectors
+
+    host, port = url.removeprefix("http://").split(":")
+    body = json.dumps({"model": "a0", "prompt": "hello", "max_tokens": tokens, "stream": True}).encode()
+    request = (
+        f"POST /v1/completions HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {len(body)}\r\n\r\n"
+    ).encode() + body
+    selector = selectors.DefaultSelector()
+    arrivals: list[list[float]] = [[] for _ in range(streams)]
+    carry = [b""] * streams
+    heads: dict[int, bytes] = {}
+    done = 0
+    cpu_before = proxy.cpu() if proxy is not None else 0.0
+    began = time.perf_counter()
+    opened = 0
+    try:
+        while done < streams:
+            now = time.perf_counter()
+            while opened < streams and now >= began + opened * interval / streams:
+                sock = socket.create_connection((host, int(port)))
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                sock.sendall(request)
+                sock.setblocking(False)
+                selector.register(sock, selectors.EVENT_READ, opened)
+                opened += 1
+            timeout = max(0.0, began + opened * interval / streams - now) if opened < streams else 1.0
+            for key, _ in selector.select(timeout):
+                conn, k = key.fileobj, key.data
+                assert isinstance(conn, socket.socket)
+                data = conn.recv(65536)
+                at = time.perf_counter()
+                if not data:
+                    raise ConnectionError(f"{url}: stream {k} closed before [DONE]: {heads.get(k)!r}")
+                if not arrivals[k] and k not in heads:
+                    heads[k] = data[:400]
+                text = carry[k] + data
+                found = text.count(b"data: ")
+                end = text.rfind(b"data: ") + 6 if found else 0
+                carry[k] = text[max(end, len(text) - 5) :]
+                if b"data: [DONE]" in text:
+                    found -= 1
+                    done += 1
+                    selector.unregister(conn)
+                    conn.close()
+                arrivals[k] += [at] * found
+    finally:
+        for key in list(selector.get_map().values()):
+            left = key.fileobj
+            assert isinstance(left, socket.socket)
+            left.close()
+        selector.close()
+    wall = time.perf_counter() - began
+    cpu = proxy.cpu() - cpu_before if proxy is not None else 0.0
+    lateness: list[float] = []
+    for times in arrivals:
+        offsets = [t - i * interval for i, t in enumerate(times)]
+        if offsets:
+            least = min(offsets)
+            lateness += [o - least for o in offsets]
+    return StreamTurn(lateness, sum(len(t) for t in arrivals), cpu, wall, done)
+
+
+def streaming(args: argparse.Namespace) -> str:
+    """The streaming arm: ``--streams`` open streams at ``--stream-interval`` through the router, to
+    the stand-in directly and through vllm-router, in alternated turns."""
+    interval = args.stream_interval
+    tokens = max(2, min(512, round(args.stream_seconds / interval)))
+    command, said = vllm_router() if args.peer else (None, "vllm-router not asked for (--no-peer)")
+    load_start = os.getloadavg()
+    turns: dict[str, list[StreamTurn]] = {}
+    with tempfile.TemporaryDirectory(prefix="lorafleet-serve-streams-") as tmp:
+        root = Path(tmp)
+        adapter = root / "adapters" / "a0"
+        adapter.mkdir(parents=True)
+        (adapter / "adapter_config.json").write_text('{"r": 8}')
+        (adapter / "adapter_model.safetensors").write_bytes(b"\0" * 64)
+        options = f"max_num_seqs={args.streams * 2}, stream_interval={interval!r}"
+        with standin(options) as upstream, contextlib.ExitStack() as stack:
+            router_command = [
+                *(sys.executable, "-m", "lorafleet_serve", "--port", "0", "--runtime", args.runtime),
+                *("--replica", f"id=r0,url={upstream},model=tiny,limit=4"),
+                *("--adapters-root", str(root / "adapters"), "--log-level", "INFO"),
+            ]
+            router = stack.enter_context(started(router_command, root / "router.log"))
+            proxies: dict[str, Process | None] = {"direct": None, "router": router}
+            urls = {"direct": upstream, "router": router.url}
+            stream_turn(urls["router"], 1, 0.001, 2, None)  # loads a0 on the stand-in
+            if command is not None:
+                peer_process = stack.enter_context(peer(command, upstream, root / "peer.log"))
+                proxies["vllm-router"], urls["vllm-router"] = peer_process, peer_process.url
+            names = list(proxies)
+            for i in range(args.rounds):
+                for name in names if i % 2 == 0 else reversed(names):
+                    turn = stream_turn(urls[name], args.streams, interval, tokens, proxies[name])
+                    turns.setdefault(name, []).append(turn)
+    load_end = os.getloadavg()
+    command_line = shlex.join([".venv/bin/python", "bench/serve_bench.py", *args.argv])
+    lines = [
+        f"Written by `{command_line}` on {datetime.date.today().isoformat()}: {platform.machine()}, "
+        f"{os.cpu_count()} CPUs, Python {platform.python_version()}, {args.runtime}; load average "
+        f"{' / '.join(f'{x:.2f}' for x in load_start)} at the start, "
+        f"{' / '.join(f'{x:.2f}' for x in load_end)} at the end. {said}.",
+        "",
+        f"{args.streams} streams a turn, each of {tokens} chunks {interval * 1000:g} ms apart (the "
+        f"stand-in's schedule), their starts spread over {interval * 1000:g} ms; each way in turn, "
+        f"{args.rounds} rounds, the first swapped every round. Lateness: when a chunk came, less its "
+        "step, less its stream's least; pooled over the rounds. Added: the proxy's less the direct "
+        "path's, round by round, median.",
+        "",
+        "| path | chunks/s | lateness p50 (ms) | p99 (ms) | added p50 (ms) | added p99 (ms) "
+        "| its process busy | chunks per CPU second |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for name in names:
+        pooled = [x for turn in turns[name] for x in turn.lateness]
+        rate = statistics.median(t.chunks / t.wall for t in turns[name])
+        added = {
+            share: statistics.median(
+                percentile(t.lateness, share) - percentile(d.lateness, share)
+                for t, d in zip(turns[name], turns["direct"], strict=True)
+            )
+            for share in (0.5, 0.99)
+        }
+        if name == "direct":
+            busy, per_core, extra = "", "", "| | "
+        else:
+            busy = f"{statistics.median(t.cpu / t.wall for t in turns[name]):.0%}"
+            per_core = f"{statistics.median(t.chunks / t.cpu for t in turns[name] if t.cpu):.0f}"
+            extra = f"| {added[0.5] * 1000:.2f} | {added[0.99] * 1000:.2f} "
+        lines.append(
+            f"| {name} | {rate:.0f} | {percentile(pooled, 0.5) * 1000:.2f} | "
+            f"{percentile(pooled, 0.99) * 1000:.2f} {extra}| {busy} | {per_core} |"
+        )
+    ended = {name: sum(t.streams for t in turns[name]) for name in names}
+    lines += ["", f"Streams that ended with [DONE], of {args.streams * args.rounds} a path: {ended}."]
+    return "\n".join(lines) + "\n"
+
+
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="bench/serve_bench.py", description=__doc__.splitlines()[0])
     parser.add_argument("--runtime", choices=["asyncio", "trio"], default="asyncio")
@@ -863,6 +1031,15 @@ def main(argv: list[str]) -> int:
         help="instead: the router, the bare proxy and vllm-router at each number of connections "
         "(e.g. 1,8,128), CPU per request and ratios; prints, writes nothing",
     )
+    parser.add_argument(
+        "--streams",
+        type=int,
+        metavar="N",
+        help="instead: N open streams a turn (up to 1,000 or so) through the router, directly and "
+        "through vllm-router: chunks per CPU second and the delay added between chunks; prints",
+    )
+    parser.add_argument("--stream-interval", type=float, default=0.5, help="seconds between chunks (0.5)")
+    parser.add_argument("--stream-seconds", type=float, default=10.0, help="seconds a stream lasts (10)")
     parser.add_argument("--no-peer", dest="peer", action="store_false", help="--sweep without vllm-router")
     parser.add_argument(
         "--no-bare", dest="bare_arm", action="store_false", help="--sweep without the bare proxy"
@@ -875,6 +1052,9 @@ def main(argv: list[str]) -> int:
     args.argv = argv
     if args.sweep:
         print(sweep(args), end="")
+        return 0
+    if args.streams:
+        print(streaming(args), end="")
         return 0
     started_at = time.monotonic()
     load_start = os.getloadavg()

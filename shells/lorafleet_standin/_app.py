@@ -74,6 +74,9 @@ class VllmStandIn:
             time inside the engine's loop: every completion's steps wait meanwhile, as vLLM's do
             (0: at once).
         token_seconds: seconds each generated token takes, paused by reads from disk (0: at once).
+        stream_interval: seconds between a stream's chunks, kept to a steady schedule from its first
+            (a decoding step per token); 0 sends them all at once. For benchmarks of what a router
+            adds between chunks.
     """
 
     def __init__(
@@ -93,6 +96,7 @@ class VllmStandIn:
         max_cpu_loras: int | None = None,
         load_seconds: float = 0.0,
         token_seconds: float = 0.0,
+        stream_interval: float = 0.0,
     ) -> None:
         self.model = model
         self.family = Family.of(version)
@@ -113,6 +117,7 @@ class VllmStandIn:
             token_seconds=token_seconds,
         )
         self._misbehaviours = Misbehaviours()
+        self.stream_interval = stream_interval
         self._calls_lock = threading.Condition()
         self._calls: list[Call] = []
 
@@ -343,7 +348,9 @@ class VllmStandIn:
                     return
                 if failing is not None and await self._misbehaviours.act(failing, send):
                     return
-                await _completions.complete(engine, send, route, body, self._misbehaviours.pause_stream)
+                await _completions.complete(
+                    engine, send, route, body, self._misbehaviours.pause_stream, self.stream_interval
+                )
             finally:
                 engine.ended(adapter)
         finally:

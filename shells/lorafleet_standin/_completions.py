@@ -6,6 +6,7 @@ test can tell which adapter served a request.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import time
@@ -31,13 +32,19 @@ def token_id(word: str) -> int:
 
 
 async def complete(
-    engine: Engine, send: Send, route: str, body: Any, pause: Callable[[], Awaitable[None]]
+    engine: Engine,
+    send: Send,
+    route: str,
+    body: Any,
+    pause: Callable[[], Awaitable[None]],
+    interval: float = 0.0,
 ) -> None:
     """Answer a completion (``route`` "completions") or a chat completion ("chat") the engine serves,
     whose body ``_validation`` took.
 
     Args:
         pause: awaited after a stream's first chunk (the test may hold streams there).
+        interval: seconds between a stream's chunks, on a schedule from its first.
     """
     family = engine.family
     model = body.get("model") or engine.model
@@ -46,7 +53,7 @@ async def complete(
     words = generated(model, str(prompt), tokens)
     ident = f"{'cmpl' if route == 'completions' else 'chatcmpl'}-{engine.next_id():016x}"
     if wants_stream(body):
-        await _stream(engine, send, route, ident, model, words, pause)
+        await _stream(engine, send, route, ident, model, words, pause, interval)
         return
     await engine.steps(tokens)
     text = "".join(words)
@@ -133,10 +140,13 @@ async def _stream(
     model: str,
     words: list[str],
     pause: Callable[[], Awaitable[None]],
+    interval: float,
 ) -> None:
     headers = [(b"content-type", b"text/event-stream; charset=utf-8")]
     await send({"type": "http.response.start", "status": 200, "headers": headers})
     created = int(time.time())
+    loop = asyncio.get_running_loop()
+    began = loop.time()
     for i, word in enumerate(words):
         await engine.steps(1)
         last = i == len(words) - 1
@@ -163,4 +173,8 @@ async def _stream(
         await send({"type": "http.response.body", "body": data, "more_body": True})
         if i == 0:
             await pause()
+            began = loop.time()  # the schedule starts once a held stream goes on
+        if interval and not last:
+            # To a schedule, not a sleep per chunk: one late chunk does not make every later one late.
+            await asyncio.sleep(max(0.0, began + (i + 1) * interval - loop.time()))
     await send({"type": "http.response.body", "body": b"data: [DONE]\n\n", "more_body": False})
