@@ -870,23 +870,30 @@ def stream_turn(url: str, streams: int, interval: float, tokens: int, proxy: Pro
     carry = [b""] * streams
     heads: dict[int, bytes] = {}
     done = 0
+    socks: list[socket.socket] = []
     cpu_before = proxy.cpu() if proxy is not None else 0.0
     began = time.perf_counter()
-    opened = 0
     try:
         while done < streams:
             now = time.perf_counter()
-            while opened < streams and now >= began + opened * interval / streams:
-                sock = socket.create_connection((host, int(port)))
+            while len(socks) < streams and now >= began + len(socks) * interval / streams:
+                # Connected without blocking: a connect the server's backlog makes wait (a SYN sent
+                # again a second later) must not hold up this one thread, and every stream with it.
+                sock = socket.socket()
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-                sock.sendall(request)
                 sock.setblocking(False)
-                selector.register(sock, selectors.EVENT_READ, opened)
-                opened += 1
+                sock.connect_ex((host, int(port)))
+                selector.register(sock, selectors.EVENT_WRITE, len(socks))
+                socks.append(sock)
+            opened = len(socks)
             timeout = max(0.0, began + opened * interval / streams - now) if opened < streams else 1.0
-            for key, _ in selector.select(timeout):
+            for key, events in selector.select(timeout):
                 conn, k = key.fileobj, key.data
                 assert isinstance(conn, socket.socket)
+                if events & selectors.EVENT_WRITE:
+                    conn.sendall(request)  # a few hundred bytes: the send buffer takes them at once
+                    selector.modify(conn, selectors.EVENT_READ, k)
+                    continue
                 data = conn.recv(65536)
                 at = time.perf_counter()
                 if not data:
@@ -904,9 +911,7 @@ def stream_turn(url: str, streams: int, interval: float, tokens: int, proxy: Pro
                     conn.close()
                 arrivals[k] += [at] * found
     finally:
-        for key in list(selector.get_map().values()):
-            left = key.fileobj
-            assert isinstance(left, socket.socket)
+        for left in socks:
             left.close()
         selector.close()
     wall = time.perf_counter() - began
