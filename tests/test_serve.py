@@ -535,7 +535,10 @@ async def test_a_body_too_large_is_a_413_unread(serve: Serve, adapter_dir: Path)
         ("POST", "/v1/completions", b'{"model": 7}', 400, "invalid_model"),
         ("GET", "/v1/completions", None, 405, "method_not_allowed"),
         ("POST", "/v1/models", None, 405, "method_not_allowed"),
-        ("POST", "/v1/embeddings", b"{}", 404, "not_found"),
+        ("POST", "/v1/embeddings", b"{}", 400, "missing_model"),
+        ("POST", "/v1/audio/transcriptions", b"{}", 404, "not_found"),
+        ("GET", "/v1/responses/resp_1", None, 404, "not_found"),
+        ("GET", "/tokenize", None, 405, "method_not_allowed"),
     ],
 )
 async def test_requests_the_router_answers_itself(

@@ -142,7 +142,7 @@ async def test_a_body_sent_to_a_route_that_takes_none_is_read_and_dropped(
         httpx.AsyncClient(base_url=server.url, timeout=30) as client,
     ):
         answers = [
-            await client.post("/v1/embeddings", content=body_of(BOUND // 2)),
+            await client.post("/v1/audio/transcriptions", content=body_of(BOUND // 2)),
             await client.post("/v1/completions", content=body_of(4 << 20)),  # no key: 401
             await client.get("/health"),
         ]

@@ -1,15 +1,16 @@
 """The reference router: an OpenAI-compatible ASGI app in front of vLLM replicas, on a lorafleet Fleet.
 
-A completion names an adapter (or a base model) in its ``model``; the fleet places it on a replica
-and loads it there if need be (``Fleet.route``), and the router forwards the request and relays the
-answer, streamed or not, holding the lease until the last byte is relayed or the client has gone. A
-replica that gives no answer (no connection, a timeout) is reported to the fleet, which avoids it
-for a while, and the request goes to another one. A server error (a 5xx) is judged by the fleet
-([blame]): on the first replica to answer so, the request goes to another one, and the first is
-avoided only once another serves it; a second replica answering so makes it the request's fault,
-answered with a 502 at once. An answer "the model ... does not exist" (the replica lost the adapter,
-e.g. in a restart) is reported on the lease, and the request is placed once more, which loads the
-adapter again.
+A request to one of vLLM's routes that name a model (``_routes``: completions, chat, responses,
+embeddings, tokenize...) names an adapter (or a base model) in its ``model``; the fleet places it on a
+replica and loads it there if need be (``Fleet.route``), and the router forwards the request, with the
+client's headers (``_headers``), and relays the answer, streamed or not, holding the lease until the
+last byte is relayed or the client has gone. A replica that gives no answer (no connection, a
+timeout) is reported to the fleet, which avoids it for a while, and the request goes to another one.
+A server error (a 5xx) is judged by the fleet ([blame]): on the first replica to answer so, the
+request goes to another one, and the first is avoided only once another serves it; a second replica
+answering so makes it the request's fault, answered with a 502 at once. An answer "the model ... does
+not exist" (the replica lost the adapter, e.g. in a restart) is reported on the lease, and the request
+is placed once more, which loads the adapter again.
 
 Everything about adapters is the fleet's; this module only parses, forwards, relays and counts.
 """
@@ -23,7 +24,6 @@ import http.cookiejar
 import itertools
 import json
 import logging
-import re
 import time
 from collections import Counter
 from collections.abc import Callable, Collection, Mapping, Sequence
@@ -47,16 +47,17 @@ from lorafleet_fleet import (
 from ._catalog import Catalog, Fingerprint, fingerprint
 from ._config import Config
 from ._forward import BusyError, CutError, Forwarder, HttpxForwarder, NoAnswerError
+from ._headers import REQUEST_ID, logfmt, relayed, request_id, upstream_headers
 from ._openai import JSON, Receive, RefusedError, Scope, Send, model_not_found, refuse, respond, respond_json
 from ._readiness import Origin, Readiness
 from ._requestlog import RequestLog, Watch
+from ._routes import OWN, ROUTED, listing
 
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
 
 log = logging.getLogger("lorafleet.serve")
 
-COMPLETIONS = {"/v1/completions": "completions", "/v1/chat/completions": "chat"}
 DRAIN_FLOOR = 16 << 20
 """The router reads (and drops) the body of a request it refuses, up to 4 times ``max_body_bytes`` and
 at least this much, before it answers: see ``Router._drained``."""
@@ -67,22 +68,6 @@ loaded back where placement says): another router's unload, or a restart, betwee
 forward. Past that, the engine's 404 goes to the client: an engine that loads an adapter and then
 denies it every time is misconfigured, and retrying forever would hide it."""
 """How much of a replica's error answer is read to judge it ("does not exist"?) before relaying it."""
-HOP_BY_HOP = frozenset(
-    {
-        b"connection",
-        b"keep-alive",
-        b"proxy-authenticate",
-        b"proxy-authorization",
-        b"te",
-        b"trailer",
-        b"transfer-encoding",
-        b"upgrade",
-        # The router's server sets its own.
-        b"date",
-        b"server",
-    }
-)
-_PLAIN = re.compile(r"[A-Za-z0-9_.:/@+\-]+")
 
 
 class NoCookies(http.cookiejar.CookieJar):
@@ -117,6 +102,9 @@ class _Record:
     method: str
     path: str
     started: float
+    request_id: bytes = b""
+    forward: list[tuple[bytes, bytes]] = attrs.Factory(list)
+    """The client's headers that go upstream, the request's id among them."""
     model: str | None = None
     replica: str | None = None
     how: str | None = None
@@ -134,11 +122,13 @@ class _Record:
 
     def line(self) -> str:
         """The log line: logfmt, ``key=value`` pairs, values a client chose quoted when not plain."""
-        text = f"method={self.method} path={_logfmt(self.path)}"
+        text = f"method={self.method} path={logfmt(self.path)}"
+        if self.request_id:
+            text += f" request_id={logfmt(self.request_id.decode('latin-1'))}"
         if self.model is not None:
-            text += f" model={_logfmt(self.model)}"
+            text += f" model={logfmt(self.model)}"
         if self.replica is not None:
-            text += f" replica={_logfmt(self.replica)} how={self.how}"
+            text += f" replica={logfmt(self.replica)} how={self.how}"
         text += f" status={self.status} attempts={self.attempts} stream={'true' if self.stream else 'false'}"
         if self.adapter_ms is not None:
             text += f" adapter_ms={self.adapter_ms:.1f}"
@@ -146,12 +136,6 @@ class _Record:
         if self.error is not None:
             text += f" error={self.error}"
         return text
-
-
-def _logfmt(value: object) -> str:
-    text = str(value)
-    # A client chose the model name: quoted (newlines escaped) unless plain, so it cannot forge a line.
-    return text if _PLAIN.fullmatch(text) else json.dumps(text)
 
 
 @attrs.define(eq=False)
@@ -187,9 +171,10 @@ class Router:
     """lorafleet's reference router, as an ASGI app: serve it with any ASGI server (``RouterServer``
     serves it with hypercorn).
 
-    Routes: ``POST /v1/completions`` and ``/v1/chat/completions`` (forwarded), ``GET /v1/models``
-    (the base models and the adapters it serves), ``GET /health`` and ``GET /metrics``. With a key,
-    every ``/v1`` route wants ``Authorization: Bearer <key>``; ``/health`` and ``/metrics`` do not.
+    Routes: ``POST`` to each of vLLM's routes that name a model (``_routes.ROUTED``: forwarded),
+    ``GET /v1/models`` (the base models and the adapters it serves), ``GET /health`` and ``GET
+    /metrics``. With a key, every route but ``/health`` and ``/metrics`` wants ``Authorization: Bearer
+    <key>``.
 
     Give it its replicas with ``await router.set_replicas(...)`` before it takes requests, and again
     whenever they change; ``await router.aclose()`` when it is done.
@@ -310,10 +295,11 @@ class Router:
         return changes
 
     def _upstream(self, replica: Replica) -> _Upstream:
-        headers = [(b"content-type", b"application/json"), (b"accept-encoding", b"identity")]
+        # The request's own headers go first (``_headers.upstream``); these are the replica's.
+        headers = [(b"accept-encoding", b"identity")]
         if replica.api_key:
             headers.append((b"authorization", f"Bearer {replica.api_key}".encode()))
-        urls = {path: replica.url + path for path in COMPLETIONS}
+        urls = {path: replica.url + path for path in ROUTED}
         client = self._new_client(replica)
         if isinstance(client, httpx.AsyncClient):
             client = HttpxForwarder(client)
@@ -366,9 +352,9 @@ class Router:
             return  # websockets: not served; returning closes the connection
         method: str = scope["method"]
         path: str = scope["path"]
-        route = COMPLETIONS.get(path)
+        route = ROUTED.get(path)
         if route is not None and method == "POST":
-            await self._completion(scope, receive, send, route)
+            await self._routed(scope, receive, send, route)
             return
         record = _Record(method, path, time.perf_counter())
         try:
@@ -380,24 +366,25 @@ class Router:
             except _ClientGoneError:
                 record.end = "client_gone"
                 return
-            if path in ("/health", "/metrics", "/v1/models") or route is not None:
-                wanted = "POST" if route is not None else "GET"
-                if method != wanted:
-                    raise RefusedError(
-                        405,
-                        f"Method not allowed ({method} {path}): use {wanted}",
-                        "method_not_allowed",
-                        headers=((b"allow", wanted.encode()),),
-                    )
-                if path == "/health":
-                    record.status = await self._health(send)
-                elif path == "/metrics":
-                    record.status = await self._metrics_page(send)
-                else:
-                    self._authorize(scope)
-                    record.status = await self._models(send)
-                return
-            raise RefusedError(404, f"Invalid URL ({method} {path})", "not_found")
+            wanted = "POST" if route is not None else OWN.get(path)
+            if wanted is None:
+                raise RefusedError(
+                    404, f"Invalid URL ({method} {path}); the routes here are: {listing()}", "not_found"
+                )
+            if method != wanted:
+                raise RefusedError(
+                    405,
+                    f"Method not allowed ({method} {path}): use {wanted}",
+                    "method_not_allowed",
+                    headers=((b"allow", wanted.encode()),),
+                )
+            if path == "/health":
+                record.status = await self._health(send)
+            elif path == "/metrics":
+                record.status = await self._metrics_page(send)
+            else:
+                self._authorize(scope)
+                record.status = await self._models(send)
         except RefusedError as refusal:
             record.status, record.error = refusal.status, refusal.code
             await refuse(send, refusal)
@@ -406,10 +393,12 @@ class Router:
             if path != "/metrics" and path != "/health" and log.isEnabledFor(logging.INFO):
                 log.info(record.line())
 
-    # -- completions --------------------------------------------------------------------------
+    # -- routed requests ----------------------------------------------------------------------
 
-    async def _completion(self, scope: Scope, receive: Receive, send: Send, route: str) -> None:
+    async def _routed(self, scope: Scope, receive: Receive, send: Send, route: str) -> None:
         record = _Record("POST", scope["path"], time.perf_counter())
+        record.forward, record.request_id = upstream_headers(scope["headers"])
+        named = request_id.set(record.request_id)
         watch = self._requests.watch(send) if self._requests is not None else None
         if watch is not None:
             send = watch.send
@@ -465,6 +454,7 @@ class Router:
                 log.info(record.line())
             if watch is not None:
                 self._log_request(watch, record)
+            request_id.reset(named)
 
     def _log_request(self, watch: Watch, record: _Record) -> None:
         """The request's line in the request log."""
@@ -483,13 +473,14 @@ class Router:
             attempts=record.attempts,
             end=record.end,
             error=record.error,
+            request_id=record.request_id.decode("latin-1"),
         )
 
     @staticmethod
     async def _refuse(send: Send, refusal: RefusedError, record: _Record) -> None:
         record.status, record.error = refusal.status, refusal.code
         record.answered = True
-        await refuse(send, refusal)
+        await refuse(send, refusal, (REQUEST_ID, record.request_id))
 
     async def _adapter_request(self, name: str, path: str, raw: bytes, send: Send, record: _Record) -> None:
         folder = self.catalog.path(name)
@@ -671,7 +662,8 @@ class Router:
     ) -> _Outcome:
         replica = upstream.replica
         try:
-            response = await upstream.client.post(upstream.urls[path], raw, upstream.headers)
+            headers = [*record.forward, *upstream.headers]
+            response = await upstream.client.post(upstream.urls[path], raw, headers)
         except BusyError:
             raise RefusedError(
                 503,
@@ -703,7 +695,7 @@ class Router:
                     return _Outcome.SERVER_ERROR
                 if lease is not None and lease.check_answer(status, head) and may_retry_missing:
                     return _Outcome.MISSING
-            headers = [(k, v) for k, v in response.headers if k.lower() not in HOP_BY_HOP]
+            headers = relayed(response.headers, record.request_id)
             headers.extend(extra)
             record.status = status
             await send({"type": "http.response.start", "status": status, "headers": headers})
@@ -991,7 +983,7 @@ class _Metrics:
 
 
 def _model_of(raw: bytes) -> tuple[str, bool]:
-    """The ``model`` a completion's body names, and whether it asks for a stream."""
+    """The ``model`` a request's body names, and whether it asks for a stream."""
     try:
         body = json.loads(raw)
     except ValueError:

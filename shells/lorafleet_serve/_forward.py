@@ -58,6 +58,15 @@ class Forwarder(Protocol):
     async def aclose(self) -> None: ...
 
 
+def _text(value: bytes) -> str:
+    if value.isascii():
+        return value.decode("ascii")
+    try:
+        return value.decode("utf-8")
+    except UnicodeDecodeError:
+        return value.decode("latin-1")
+
+
 def _said(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"
 
@@ -142,8 +151,6 @@ class AiohttpForwarder:
         self._max = max_connections
         self.running = 0
         """Requests sent and not closed: each holds a connection."""
-        self._headers: tuple[list[tuple[bytes, bytes]], dict[str, str]] | None = None
-        """The last headers given, as aiohttp takes them: a replica's are the same on every request."""
         self.session = aiohttp.ClientSession(
             connector=aiohttp.TCPConnector(
                 limit=max_connections,
@@ -166,13 +173,12 @@ class AiohttpForwarder:
 
         # Every request in flight holds a connection: past the limit, a timeout was a wait for one.
         full = self.running >= self._max
-        if self._headers is None or self._headers[0] is not headers:
-            self._headers = headers, {k.decode(): v.decode() for k, v in headers}
+        # aiohttp takes str and writes them as UTF-8: a value that is not UTF-8 (obs-text) goes as
+        # Latin-1 read, which changes its bytes, but never its ASCII.
+        text = [(k.decode("latin-1"), _text(v)) for k, v in headers]
         self.running += 1
         try:
-            response = await self.session.post(
-                url, data=body, headers=self._headers[1], allow_redirects=False
-            )
+            response = await self.session.post(url, data=body, headers=text, allow_redirects=False)
         except aiohttp.ConnectionTimeoutError as exc:
             self.running -= 1
             if full:

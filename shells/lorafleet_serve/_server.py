@@ -26,6 +26,7 @@ from ._app import NoCookies, Router
 from ._catalog import Catalog
 from ._config import Config, ConfigError, check, discovered_key, resolve
 from ._forward import AiohttpForwarder, Forwarder
+from ._headers import RequestIds
 from ._live import Discovery, changes_line, file_state
 from ._readiness import Origin, Problem, Readiness, ServeWording
 from ._sizing import sizing
@@ -479,20 +480,26 @@ def origins_of(config: Config) -> dict[str, Origin]:
 
 
 class _Wording:
-    """``ServeWording`` on the fleet's logger while at least one router runs in this process."""
+    """``ServeWording`` on the fleet's logger, and ``RequestIds`` on the fleet's and the router's, while
+    at least one router runs in this process."""
 
     def __init__(self) -> None:
         self._filter = ServeWording()
+        self._ids = RequestIds()
         self._running = 0
 
     def install(self) -> None:
         self._running += 1
         logging.getLogger("lorafleet").addFilter(self._filter)
+        for name in ("lorafleet", "lorafleet.serve"):
+            logging.getLogger(name).addFilter(self._ids)
 
     def uninstall(self) -> None:
         self._running -= 1
         if not self._running:
             logging.getLogger("lorafleet").removeFilter(self._filter)
+            for name in ("lorafleet", "lorafleet.serve"):
+                logging.getLogger(name).removeFilter(self._ids)
 
 
 _wording = _Wording()
