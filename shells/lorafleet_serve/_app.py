@@ -48,6 +48,7 @@ from ._catalog import Catalog, Fingerprint, fingerprint
 from ._config import Config
 from ._forward import BusyError, CutError, Forwarder, HttpxForwarder, NoAnswerError
 from ._headers import REQUEST_ID, logfmt, relayed, request_id, upstream_headers
+from ._latency import Latency
 from ._openai import JSON, Receive, RefusedError, Scope, Send, model_not_found, refuse, respond, respond_json
 from ._readiness import Origin, Readiness
 from ._requestlog import RequestLog, Watch
@@ -55,6 +56,8 @@ from ._routes import OWN, ROUTED, listing
 
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
+
+    from ._tracing import Tracing
 
 log = logging.getLogger("lorafleet.serve")
 
@@ -119,6 +122,10 @@ class _Record:
     """The last server error a replica answered the request with: its status and the head of its body."""
     answered: bool = False
     """The answer's last message is being sent: a disconnect from now on is the client being done."""
+    retries: list[str] = attrs.Factory(list)
+    """Why the request was placed again, each time (``replica_failed``, ``server_error``...)."""
+    first: float = 0.0
+    """``time.perf_counter()`` when the first byte of the answer's body was relayed (0: none yet)."""
 
     def line(self) -> str:
         """The log line: logfmt, ``key=value`` pairs, values a client chose quoted when not plain."""
@@ -189,6 +196,7 @@ class Router:
         client_key: the key this router's clients must send (None: none).
         registry: where the router's own metrics go, beside the fleet's (None: no metrics of its own).
         readiness: what the router saw of its replicas' misconfigurations (None: nothing is watched).
+        tracing: makes a span of each routed request (None: no traces; ``_tracing``).
     """
 
     def __init__(
@@ -201,8 +209,10 @@ class Router:
         client_key: str | None = None,
         registry: CollectorRegistry | None = None,
         readiness: Readiness | None = None,
+        tracing: Tracing | None = None,
     ) -> None:
         self.fleet = fleet
+        self._tracing = tracing
         self.catalog = catalog
         self._new_client = new_client
         self._key = client_key.encode() if client_key is not None else None
@@ -218,6 +228,11 @@ class Router:
         self._created = int(time.time())
         self._registry = registry
         self._metrics = _Metrics(registry) if registry is not None else None
+        self._latency: Latency | None = None
+        if registry is not None:
+            top = config.metrics_adapters
+            self._latency = Latency(lambda: fleet.adapter_statistics(top=top).adapters)
+            registry.register(self._latency)
         self.readiness = readiness if readiness is not None else Readiness()
         self._refused: dict[str, Fingerprint] = {}
         """Adapters the engines refused, with what their folder held then: a change forgets it."""
@@ -399,6 +414,8 @@ class Router:
         record = _Record("POST", scope["path"], time.perf_counter())
         record.forward, record.request_id = upstream_headers(scope["headers"])
         named = request_id.set(record.request_id)
+        tracing = self._tracing
+        span = tracing.start(record, route) if tracing is not None else None
         watch = self._requests.watch(send) if self._requests is not None else None
         if watch is not None:
             send = watch.send
@@ -447,13 +464,22 @@ class Router:
                     # Else the watcher ends by itself: once the answer is sent, the next message an ASGI
                     # server gives is http.disconnect, at once (cheaper than cancelling it).
         finally:
+            took = time.perf_counter() - record.started
             if metrics is not None:
                 metrics.in_flight -= 1
-                metrics.answered(route, record.status, time.perf_counter() - record.started)
+                metrics.answered(route, record.status, took)
+            latency = self._latency
+            if latency is not None and record.how is not None:
+                streamed = record.stream and record.first and record.status == 200
+                ttft = record.first - record.started if streamed else None
+                latency.observe(None if record.how == "base" else record.model, record.how, ttft, took)
             if log.isEnabledFor(logging.INFO):
                 log.info(record.line())
             if watch is not None:
                 self._log_request(watch, record)
+            if span is not None:
+                assert tracing is not None
+                tracing.end(span, record, record.how == "base" or record.model in self.catalog.bases)
             request_id.reset(named)
 
     def _log_request(self, watch: Watch, record: _Record) -> None:
@@ -544,12 +570,12 @@ class Router:
                 return
             if outcome is _Outcome.MISSING:
                 missing += 1
-                self._count_retry("adapter_missing")
+                self._count_retry(record, "adapter_missing")
                 continue
             faults += 1
             if faults >= self._attempts:
                 raise _all_failed(faults, record.engine)
-            self._count_retry("server_error" if outcome is _Outcome.SERVER_ERROR else "replica_failed")
+            self._count_retry(record, _reason(outcome))
 
     async def _base_request(self, model: str, path: str, raw: bytes, send: Send, record: _Record) -> None:
         tried: set[str] = set()
@@ -583,7 +609,7 @@ class Router:
                 failed.append(rid)
             if len(tried) >= self._attempts:
                 raise _all_failed(len(tried), record.engine)
-            self._count_retry("server_error" if outcome is _Outcome.SERVER_ERROR else "replica_failed")
+            self._count_retry(record, _reason(outcome))
 
     def _none_ready(self, model: str | None) -> bool:
         """Whether every replica of ``model`` (or every replica) is held not ready for adapters."""
@@ -700,9 +726,12 @@ class Router:
             record.status = status
             await send({"type": "http.response.start", "status": status, "headers": headers})
             if head:
+                record.first = time.perf_counter()
                 await send({"type": "http.response.body", "body": head, "more_body": True})
             try:
                 async for chunk in chunks:
+                    if not record.first:
+                        record.first = time.perf_counter()
                     await send({"type": "http.response.body", "body": chunk, "more_body": True})
             except CutError as exc:
                 # Too late to go elsewhere: the client has part of the answer. Ending without the last
@@ -743,7 +772,8 @@ class Router:
         log.warning("replica %s answered a base-model request with a server error: %s", replica.id, message)
         return False
 
-    def _count_retry(self, reason: str) -> None:
+    def _count_retry(self, record: _Record, reason: str) -> None:
+        record.retries.append(reason)
         if self._metrics is not None:
             self._metrics.retries[reason] += 1
 
@@ -998,6 +1028,11 @@ def _model_of(raw: bytes) -> tuple[str, bool]:
             400, "The model parameter must be a non-empty string", "invalid_model", param="model"
         )
     return model, body.get("stream") is True
+
+
+def _reason(outcome: _Outcome) -> str:
+    """The retry a fault or a server error makes, as ``lorafleet_serve_retries_total`` counts it."""
+    return "server_error" if outcome is _Outcome.SERVER_ERROR else "replica_failed"
 
 
 def _too_large(limit: int) -> RefusedError:

@@ -10,8 +10,9 @@ serve answers as the replica does (vLLM's 404 ``{"detail": "Not Found"}``), rela
 Not routed, and answered 404 with the list below: routes with no ``model`` (``GET /v1/responses/{id}``
 and its ``cancel``, which only the replica that holds the response can answer), multipart bodies
 (``/v1/audio/transcriptions`` and ``translations``, whose model is a form field), SageMaker's
-``/invocations`` (which takes its route from a header), and the server's own (``/tokenizer_info``,
-``/version``, the LoRA and dev routes).
+``/invocations`` (which takes its route from a header), vLLM's experimental ``/generative_scoring``
+and ``/v1/systemone`` (which name a model, but which the stand-in does not model, so nothing here
+could test them), and the server's own (``/tokenizer_info``, ``/version``, the LoRA and dev routes).
 """
 
 from __future__ import annotations
@@ -26,8 +27,6 @@ ROUTED: dict[str, str] = {
     "/v1/chat/completions/batch": "chat_batch",
     "/tokenize": "tokenize",
     "/detokenize": "detokenize",
-    "/generative_scoring": "generative_scoring",
-    "/v1/systemone": "systemone",
     # Pooling.
     "/v1/embeddings": "embeddings",
     "/v2/embed": "embed_v2",

@@ -9,7 +9,7 @@ import socket
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Self
+from typing import TYPE_CHECKING, Any, Self
 
 import anyio
 import anyio.abc
@@ -30,6 +30,9 @@ from ._headers import RequestIds
 from ._live import Discovery, changes_line, file_state
 from ._readiness import Origin, Problem, Readiness, ServeWording
 from ._sizing import sizing
+
+if TYPE_CHECKING:
+    from ._tracing import Tracing
 
 log = logging.getLogger("lorafleet.serve")
 WATCH_INTERVAL = 1.0
@@ -84,6 +87,10 @@ class RouterServer:
             serve``); None: ``reload()`` applies ``config`` again (resolving every name now).
         watch: a file whose changes call ``reload()`` (its target, inode, time and size are looked
             at every ``watch_interval`` seconds: a Kubernetes ConfigMap changes by a symlink swap).
+        tracer_provider: an OpenTelemetry tracer provider the router's spans go to (``config.tracing``
+            or not). With ``config.tracing`` and none given: the global provider when a program set an
+            SDK one, else one that sends them by OTLP where the ``OTEL_*`` variables say, flushed and
+            shut down when the server stops.
 
     Raises (when entered):
         ConfigError: the config does not make sense (see ``check``), or a key's variable is unset.
@@ -98,8 +105,10 @@ class RouterServer:
         source: Callable[[], Config] | None = None,
         watch: Path | None = None,
         watch_interval: float = WATCH_INTERVAL,
+        tracer_provider: Any = None,
     ) -> None:
         self.config = config
+        self._tracer_provider = tracer_provider
         self._environ = environ
         self._source = source
         self._watch_path = watch
@@ -184,6 +193,7 @@ class RouterServer:
                 client_key=client_key,
                 registry=registry,
                 readiness=readiness,
+                tracing=self._tracing(),
             )
             self._stack.push_async_callback(router.aclose)
             for discovery in self._discoveries:
@@ -204,6 +214,22 @@ class RouterServer:
         tasks.start_soon(self._serve, sock)
         await tasks.start(self._run_loops, fleet_client)
         return self
+
+    def _tracing(self) -> Tracing | None:
+        provider = self._tracer_provider
+        if provider is None and self.config.tracing:
+            from ._tracing import exporting_provider, global_sdk_provider
+
+            provider = global_sdk_provider()
+            if provider is None:
+                provider = exporting_provider()
+                # Its last spans go out when the server stops (after the fleet, whose close ends none).
+                self._stack.callback(provider.shutdown)
+        if provider is None:
+            return None
+        from ._tracing import Tracing
+
+        return Tracing(provider)
 
     async def __aexit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
@@ -464,6 +490,7 @@ RESTART = {
     "max_connections": "server.max_connections",
     "request_log": "server.request_log",
     "request_log_max_bytes": "server.request_log_max_bytes",
+    "tracing": "server.tracing",
 }
 """The settings a running router keeps until it restarts, by ``Config`` field: every one but the
 replicas and the discovered names (and with them the limits and keys)."""
