@@ -86,6 +86,23 @@ async def test_each_completion_is_a_line(serve: Serve, adapter_dir: Path, tmp_pa
 
 @pytest.mark.anyio
 @pytest.mark.usefixtures("no_task_left_running")
+async def test_a_stream_that_asks_for_its_usage_logs_its_tokens(
+    serve: Serve, adapter_dir: Path, tmp_path: Path
+) -> None:
+    """``stream_options.include_usage``: the engine's last chunk says the usage, as vLLM's does."""
+    standin = serve()
+    path = tmp_path / "requests.jsonl"
+    body = {"model": "a0", "stream": True, "stream_options": {"include_usage": True}, **HELLO}
+    async with routing([standin], adapter_dir, request_log=path) as (_, client):
+        async with client.stream("POST", "/v1/completions", json=body) as answer:
+            await sse(answer)
+        await eventually(lambda: len(path.read_text().splitlines()) == 1)
+    [line] = lines_of(path)
+    assert (line["prompt_tokens"], line["completion_tokens"], line["stream"]) == (1, 4, True)
+
+
+@pytest.mark.anyio
+@pytest.mark.usefixtures("no_task_left_running")
 async def test_the_log_is_bounded_and_simulate_reads_it(
     serve: Serve, adapter_dir: Path, tmp_path: Path
 ) -> None:

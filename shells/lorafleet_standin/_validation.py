@@ -48,7 +48,12 @@ def refusal(route: str, body: Any, family: Family) -> dict[str, Any] | None:
     fields: list[tuple[str, Callable[[Any], list[Error]]]] = [("model", _string), ("prompt", _prompt)]
     if route == "chat":
         fields = [("messages", _messages), ("model", _string)]
-    fields += [("max_tokens", _whole), ("stream", _boolean), ("temperature", _number)]
+    fields += [
+        ("max_tokens", _whole),
+        ("stream", _boolean),
+        ("temperature", _number),
+        ("stream_options", _object),
+    ]
     for name, check in fields:
         if name in body:
             errors += [{**e, "loc": f"body.{name}"} for e in check(body[name])]
@@ -122,6 +127,19 @@ def _prompt(value: Any) -> list[Error]:
         return []
     listed = _error("list_type", "", "Input should be a valid list", value)
     return [listed, listed, _error("string_type", "", "Input should be a valid string", value), listed]
+
+
+def _object(value: Any) -> list[Error]:
+    if value is None or isinstance(value, dict):
+        return []
+    return [
+        _error(
+            "model_attributes_type",
+            "",
+            "Input should be a valid dictionary or object to extract fields from",
+            value,
+        )
+    ]
 
 
 def _messages(value: Any) -> list[Error]:
@@ -282,6 +300,9 @@ def _whole_numbers(value: Any) -> list[Error]:
 
 def _others(route: str, body: dict[str, Any]) -> list[Error]:
     if route == "responses":
+        if "input" not in body:
+            # A validator that runs first adds a field to the body pydantic then shows.
+            return [_error("missing", "body.input", "Field required", {**body, "": None})]
         return _fields(
             body,
             [
