@@ -46,12 +46,22 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import attrs
 
 HERE = Path(__file__).resolve().parent
 REQUEST = {"model": "a0", "prompt": "hello", "max_tokens": 4}
+OPENAI_HEADERS = (
+    "Accept: application/json\r\nUser-Agent: OpenAI/Python 3.51.0\r\nX-Stainless-Lang: python\r\n"
+    "X-Stainless-Package-Version: 3.51.0\r\nX-Stainless-OS: Linux\r\nX-Stainless-Arch: x64\r\n"
+    "X-Stainless-Runtime: CPython\r\nX-Stainless-Runtime-Version: 3.11.7\r\n"
+    "X-Stainless-Retry-Count: 0\r\nX-Stainless-Read-Timeout: 600\r\nAuthorization: Bearer sk-unused\r\n"
+    "traceparent: 00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01\r\n"
+)
+"""What the official client sends beside the body (``--headers openai``): the router passes all of them
+but its own credential."""
+HEADERS = {"plain": "", "openai": OPENAI_HEADERS}
 LATENCY_TARGET = 1.2
 THROUGHPUT_TARGET = 0.8
 
@@ -234,13 +244,16 @@ class Connection:
     Opened again when the server closes it (hypercorn does after 1,000 requests on one connection).
     """
 
+    headers: ClassVar[str] = ""
+    """More header lines every connection sends (``--headers``)."""
+
     def __init__(self, url: str) -> None:
         host, port = url.removeprefix("http://").split(":")
         self.address = (host, int(port))
         body = json.dumps(REQUEST).encode()
         self.request = (
             f"POST /v1/completions HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n"
-            f"Content-Length: {len(body)}\r\n\r\n"
+            f"{self.headers}Content-Length: {len(body)}\r\n\r\n"
         ).encode() + body
         self.sock: socket.socket | None = None
         self.buffer = b""
@@ -765,6 +778,10 @@ def sweep(args: argparse.Namespace) -> str:
             ]
             proxies = {"router": stack.enter_context(started(router_command, root / "router.log"))}
             latencies(proxies["router"].url, 5)  # loads a0 on the stand-in: every request after is a hit
+            if args.baseline is not None:
+                # Another checkout's router (its venv's python), on the same stand-in: before and after.
+                base_command = [str(args.baseline), *router_command[1:]]
+                proxies["baseline"] = stack.enter_context(started(base_command, root / "baseline.log"))
             if args.bare_arm:
                 bare_command = [
                     sys.executable,
@@ -801,7 +818,8 @@ def sweep(args: argparse.Namespace) -> str:
         f"Written by `{command_line}` on {datetime.date.today().isoformat()}: {platform.machine()}, "
         f"{os.cpu_count()} CPUs, Python {platform.python_version()}, {args.runtime}; load average "
         f"{' / '.join(f'{x:.2f}' for x in load_start)} at the start, "
-        f"{' / '.join(f'{x:.2f}' for x in load_end)} at the end. {said}.",
+        f"{' / '.join(f'{x:.2f}' for x in load_end)} at the end. {said}. Client headers: {args.headers}"
+        + (f"; baseline: the router of {args.baseline}." if args.baseline is not None else "."),
         "",
         f"Each proxy in turn for {args.seconds:g} s at each number of connections, {args.rounds} rounds, the "
         "first swapped every round; medians of the rounds. CPU: the proxy's process (user + system).",
@@ -827,6 +845,14 @@ def sweep(args: argparse.Namespace) -> str:
             lines.append(
                 f"- at {level} connections: router CPU per request {ratio:.2f}x vllm-router's "
                 f"(target at most {CPU_TARGET}x: {'met' if ratio <= CPU_TARGET else 'missed'}), "
+                f"its req/s {rates:.2f}x"
+            )
+    if "baseline" in names:
+        for level in levels:
+            ratio = med[level, "router"][1] / med[level, "baseline"][1]
+            rates = med[level, "router"][0] / med[level, "baseline"][0]
+            lines.append(
+                f"- at {level} connections: router CPU per request {ratio:.2f}x the baseline's, "
                 f"its req/s {rates:.2f}x"
             )
     return "\n".join(lines) + "\n"
@@ -1049,8 +1075,21 @@ def main(argv: list[str]) -> int:
     parser.add_argument(
         "--no-bare", dest="bare_arm", action="store_false", help="--sweep without the bare proxy"
     )
+    parser.add_argument(
+        "--baseline",
+        type=Path,
+        metavar="PYTHON",
+        help="--sweep: also another checkout's router, run by that venv's python, in alternated turns",
+    )
+    parser.add_argument(
+        "--headers",
+        choices=sorted(HEADERS),
+        default="plain",
+        help="the client's headers: Host, Content-Type and Content-Length (plain), or the openai client's",
+    )
     parser.add_argument("--bare", metavar="UPSTREAM", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    Connection.headers = HEADERS[args.headers]
     if args.bare:
         bare_proxy(args.bare, args.runtime)
         return 0

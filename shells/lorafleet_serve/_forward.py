@@ -59,8 +59,6 @@ class Forwarder(Protocol):
 
 
 def _text(value: bytes) -> str:
-    if value.isascii():
-        return value.decode("ascii")
     try:
         return value.decode("utf-8")
     except UnicodeDecodeError:
@@ -175,7 +173,10 @@ class AiohttpForwarder:
         full = self.running >= self._max
         # aiohttp takes str and writes them as UTF-8: a value that is not UTF-8 (obs-text) goes as
         # Latin-1 read, which changes its bytes, but never its ASCII.
-        text = [(k.decode("latin-1"), _text(v)) for k, v in headers]
+        try:
+            text = [(k.decode(), v.decode()) for k, v in headers]
+        except UnicodeDecodeError:
+            text = [(k.decode("latin-1"), _text(v)) for k, v in headers]
         self.running += 1
         try:
             response = await self.session.post(url, data=body, headers=text, allow_redirects=False)
