@@ -106,7 +106,7 @@ class _Record:
     path: str
     started: float
     request_id: bytes = b""
-    forward: list[tuple[bytes, bytes]] = attrs.Factory(list)
+    forward: Sequence[tuple[bytes, bytes]] = ()
     """The client's headers that go upstream, the request's id among them."""
     model: str | None = None
     replica: str | None = None
@@ -122,7 +122,7 @@ class _Record:
     """The last server error a replica answered the request with: its status and the head of its body."""
     answered: bool = False
     """The answer's last message is being sent: a disconnect from now on is the client being done."""
-    retries: list[str] = attrs.Factory(list)
+    retries: tuple[str, ...] = ()
     """Why the request was placed again, each time (``replica_failed``, ``server_error``...)."""
     first: float = 0.0
     """``time.perf_counter()`` when the first byte of the answer's body was relayed (0: none yet)."""
@@ -773,7 +773,7 @@ class Router:
         return False
 
     def _count_retry(self, record: _Record, reason: str) -> None:
-        record.retries.append(reason)
+        record.retries += (reason,)
         if self._metrics is not None:
             self._metrics.retries[reason] += 1
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import time
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
@@ -44,7 +45,7 @@ class Traced(Protocol):
     path: str
     started: float
     request_id: bytes
-    forward: list[tuple[bytes, bytes]]
+    forward: Sequence[tuple[bytes, bytes]]
     model: str | None
     replica: str | None
     how: str | None
@@ -54,7 +55,7 @@ class Traced(Protocol):
     error: str | None
     end: str
     adapter_ms: float | None
-    retries: list[str]
+    retries: tuple[str, ...]
 
 
 class Tracing:
@@ -120,7 +121,7 @@ class Tracing:
         if record.adapter_ms is not None:
             attributes["lorafleet.wait_ms"] = round(record.adapter_ms, 3)
         if record.retries:
-            attributes["lorafleet.retry_reasons"] = tuple(record.retries)
+            attributes["lorafleet.retry_reasons"] = record.retries
         if record.error is not None:
             attributes["error.type"] = record.error
         span.set_attributes(attributes)
