@@ -2,11 +2,12 @@
 
     .venv/bin/python bench/serve_bench.py [--runtime asyncio|trio] [--runs N] [--rounds N] [--slices N]
         [--interleave slice|batch] [--py-spy PREFIX] [--out FILE]
+    .venv/bin/python bench/serve_bench.py --sweep 1,8,128 [--no-peer] [--no-bare]   (issue 38)
 
 Three processes on 127.0.0.1: a vLLM stand-in, and in front of it, in turn, ``lorafleet serve`` (its
 adapter already loaded: every request is a hit, and logs its line) and a bare proxy that forwards each
-request as it came (hypercorn, httpx, the same runtime, no routing). A client in this process, on
-plain blocking sockets (so that its own cost is small beside either proxy's), measures each:
+request as it came (the router's server and client, the same runtime, no routing). A client in this
+process, on plain blocking sockets (so that its own cost is small beside either proxy's), measures each:
 
 - latency: one request at a time, the p50 of a batch;
 - throughput: requests answered per second with several connections busy at once.
@@ -17,11 +18,17 @@ proxy's: on this shared machine one run of each gave ratios anywhere from 0.67x 
 a tenth of a second apart see both proxies under the same load. A run's figure is the median of its
 rounds' ratios; ``--runs`` repeats the whole with fresh processes. Targets: p50 at most 1.2x,
 throughput at least 0.8x. ``--interleave batch`` gives each proxy one batch a round instead.
+
+``--sweep`` measures throughput and each process's CPU per request at each number of connections
+for the router, the bare proxy and vLLM's own router (``vllm-router``, installed in a venv of its own
+under ~/.cache/lorafleet the first time; skipped with a line saying why when it cannot be), in
+alternated turns, and prints the ratios issue 38 sets targets on.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
 import json
 import math
@@ -39,12 +46,22 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import attrs
 
 HERE = Path(__file__).resolve().parent
 REQUEST = {"model": "a0", "prompt": "hello", "max_tokens": 4}
+OPENAI_HEADERS = (
+    "Accept: application/json\r\nUser-Agent: OpenAI/Python 3.51.0\r\nX-Stainless-Lang: python\r\n"
+    "X-Stainless-Package-Version: 3.51.0\r\nX-Stainless-OS: Linux\r\nX-Stainless-Arch: x64\r\n"
+    "X-Stainless-Runtime: CPython\r\nX-Stainless-Runtime-Version: 3.11.7\r\n"
+    "X-Stainless-Retry-Count: 0\r\nX-Stainless-Read-Timeout: 600\r\nAuthorization: Bearer sk-unused\r\n"
+    "traceparent: 00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01\r\n"
+)
+"""What the official client sends beside the body (``--headers openai``): the router passes all of them
+but its own credential."""
+HEADERS = {"plain": "", "openai": OPENAI_HEADERS}
 LATENCY_TARGET = 1.2
 THROUGHPUT_TARGET = 0.8
 
@@ -55,70 +72,108 @@ THROUGHPUT_TARGET = 0.8
 def bare_proxy(upstream: str, runtime: str) -> None:
     """Serve a pass-through proxy to ``upstream`` on a free port; prints its URL, runs until killed.
 
-    What a proxy on hypercorn and httpx cannot do without: read the body, forward it, relay the
-    status, headers and body as they come. Nothing else.
+    What a proxy on the router's stack cannot do without: read the body, forward it, relay the
+    status, headers and body as they come. Nothing else. The stack is the router's: uvicorn
+    (httptools), aiohttp and uvloop under asyncio, hypercorn and httpx under trio.
     """
     import anyio
-    import httpx
-    from hypercorn.config import Config
 
     hop = {b"connection", b"keep-alive", b"transfer-encoding", b"date", b"server"}
 
     async def main() -> None:
-        limits = httpx.Limits(max_connections=1000, max_keepalive_connections=1000)
-        async with httpx.AsyncClient(timeout=60, limits=limits) as client:
+        sock = socket.socket()
+        sock.bind(("127.0.0.1", 0))
+        sock.listen(1024)
+        print(f"ready on http://127.0.0.1:{sock.getsockname()[1]}", file=sys.stderr, flush=True)
+        if runtime == "asyncio":
+            await _bare_asyncio(upstream, hop, sock)
+        else:
+            await _bare_trio(upstream, hop, sock)
 
-            async def app(scope: Any, receive: Any, send: Any) -> None:
-                if scope["type"] == "lifespan":
-                    while True:
-                        kind = (await receive())["type"]
-                        if kind == "lifespan.startup":
-                            await send({"type": "lifespan.startup.complete"})
-                        elif kind == "lifespan.shutdown":
-                            await send({"type": "lifespan.shutdown.complete"})
-                            return
-                chunks = []
+    options = {"use_uvloop": True} if runtime == "asyncio" else {}
+    anyio.run(main, backend=runtime, backend_options=options)
+
+
+async def _read(receive: Any) -> bytes:
+    chunks = []
+    while True:
+        message = await receive()
+        chunks.append(message.get("body", b""))
+        if not message.get("more_body"):
+            return b"".join(chunks)
+
+
+async def _bare_asyncio(upstream: str, hop: set[bytes], sock: socket.socket) -> None:
+    import aiohttp
+    import uvicorn
+
+    connector = aiohttp.TCPConnector(limit=1000, limit_per_host=0)
+    async with aiohttp.ClientSession(
+        connector=connector, cookie_jar=aiohttp.DummyCookieJar(), auto_decompress=False
+    ) as client:
+
+        async def app(scope: Any, receive: Any, send: Any) -> None:
+            body = await _read(receive)
+            headers = {"content-type": "application/json"}
+            async with client.post(upstream + scope["path"], data=body, headers=headers) as response:
+                relayed = [(k, v) for k, v in response.raw_headers if k.lower() not in hop]
+                await send({"type": "http.response.start", "status": response.status, "headers": relayed})
+                async for chunk in response.content.iter_any():
+                    await send({"type": "http.response.body", "body": chunk, "more_body": True})
+                await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+        config = uvicorn.Config(
+            app,
+            http="httptools",
+            ws="none",
+            lifespan="off",
+            loop="none",
+            access_log=False,
+            server_header=False,
+        )
+        await uvicorn.Server(config).serve(sockets=[sock])
+
+
+async def _bare_trio(upstream: str, hop: set[bytes], sock: socket.socket) -> None:
+    import httpx
+    from hypercorn.config import Config
+    from hypercorn.trio import serve
+
+    limits = httpx.Limits(max_connections=1000, max_keepalive_connections=1000)
+    async with httpx.AsyncClient(timeout=60, limits=limits) as client:
+
+        async def app(scope: Any, receive: Any, send: Any) -> None:
+            if scope["type"] == "lifespan":
                 while True:
-                    message = await receive()
-                    chunks.append(message.get("body", b""))
-                    if not message.get("more_body"):
-                        break
-                request = client.build_request(
-                    "POST",
-                    upstream + scope["path"],
-                    content=b"".join(chunks),
-                    headers=[(b"content-type", b"application/json")],
+                    kind = (await receive())["type"]
+                    if kind == "lifespan.startup":
+                        await send({"type": "lifespan.startup.complete"})
+                    elif kind == "lifespan.shutdown":
+                        await send({"type": "lifespan.shutdown.complete"})
+                        return
+            request = client.build_request(
+                "POST",
+                upstream + scope["path"],
+                content=await _read(receive),
+                headers=[(b"content-type", b"application/json")],
+            )
+            response = await client.send(request, stream=True)
+            try:
+                headers = [(k, v) for k, v in response.headers.raw if k.lower() not in hop]
+                await send(
+                    {"type": "http.response.start", "status": response.status_code, "headers": headers}
                 )
-                response = await client.send(request, stream=True)
-                try:
-                    headers = [(k, v) for k, v in response.headers.raw if k.lower() not in hop]
-                    await send(
-                        {"type": "http.response.start", "status": response.status_code, "headers": headers}
-                    )
-                    async for chunk in response.aiter_raw():
-                        await send({"type": "http.response.body", "body": chunk, "more_body": True})
-                    await send({"type": "http.response.body", "body": b"", "more_body": False})
-                finally:
-                    await response.aclose()
+                async for chunk in response.aiter_raw():
+                    await send({"type": "http.response.body", "body": chunk, "more_body": True})
+                await send({"type": "http.response.body", "body": b"", "more_body": False})
+            finally:
+                await response.aclose()
 
-            sock = socket.socket()
-            sock.bind(("127.0.0.1", 0))
-            sock.listen(1024)
-            print(f"ready on http://127.0.0.1:{sock.getsockname()[1]}", file=sys.stderr, flush=True)
-            config = Config()
-            config.bind = [f"fd://{sock.detach()}"]
-            config.accesslog = None
-            config.include_server_header = False
-            if runtime == "trio":
-                from hypercorn.trio import serve as serve_trio
-
-                await serve_trio(app, config)
-            else:
-                from hypercorn.asyncio import serve as serve_asyncio
-
-                await serve_asyncio(app, config)
-
-    anyio.run(main, backend=runtime)
+        config = Config()
+        config.bind = [f"fd://{sock.detach()}"]
+        config.accesslog = None
+        config.include_server_header = False
+        await serve(app, config)
 
 
 # -- processes -------------------------------------------------------------------------------------
@@ -160,12 +215,16 @@ def started(command: list[str], log: Path, env: dict[str, str] | None = None) ->
 
 
 @contextmanager
-def standin() -> Iterator[str]:
-    """A stand-in vLLM in a process of its own, on a free port; yields its URL."""
+def standin(options: str = "") -> Iterator[str]:
+    """A stand-in vLLM in a process of its own, on a free port; yields its URL.
+
+    Args:
+        options: more arguments to ``VllmStandIn``, as Python source (``"stream_interval=0.5"``).
+    """
     code = (
         "import sys, threading\n"
         "from lorafleet_standin import StandInServer, VllmStandIn\n"
-        "with StandInServer(VllmStandIn(model='tiny')) as s:\n"
+        f"with StandInServer(VllmStandIn(model='tiny', {options})) as s:\n"
         "    print('ready on', s.url, file=sys.stderr, flush=True)\n"
         "    threading.Event().wait()\n"
     )
@@ -185,13 +244,16 @@ class Connection:
     Opened again when the server closes it (hypercorn does after 1,000 requests on one connection).
     """
 
+    headers: ClassVar[str] = ""
+    """More header lines every connection sends (``--headers``)."""
+
     def __init__(self, url: str) -> None:
         host, port = url.removeprefix("http://").split(":")
         self.address = (host, int(port))
         body = json.dumps(REQUEST).encode()
         self.request = (
             f"POST /v1/completions HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n"
-            f"Content-Length: {len(body)}\r\n\r\n"
+            f"{self.headers}Content-Length: {len(body)}\r\n\r\n"
         ).encode() + body
         self.sock: socket.socket | None = None
         self.buffer = b""
@@ -427,8 +489,8 @@ GROUPS = (
     ("lorafleet_fleet (the shell)", "lorafleet_fleet/"),
     ("lorafleet (the core)", "lorafleet/"),
     ("logging", "logging/"),
-    ("httpx, httpcore (the client side)", "httpx/", "httpcore/"),
-    ("hypercorn, h11 (the server side)", "hypercorn/", "h11/"),
+    ("httpx, httpcore, aiohttp (the client side)", "httpx/", "httpcore/", "aiohttp/"),
+    ("hypercorn, h11, uvicorn (the server side)", "hypercorn/", "h11/", "uvicorn/"),
     ("asyncio, anyio, selectors (the loop)", "asyncio/", "anyio/", "selectors.py", "trio/"),
 )
 
@@ -536,7 +598,8 @@ def report(args: argparse.Namespace, runs: list[Run], loads: tuple[Any, Any]) ->
         f"{platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}, {args.runtime}; "
         f"load average (1, 5, 15 min) {first} at the start, {last} at the end.",
         "",
-        "Same stand-in, same server stack (hypercorn, httpx, the same runtime), three processes on loopback;",
+        "Same stand-in, same stack (asyncio: uvicorn, aiohttp, uvloop; trio: hypercorn, httpx), three",
+        "processes on loopback;",
         "the router's adapter is loaded, so every request is a hit, and it logs its line per request (INFO,",
         "to a file). Each run starts the processes afresh, then measures in rounds; in each round, latency:",
         f"{args.requests} requests one at a time through each proxy (their p50, and the CPU the proxy's",
@@ -621,6 +684,349 @@ def report(args: argparse.Namespace, runs: list[Run], loads: tuple[Any, Any]) ->
     return "\n".join(lines) + "\n"
 
 
+# -- the sweep: concurrency, CPU per request, and vLLM's own router ----------------------------------
+
+ROUTER_VERSION = "0.1.17"
+ROUTER_VENV = Path.home() / ".cache" / "lorafleet" / f"vllm-router-{ROUTER_VERSION}"
+"""Where vllm-router is installed, as bench/peer_bench.py (branch peerbench) installs it."""
+CPU_TARGET = 3.0
+"""Issue 38: the router's CPU per proxied hit at most this times vllm-router's, in the same run."""
+FOLD_TARGET = 0.9
+"""Issue 38: throughput at the most connections at least this share of the router's best."""
+
+
+def vllm_router() -> tuple[Path | None, str]:
+    """vllm-router's command, installed in a venv of its own the first time; or None and why not."""
+    command = ROUTER_VENV / "bin" / "vllm-router"
+    if command.exists():
+        return command, f"vllm-router {ROUTER_VERSION} ({ROUTER_VENV})"
+    try:
+        subprocess.run([sys.executable, "-m", "venv", str(ROUTER_VENV)], check=True, capture_output=True)
+        subprocess.run(
+            [str(ROUTER_VENV / "bin" / "pip"), "install", "--quiet", f"vllm-router=={ROUTER_VERSION}"],
+            check=True,
+            capture_output=True,
+            text=True,
+            timeout=900,
+        )
+    except (subprocess.CalledProcessError, subprocess.TimeoutExpired, OSError) as exc:
+        import shutil
+
+        shutil.rmtree(ROUTER_VENV, ignore_errors=True)
+        tail = getattr(exc, "stderr", "") or str(exc)
+        return None, f"vllm-router {ROUTER_VERSION} could not be installed: {str(tail).strip()[-300:]}"
+    return command, f"vllm-router {ROUTER_VERSION} (installed in {ROUTER_VENV})"
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+@contextmanager
+def peer(command: Path, upstream: str, log: Path) -> Iterator[Process]:
+    """vllm-router (round robin) in front of ``upstream``, once it answers /health."""
+    port = free_port()
+    argv = [str(command), "--host", "127.0.0.1", "--port", str(port), "--policy", "round_robin"]
+    argv += ["--prometheus-port", str(free_port()), "--worker-urls", upstream]
+    with log.open("w") as out:
+        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                with socket.create_connection(("127.0.0.1", port), timeout=1) as sock:
+                    sock.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+                    if b" 200 " in sock.recv(100):
+                        break
+            except OSError:
+                pass
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"vllm-router did not start:\n{log.read_text()[-2000:]}")
+            time.sleep(0.1)
+        yield Process(url, proc.pid)
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def sweep(args: argparse.Namespace) -> str:
+    """Every proxy at each number of connections, in alternated turns: requests per second, CPU per
+    request and busy share of its process; ratios to vllm-router and to the router's own best."""
+    levels = [int(x) for x in args.sweep.split(",")]
+    command, said = vllm_router() if args.peer else (None, "vllm-router not asked for (--no-peer)")
+    load_start = os.getloadavg()
+    figures: dict[tuple[int, str], list[tuple[float, float, float]]] = {}
+    with tempfile.TemporaryDirectory(prefix="lorafleet-serve-sweep-") as tmp:
+        root = Path(tmp)
+        adapter = root / "adapters" / "a0"
+        adapter.mkdir(parents=True)
+        (adapter / "adapter_config.json").write_text('{"r": 8}')
+        (adapter / "adapter_model.safetensors").write_bytes(b"\0" * 64)
+        with standin() as upstream, contextlib.ExitStack() as stack:
+            router_command = [
+                *(sys.executable, "-m", "lorafleet_serve", "--port", "0", "--runtime", args.runtime),
+                *("--replica", f"id=r0,url={upstream},model=tiny,limit=4"),
+                *("--adapters-root", str(root / "adapters"), "--log-level", "INFO"),
+            ]
+            proxies = {"router": stack.enter_context(started(router_command, root / "router.log"))}
+            latencies(proxies["router"].url, 5)  # loads a0 on the stand-in: every request after is a hit
+            if args.baseline is not None:
+                # Another checkout's router (its venv's python), on the same stand-in: before and after.
+                base_command = [str(args.baseline), *router_command[1:]]
+                proxies["baseline"] = stack.enter_context(started(base_command, root / "baseline.log"))
+            if args.bare_arm:
+                bare_command = [
+                    sys.executable,
+                    str(Path(__file__)),
+                    "--bare",
+                    upstream,
+                    "--runtime",
+                    args.runtime,
+                ]
+                proxies["bare"] = stack.enter_context(started(bare_command, root / "bare.log"))
+            if command is not None:
+                proxies["vllm-router"] = stack.enter_context(peer(command, upstream, root / "peer.log"))
+            for proxy in proxies.values():
+                latencies(proxy.url, 50)
+                throughput(proxy.url, 8, 0.2)
+            names = list(proxies)
+            for i in range(args.rounds):
+                for level in levels:
+                    # The first to go swaps every round: the machine's drift falls on all alike.
+                    for name in names if i % 2 == 0 else reversed(names):
+                        proxy = proxies[name]
+                        before, began = proxy.cpu(), time.perf_counter()
+                        rate = throughput(proxy.url, level, args.seconds)
+                        spent, cpu = time.perf_counter() - began, proxy.cpu() - before
+                        per = cpu / max(1.0, rate * args.seconds)
+                        figures.setdefault((level, name), []).append((rate, per, cpu / spent))
+    load_end = os.getloadavg()
+    med = {
+        key: tuple(statistics.median(v[k] for v in values) for k in range(3))
+        for key, values in figures.items()
+    }
+    command_line = shlex.join([".venv/bin/python", "bench/serve_bench.py", *args.argv])
+    lines = [
+        f"Written by `{command_line}` on {datetime.date.today().isoformat()}: {platform.machine()}, "
+        f"{os.cpu_count()} CPUs, Python {platform.python_version()}, {args.runtime}; load average "
+        f"{' / '.join(f'{x:.2f}' for x in load_start)} at the start, "
+        f"{' / '.join(f'{x:.2f}' for x in load_end)} at the end. {said}. Client headers: {args.headers}"
+        + (f"; baseline: the router of {args.baseline}." if args.baseline is not None else "."),
+        "",
+        f"Each proxy in turn for {args.seconds:g} s at each number of connections, {args.rounds} rounds, the "
+        "first swapped every round; medians of the rounds. CPU: the proxy's process (user + system).",
+        "",
+        "| connections | proxy | req/s | CPU per request (µs) | its process busy |",
+        "| ---: | --- | ---: | ---: | ---: |",
+    ]
+    for level in levels:
+        for name in names:
+            rate, per, busy = med[level, name]
+            lines.append(f"| {level} | {name} | {rate:.0f} | {per * 1e6:.0f} | {busy:.0%} |")
+    best = max(med[level, "router"][0] for level in levels)
+    fold = med[levels[-1], "router"][0] / best
+    lines += [
+        "",
+        f"- router throughput at {levels[-1]} connections over its best: {fold:.2f}x "
+        f"(target at least {FOLD_TARGET}x: {'met' if fold >= FOLD_TARGET else 'missed'})",
+    ]
+    if "vllm-router" in names:
+        for level in levels:
+            ratio = med[level, "router"][1] / med[level, "vllm-router"][1]
+            rates = med[level, "router"][0] / med[level, "vllm-router"][0]
+            lines.append(
+                f"- at {level} connections: router CPU per request {ratio:.2f}x vllm-router's "
+                f"(target at most {CPU_TARGET}x: {'met' if ratio <= CPU_TARGET else 'missed'}), "
+                f"its req/s {rates:.2f}x"
+            )
+    if "baseline" in names:
+        for level in levels:
+            ratio = med[level, "router"][1] / med[level, "baseline"][1]
+            rates = med[level, "router"][0] / med[level, "baseline"][0]
+            lines.append(
+                f"- at {level} connections: router CPU per request {ratio:.2f}x the baseline's, "
+                f"its req/s {rates:.2f}x"
+            )
+    return "\n".join(lines) + "\n"
+
+
+# -- the streaming arm: many open streams at a steady rate ------------------------------------------
+
+
+@attrs.frozen
+class StreamTurn:
+    """One turn of ``streams`` streams through one proxy."""
+
+    lateness: list[float]
+    """Seconds each token chunk came after its stream's schedule, less the stream's least."""
+    chunks: int
+    cpu: float
+    """CPU seconds of the proxy's process in the turn (0 for none)."""
+    wall: float
+    streams: int
+    """Streams that ended with ``[DONE]``."""
+
+
+def stream_turn(url: str, streams: int, interval: float, tokens: int, proxy: Process | None) -> StreamTurn:
+    """Open ``streams`` streams of ``tokens`` chunks each at ``interval`` seconds, their starts spread
+    over one interval, and read them all on one thread (non-blocking sockets, a selector) until each
+    has ended: when each chunk came, against its stream's schedule.
+
+    A chunk's lateness is when it came less ``i * interval`` (its step), less the least of that over
+    its stream: what the path from the stand-in's send to here added, beyond its best.
+    """
+    import selectors
+
+    host, port = url.removeprefix("http://").split(":")
+    body = json.dumps({"model": "a0", "prompt": "hello", "max_tokens": tokens, "stream": True}).encode()
+    request = (
+        f"POST /v1/completions HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {len(body)}\r\n\r\n"
+    ).encode() + body
+    selector = selectors.DefaultSelector()
+    arrivals: list[list[float]] = [[] for _ in range(streams)]
+    carry = [b""] * streams
+    heads: dict[int, bytes] = {}
+    done = 0
+    socks: list[socket.socket] = []
+    cpu_before = proxy.cpu() if proxy is not None else 0.0
+    began = time.perf_counter()
+    try:
+        while done < streams:
+            now = time.perf_counter()
+            while len(socks) < streams and now >= began + len(socks) * interval / streams:
+                # Connected without blocking: a connect the server's backlog makes wait (a SYN sent
+                # again a second later) must not hold up this one thread, and every stream with it.
+                sock = socket.socket()
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                sock.setblocking(False)
+                sock.connect_ex((host, int(port)))
+                selector.register(sock, selectors.EVENT_WRITE, len(socks))
+                socks.append(sock)
+            opened = len(socks)
+            timeout = max(0.0, began + opened * interval / streams - now) if opened < streams else 1.0
+            for key, events in selector.select(timeout):
+                conn, k = key.fileobj, key.data
+                assert isinstance(conn, socket.socket)
+                if events & selectors.EVENT_WRITE:
+                    conn.sendall(request)  # a few hundred bytes: the send buffer takes them at once
+                    selector.modify(conn, selectors.EVENT_READ, k)
+                    continue
+                data = conn.recv(65536)
+                at = time.perf_counter()
+                if not data:
+                    raise ConnectionError(f"{url}: stream {k} closed before [DONE]: {heads.get(k)!r}")
+                if not arrivals[k] and k not in heads:
+                    heads[k] = data[:400]
+                text = carry[k] + data
+                found = text.count(b"data: ")
+                end = text.rfind(b"data: ") + 6 if found else 0
+                carry[k] = text[max(end, len(text) - 5) :]
+                if b"data: [DONE]" in text:
+                    found -= 1
+                    done += 1
+                    selector.unregister(conn)
+                    conn.close()
+                arrivals[k] += [at] * found
+    finally:
+        for left in socks:
+            left.close()
+        selector.close()
+    wall = time.perf_counter() - began
+    cpu = proxy.cpu() - cpu_before if proxy is not None else 0.0
+    lateness: list[float] = []
+    for times in arrivals:
+        offsets = [t - i * interval for i, t in enumerate(times)]
+        if offsets:
+            least = min(offsets)
+            lateness += [o - least for o in offsets]
+    return StreamTurn(lateness, sum(len(t) for t in arrivals), cpu, wall, done)
+
+
+def streaming(args: argparse.Namespace) -> str:
+    """The streaming arm: ``--streams`` open streams at ``--stream-interval`` through the router, to
+    the stand-in directly and through vllm-router, in alternated turns."""
+    interval = args.stream_interval
+    tokens = max(2, min(512, round(args.stream_seconds / interval)))
+    command, said = vllm_router() if args.peer else (None, "vllm-router not asked for (--no-peer)")
+    load_start = os.getloadavg()
+    turns: dict[str, list[StreamTurn]] = {}
+    with tempfile.TemporaryDirectory(prefix="lorafleet-serve-streams-") as tmp:
+        root = Path(tmp)
+        adapter = root / "adapters" / "a0"
+        adapter.mkdir(parents=True)
+        (adapter / "adapter_config.json").write_text('{"r": 8}')
+        (adapter / "adapter_model.safetensors").write_bytes(b"\0" * 64)
+        options = f"max_num_seqs={args.streams * 2}, stream_interval={interval!r}"
+        with standin(options) as upstream, contextlib.ExitStack() as stack:
+            router_command = [
+                *(sys.executable, "-m", "lorafleet_serve", "--port", "0", "--runtime", args.runtime),
+                *("--replica", f"id=r0,url={upstream},model=tiny,limit=4"),
+                *("--adapters-root", str(root / "adapters"), "--log-level", "INFO"),
+            ]
+            router = stack.enter_context(started(router_command, root / "router.log"))
+            proxies: dict[str, Process | None] = {"direct": None, "router": router}
+            urls = {"direct": upstream, "router": router.url}
+            stream_turn(urls["router"], 1, 0.001, 2, None)  # loads a0 on the stand-in
+            if command is not None:
+                peer_process = stack.enter_context(peer(command, upstream, root / "peer.log"))
+                proxies["vllm-router"], urls["vllm-router"] = peer_process, peer_process.url
+            names = list(proxies)
+            for i in range(args.rounds):
+                for name in names if i % 2 == 0 else reversed(names):
+                    turn = stream_turn(urls[name], args.streams, interval, tokens, proxies[name])
+                    turns.setdefault(name, []).append(turn)
+    load_end = os.getloadavg()
+    command_line = shlex.join([".venv/bin/python", "bench/serve_bench.py", *args.argv])
+    lines = [
+        f"Written by `{command_line}` on {datetime.date.today().isoformat()}: {platform.machine()}, "
+        f"{os.cpu_count()} CPUs, Python {platform.python_version()}, {args.runtime}; load average "
+        f"{' / '.join(f'{x:.2f}' for x in load_start)} at the start, "
+        f"{' / '.join(f'{x:.2f}' for x in load_end)} at the end. {said}.",
+        "",
+        f"{args.streams} streams a turn, each of {tokens} chunks {interval * 1000:g} ms apart (the "
+        f"stand-in's schedule), their starts spread over {interval * 1000:g} ms; each way in turn, "
+        f"{args.rounds} rounds, the first swapped every round. Lateness: when a chunk came, less its "
+        "step, less its stream's least; pooled over the rounds. Added: the proxy's less the direct "
+        "path's, round by round, median.",
+        "",
+        "| path | chunks/s | lateness p50 (ms) | p99 (ms) | added p50 (ms) | added p99 (ms) "
+        "| its process busy | chunks per CPU second |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for name in names:
+        pooled = [x for turn in turns[name] for x in turn.lateness]
+        rate = statistics.median(t.chunks / t.wall for t in turns[name])
+        added = {
+            share: statistics.median(
+                percentile(t.lateness, share) - percentile(d.lateness, share)
+                for t, d in zip(turns[name], turns["direct"], strict=True)
+            )
+            for share in (0.5, 0.99)
+        }
+        if name == "direct":
+            busy, per_core, extra = "", "", "| | "
+        else:
+            busy = f"{statistics.median(t.cpu / t.wall for t in turns[name]):.0%}"
+            per_core = f"{statistics.median(t.chunks / t.cpu for t in turns[name] if t.cpu):.0f}"
+            extra = f"| {added[0.5] * 1000:.2f} | {added[0.99] * 1000:.2f} "
+        lines.append(
+            f"| {name} | {rate:.0f} | {percentile(pooled, 0.5) * 1000:.2f} | "
+            f"{percentile(pooled, 0.99) * 1000:.2f} {extra}| {busy} | {per_core} |"
+        )
+    ended = {name: sum(t.streams for t in turns[name]) for name in names}
+    lines += ["", f"Streams that ended with [DONE], of {args.streams * args.rounds} a path: {ended}."]
+    return "\n".join(lines) + "\n"
+
+
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="bench/serve_bench.py", description=__doc__.splitlines()[0])
     parser.add_argument("--runtime", choices=["asyncio", "trio"], default="asyncio")
@@ -650,12 +1056,50 @@ def main(argv: list[str]) -> int:
         help="sample both proxies with py-spy, to PREFIX.{bare,router}.RUN.txt (needs py-spy in the venv)",
     )
     parser.add_argument("--out", type=Path, default=HERE / "serve_results.md")
+    parser.add_argument(
+        "--sweep",
+        metavar="N,N,...",
+        help="instead: the router, the bare proxy and vllm-router at each number of connections "
+        "(e.g. 1,8,128), CPU per request and ratios; prints, writes nothing",
+    )
+    parser.add_argument(
+        "--streams",
+        type=int,
+        metavar="N",
+        help="instead: N open streams a turn (up to 1,000 or so) through the router, directly and "
+        "through vllm-router: chunks per CPU second and the delay added between chunks; prints",
+    )
+    parser.add_argument("--stream-interval", type=float, default=0.5, help="seconds between chunks (0.5)")
+    parser.add_argument("--stream-seconds", type=float, default=10.0, help="seconds a stream lasts (10)")
+    parser.add_argument("--no-peer", dest="peer", action="store_false", help="--sweep without vllm-router")
+    parser.add_argument(
+        "--no-bare", dest="bare_arm", action="store_false", help="--sweep without the bare proxy"
+    )
+    parser.add_argument(
+        "--baseline",
+        type=Path,
+        metavar="PYTHON",
+        help="--sweep: also another checkout's router, run by that venv's python, in alternated turns",
+    )
+    parser.add_argument(
+        "--headers",
+        choices=sorted(HEADERS),
+        default="plain",
+        help="the client's headers: Host, Content-Type and Content-Length (plain), or the openai client's",
+    )
     parser.add_argument("--bare", metavar="UPSTREAM", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    Connection.headers = HEADERS[args.headers]
     if args.bare:
         bare_proxy(args.bare, args.runtime)
         return 0
     args.argv = argv
+    if args.sweep:
+        print(sweep(args), end="")
+        return 0
+    if args.streams:
+        print(streaming(args), end="")
+        return 0
     started_at = time.monotonic()
     load_start = os.getloadavg()
     runs = []

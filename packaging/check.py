@@ -49,6 +49,8 @@ INSTALLS = (
     Install("prometheus", "asyncio,standin,prometheus", "smoke_prometheus.py"),
     # The router alone: its extra must carry all it runs on (the stand-in it talks to needs no more).
     Install("serve", "serve", "smoke_serve.py"),
+    # Its traces: OpenTelemetry's SDK and OTLP exporter, which nothing else brings.
+    Install("otel", "serve,otel", "smoke_otel.py"),
     # The simulator needs only the core; its plot needs matplotlib, which nothing else brings.
     Install("plot", "plot", "smoke_plot.py"),
 )

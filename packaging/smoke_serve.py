@@ -57,6 +57,17 @@ def main() -> None:
                 proc.kill()
                 proc.wait()
         loads = [call.body["lora_name"] for call in server.app.calls_to("load")]
+        # Without lorafleet[otel], asking for traces says what to install, and nothing starts.
+        replica = f"id=r0,url={server.url},model=tiny,limit=2"
+        flags = ["--replica", replica, "--adapters-root", str(adapter.parent)]
+        asked = subprocess.run(
+            [str(command), "serve", *flags, "--tracing"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    assert asked.returncode == 2, (asked.returncode, asked.stderr)
+    assert "pip install 'lorafleet[otel]'" in asked.stderr, asked.stderr
     assert (how, served, loads) == ("loaded", "sql", ["sql"]), (how, served, loads)
     print(
         f"serve: lorafleet serve routed a completion for 'sql' to a stand-in ({how}), then stopped on SIGINT"

@@ -161,6 +161,27 @@ def vllm_servers(real_engine: Any, tmp_path_factory: pytest.TempPathFactory) -> 
             server.stop()
 
 
+POOLING = ("--runner", "pooling", "--convert", "embed")
+"""The flags that make the tiny model an embedding model: vLLM's pooling routes, with LoRA."""
+
+
+@pytest.fixture(scope="module")
+def vllm_pooling(real_engine: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """A real vLLM serving the tiny model as an embedding model, for one module's tests (stopped after
+    them: with the session's three, a fourth engine is 2.5 GB more)."""
+    from real_vllm import VllmServer
+
+    server = VllmServer(real_engine, tmp_path_factory.mktemp("vllm-pooling-logs"), extra=POOLING)
+    started = time.monotonic()
+    try:
+        server.start()
+        server.wait_ready()
+        _timings["vllm pooling server start"] = time.monotonic() - started
+        yield server
+    finally:
+        server.stop()
+
+
 @attrs.define
 class Target:
     """An engine a test runs against: the stand-in or a real vLLM, behind the same few operations."""

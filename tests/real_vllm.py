@@ -102,6 +102,7 @@ class VllmServer:
         dev_mode: VLLM_SERVER_DEV_MODE, for ``pause`` and ``resume``.
         max_model_len: passed as --max-model-len (at most the model's 4,096 positions).
         max_num_seqs: passed as --max-num-seqs (vLLM's default on a CPU is 128).
+        extra: more flags, after the others (``["--runner", "pooling", "--convert", "embed"]``).
     """
 
     def __init__(
@@ -114,8 +115,10 @@ class VllmServer:
         dev_mode: bool = False,
         max_model_len: int = 2048,
         max_num_seqs: int = 128,
+        extra: tuple[str, ...] = (),
     ) -> None:
         self.engine = engine
+        self.extra = extra
         self.max_num_seqs = max_num_seqs
         self.api_key = api_key
         self.runtime_lora = runtime_lora
@@ -179,6 +182,7 @@ class VllmServer:
         ]
         if self.api_key:
             command += ["--api-key", self.api_key]
+        command += self.extra
         with self.log.open("ab") as log:
             self._process = subprocess.Popen(
                 command,

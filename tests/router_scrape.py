@@ -14,7 +14,8 @@ from conftest import eventually
 
 
 async def router_scrape(serve: Callable[..., StandInServer], adapter_dir: Path) -> str:
-    """The scrape after loads, hits, evictions, a refusal, a base-model request and a failed replica."""
+    """The scrape after loads, hits, evictions, a refusal, a base-model request and a failed replica,
+    all streamed."""
     good, failing = serve(), serve()
     failing.app.answer("load", 500, '{"error": {"message": "boom"}}', times=None)
     config = Config(
@@ -28,7 +29,8 @@ async def router_scrape(serve: Callable[..., StandInServer], adapter_dir: Path) 
     )
     async with RouterServer(config, environ={}) as server, httpx.AsyncClient(base_url=server.url) as client:
         for model in ("a0", "a0", "a1", "a2", "a3", "rank64", "tiny"):
-            body = {"model": model, "prompt": "hi", "max_tokens": 2}
+            # Streamed: the router's time to first token is measured of streams.
+            body = {"model": model, "prompt": "hi", "max_tokens": 2, "stream": True}
             answer = await client.post("/v1/completions", json=body, timeout=30)
             assert answer.status_code in (200, 400), answer.text
         await eventually(lambda: server.fleet.statistics().leases == 0)

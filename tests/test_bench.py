@@ -68,3 +68,28 @@ def test_serve_bench_one_short_run(tmp_path: Path) -> None:
     assert "| 1 |" in text
     assert "targets met in" in text
     assert "load average" in text
+
+
+def test_serve_bench_sweep_and_streams_short(capsys: pytest.CaptureFixture[str]) -> None:
+    """The issue-38 modes end and print their tables (vllm-router left out: its install is the bench's)."""
+    serve_bench = load("serve_bench")
+    argv = ["--sweep", "1,2", "--rounds", "1", "--seconds", "0.1", "--no-peer"]
+    assert serve_bench.main(argv) == 0
+    swept = capsys.readouterr().out
+    assert "| 2 | router |" in swept
+    assert "vllm-router not asked for" in swept
+    argv = [
+        "--streams",
+        "5",
+        "--stream-interval",
+        "0.01",
+        "--stream-seconds",
+        "0.05",
+        "--rounds",
+        "2",
+        "--no-peer",
+    ]
+    assert serve_bench.main(argv) == 0
+    streamed = capsys.readouterr().out
+    assert "| router |" in streamed
+    assert "{'direct': 10, 'router': 10}" in streamed

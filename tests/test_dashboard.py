@@ -181,6 +181,8 @@ async def test_every_query_reads_series_that_are_exported(router_metrics: str) -
         "lorafleet_adapter_loads_total",
         "lorafleet_adapter_requests_total",
         "lorafleet_serve_requests_total",
+        "lorafleet_serve_time_to_first_token_seconds_bucket",
+        "lorafleet_serve_request_duration_seconds_bucket",
         "vllm:num_requests_waiting",
         "vllm:num_requests_running",
         "vllm:kv_cache_usage_perc",

@@ -159,7 +159,8 @@ async def test_a_stream_is_relayed_event_by_event(serve: Serve, adapter_dir: Pat
     if route == "completions":
         words = [e["choices"][0]["text"] for e in events]
     else:
-        words = [e["choices"][0]["delta"]["content"] for e in events]
+        assert events[0]["choices"][0]["delta"] == {"role": "assistant", "content": ""}  # as vLLM's first
+        words = [e["choices"][0]["delta"]["content"] for e in events[1:]]
     assert words == generated("a1", prompt, 4)
 
 
@@ -535,7 +536,10 @@ async def test_a_body_too_large_is_a_413_unread(serve: Serve, adapter_dir: Path)
         ("POST", "/v1/completions", b'{"model": 7}', 400, "invalid_model"),
         ("GET", "/v1/completions", None, 405, "method_not_allowed"),
         ("POST", "/v1/models", None, 405, "method_not_allowed"),
-        ("POST", "/v1/embeddings", b"{}", 404, "not_found"),
+        ("POST", "/v1/embeddings", b"{}", 400, "missing_model"),
+        ("POST", "/v1/audio/transcriptions", b"{}", 404, "not_found"),
+        ("GET", "/v1/responses/resp_1", None, 404, "not_found"),
+        ("GET", "/tokenize", None, 405, "method_not_allowed"),
     ],
 )
 async def test_requests_the_router_answers_itself(

@@ -126,7 +126,7 @@ async def test_a_body_declared_past_what_the_router_reads_is_answered_at_once_an
     async with RouterServer(router_config(standin, adapter_dir), environ={}) as server:
         head, rest = await anyio.to_thread.run_sync(exchange, server.url, headers)
     lines = head.decode().lower().split("\r\n")
-    assert lines[0] == "http/1.1 413 "
+    assert lines[0].split()[:2] == ["http/1.1", "413"]  # the reason phrase is the server's (none, or one)
     assert "connection: close" in lines
     assert json.loads(rest)["error"]["code"] == "request_too_large"
 
@@ -142,7 +142,7 @@ async def test_a_body_sent_to_a_route_that_takes_none_is_read_and_dropped(
         httpx.AsyncClient(base_url=server.url, timeout=30) as client,
     ):
         answers = [
-            await client.post("/v1/embeddings", content=body_of(BOUND // 2)),
+            await client.post("/v1/audio/transcriptions", content=body_of(BOUND // 2)),
             await client.post("/v1/completions", content=body_of(4 << 20)),  # no key: 401
             await client.get("/health"),
         ]

@@ -9,6 +9,7 @@ root. (tests/test_serve_engines.py does the same against a real vLLM.)
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -56,7 +57,9 @@ async def health(client: httpx.AsyncClient) -> tuple[int, dict[str, Any]]:
 
 
 def lines_of(caplog: pytest.LogCaptureFixture, start: str) -> list[str]:
-    return [r.getMessage() for r in caplog.records if r.getMessage().startswith(start)]
+    """The lines that start so, without the id of the request they came in (``request_id=``)."""
+    lines = (r.getMessage() for r in caplog.records)
+    return [re.sub(r" request_id=\S+$", "", line) for line in lines if line.startswith(start)]
 
 
 async def test_a_replica_without_the_runtime_lora_routes_is_not_ready_until_it_has_them(

@@ -35,6 +35,7 @@ FIELDS = {
     "attempts",
     "end",
     "error",
+    "request_id",
 }
 
 
@@ -47,6 +48,7 @@ def lines_of(path: Path) -> list[dict[str, Any]]:
 async def test_each_completion_is_a_line(serve: Serve, adapter_dir: Path, tmp_path: Path) -> None:
     standin = serve()
     path = tmp_path / "requests.jsonl"
+    ids = []
     async with routing([standin], adapter_dir, request_log=path) as (server, client):
         for body in (
             {"model": "a0", **HELLO},
@@ -55,6 +57,7 @@ async def test_each_completion_is_a_line(serve: Serve, adapter_dir: Path, tmp_pa
             {"model": "nope", **HELLO},
         ):
             async with client.stream("POST", "/v1/completions", json=body) as answer:
+                ids.append(answer.headers["x-request-id"])
                 if body.get("stream"):
                     await sse(answer)
                 else:
@@ -62,6 +65,8 @@ async def test_each_completion_is_a_line(serve: Serve, adapter_dir: Path, tmp_pa
             await eventually(lambda: leases(server) == 0)
         await eventually(lambda: len(path.read_text().splitlines()) == 4)
     loaded, streamed, base, unknown = lines_of(path)
+    assert [line["request_id"] for line in (loaded, streamed, base, unknown)] == ids
+    assert len(set(ids)) == 4
     for line in (loaded, streamed, base, unknown):
         assert set(line) == FIELDS, line
         assert line["duration"] >= 0
@@ -77,6 +82,23 @@ async def test_each_completion_is_a_line(serve: Serve, adapter_dir: Path, tmp_pa
     assert (unknown["adapter"], unknown["status"], unknown["replica"]) == ("nope", 404, None)
     assert (unknown["error"], loaded["error"]) == ("model_not_found", None)
     assert loaded["time"] <= streamed["time"] <= base["time"] <= unknown["time"]
+
+
+@pytest.mark.anyio
+@pytest.mark.usefixtures("no_task_left_running")
+async def test_a_stream_that_asks_for_its_usage_logs_its_tokens(
+    serve: Serve, adapter_dir: Path, tmp_path: Path
+) -> None:
+    """``stream_options.include_usage``: the engine's last chunk says the usage, as vLLM's does."""
+    standin = serve()
+    path = tmp_path / "requests.jsonl"
+    body = {"model": "a0", "stream": True, "stream_options": {"include_usage": True}, **HELLO}
+    async with routing([standin], adapter_dir, request_log=path) as (_, client):
+        async with client.stream("POST", "/v1/completions", json=body) as answer:
+            await sse(answer)
+        await eventually(lambda: len(path.read_text().splitlines()) == 1)
+    [line] = lines_of(path)
+    assert (line["prompt_tokens"], line["completion_tokens"], line["stream"]) == (1, 4, True)
 
 
 @pytest.mark.anyio

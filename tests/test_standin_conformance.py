@@ -23,13 +23,28 @@ from conftest import engine_notes
 
 VOLATILE = {
     "created": 0,
+    "created_at": 0,
     "system_fingerprint": "<fingerprint>",
     "text": "<text>",
     "content": "<text>",
     "prompt_tokens": 0,
     "total_tokens": 0,
     "completion_tokens": 0,
+    "input_tokens": 0,
+    "output_tokens": 0,
+    "original_input_tokens": 0,
+    "count": 0,
+    "tokens": "<tokens>",
+    "token_strs": "<tokens>",
+    "embedding": "<vector>",
+    "score": 0,
+    "relevance_score": 0,
+    "sequence_number": 0,
 }
+"""Keys whose values come from the model (text, token counts, vectors) or the clock, when not null."""
+TEXTS = {"delta", "prompt"}
+"""Keys that are text when they are a string (a response's delta, detokenize's prompt), else compared."""
+IDS = ("cmpl-", "chatcmpl-", "modelperm-", "embd-", "pooling-", "score-", "resp_", "msg_")
 
 
 def normal(value: Any) -> Any:
@@ -38,16 +53,17 @@ def normal(value: Any) -> Any:
         for key, item in value.items():
             if key in VOLATILE and item is not None:
                 out[key] = VOLATILE[key]
-            elif (
-                key == "id"
-                and isinstance(item, str)
-                and item.split("-")[0] in ("cmpl", "chatcmpl", "modelperm")
-            ):
-                out[key] = item.split("-")[0] + "-<id>"
+            elif key in TEXTS and isinstance(item, str):
+                out[key] = "<text>"
+            elif key in ("id", "item_id") and isinstance(item, str) and item.startswith(IDS):
+                prefix = next(p for p in IDS if item.startswith(p))
+                out[key] = prefix + "<id>"
             else:
                 out[key] = normal(item)
         return out
     if isinstance(value, list):
+        if value and all(isinstance(v, float) for v in value):
+            return "<vector>"
         return [normal(v) for v in value]
     return value
 
@@ -57,18 +73,23 @@ def answer(response: httpx.Response) -> tuple[int, str | None, Any]:
     text = response.text
     if content_type and content_type.startswith("text/event-stream"):
         chunks = [line[6:] for line in text.splitlines() if line.startswith("data: ")]
-        return (
-            response.status_code,
-            content_type,
-            [c if c == "[DONE]" else normal(json.loads(c)) for c in chunks],
-        )
+        events = [c if c == "[DONE]" else normal(json.loads(c)) for c in chunks]
+        if text.startswith("event: "):
+            # Named events (responses, Anthropic's messages): vLLM sends no delta for a token that
+            # decodes to nothing yet, so runs of the same event are one.
+            events = [e for i, e in enumerate(events) if i == 0 or e != events[i - 1]]
+        return response.status_code, content_type, events
     try:
         return response.status_code, content_type, normal(json.loads(text))
     except ValueError:
         return response.status_code, content_type, text
 
 
-def script(adapters: str) -> list[tuple[str, str, dict[str, Any] | None, dict[str, str]]]:
+Script = list[tuple[str, str, dict[str, Any] | None, dict[str, str]]]
+Answer = tuple[int, str | None, Any]
+
+
+def script(adapters: str) -> Script:
     """(method, path, JSON body, extra headers): every LoRA case the router meets, and completions."""
     load, unload = "/v1/load_lora_adapter", "/v1/unload_lora_adapter"
     plain = {"Content-Type": "text/plain"}
@@ -120,10 +141,10 @@ def script(adapters: str) -> list[tuple[str, str, dict[str, Any] | None, dict[st
     ]
 
 
-def play(url: str, adapters: str) -> list[tuple[int, str | None, Any]]:
+def play(url: str, adapters: str, steps: Callable[[str], Script] | None = None) -> list[Answer]:
     out = []
     with httpx.Client(base_url=url, timeout=60) as client:
-        for method, path, body, headers in script(adapters):
+        for method, path, body, headers in (steps or script)(adapters):
             content = json.dumps(body).encode() if body is not None else None
             headers = {"Content-Type": "application/json", **headers} if body is not None else headers
             out.append(answer(client.request(method, path, content=content, headers=headers)))
@@ -146,6 +167,100 @@ def test_the_stand_in_answers_as_vllm_does(
 
 
 MESSAGES = [{"role": "user", "content": "hi"}]
+
+
+def other_routes(adapters: str) -> Script:
+    """The other routes of a generating model (and streams' ``stream_options``), on adapter c0."""
+    load, unload = "/v1/load_lora_adapter", "/v1/unload_lora_adapter"
+    usage = {"include_usage": True}
+    greedy = {"model": "c0", "temperature": 0}
+    prompt = {**greedy, "prompt": "hello", "max_tokens": 3, "stream": True}
+    chat = {**greedy, "messages": MESSAGES, "max_tokens": 3}
+    # Greedy, c0 answers this with text in three tokens (to "hi" it says nothing vLLM can decode yet,
+    # and then sends no delta at all).
+    said = [{"role": "user", "content": "tell me"}]
+    steps: list[tuple[str, dict[str, Any] | None]] = [
+        (load, {"lora_name": "c0", "lora_path": f"{adapters}/lora-0"}),
+        ("/v1/completions", {**prompt, "stream_options": usage}),
+        ("/v1/completions", {**prompt, "stream_options": {**usage, "continuous_usage_stats": True}}),
+        ("/v1/chat/completions", {**chat, "stream": True}),
+        ("/v1/chat/completions", {**chat, "stream": True, "stream_options": usage}),
+        ("/v1/chat/completions", {**chat, "stream": False, "stream_options": usage}),
+        ("/v1/completions", {**prompt, "stream": False, "max_tokens": "x", "stream_options": usage}),
+        ("/v1/responses", {**greedy, "input": "tell me", "max_output_tokens": 3}),
+        ("/v1/responses", {**greedy, "input": said, "max_output_tokens": 3, "stream": True}),
+        ("/v1/messages", {**chat, "messages": said}),
+        ("/v1/messages", {**chat, "messages": said, "stream": True}),
+        ("/v1/messages/count_tokens", {"model": "c0", "messages": MESSAGES}),
+        ("/v1/chat/completions/batch", {**greedy, "messages": [MESSAGES, MESSAGES], "max_tokens": 2}),
+        ("/tokenize", {"model": "c0", "prompt": "hello world"}),
+        ("/tokenize", {"model": "c0", "messages": MESSAGES}),
+        ("/tokenize", {"model": "c0", "prompt": "hello", "return_token_strs": True}),
+        ("/detokenize", {"model": "c0", "tokens": [335, 391]}),
+        ("/v1/completions/render", {"model": "c0", "prompt": "hi"}),
+        ("/inference/v1/generate", {"model": "c0", "token_ids": [1, 2]}),
+        ("/v1/embeddings", {"model": "c0", "input": "hi"}),
+        ("/v1/responses", {"model": "nope", "input": "hi"}),
+        ("/v1/messages", {**chat, "model": "nope"}),
+        ("/tokenize", {"model": "nope", "prompt": "hi"}),
+        (unload, {"lora_name": "c0"}),
+    ]
+    return [("POST", path, body, {}) for path, body in steps] + [("GET", "/tokenize", None, {})]
+
+
+def pooling_routes(adapters: str) -> Script:
+    """An embedding model's routes, on adapter c0."""
+    load, unload = "/v1/load_lora_adapter", "/v1/unload_lora_adapter"
+    steps: list[tuple[str, dict[str, Any]]] = [
+        (load, {"lora_name": "c0", "lora_path": f"{adapters}/lora-0"}),
+        ("/v1/embeddings", {"model": "c0", "input": "hello world"}),
+        ("/v1/embeddings", {"model": "c0", "input": ["hello", "world"], "encoding_format": "base64"}),
+        ("/v1/embeddings", {"model": "c0", "input": [[335, 391]]}),
+        ("/pooling", {"model": "c0", "input": "hello"}),
+        ("/v2/embed", {"model": "c0", "texts": ["hello"]}),
+        ("/score", {"model": "c0", "text_1": "hello", "text_2": "world"}),
+        ("/v1/score", {"model": "c0", "text_1": "hello", "text_2": ["world", "x"]}),
+        ("/rerank", {"model": "c0", "query": "hello", "documents": ["world", "hello"]}),
+        ("/v1/rerank", {"model": "c0", "query": "hello", "documents": ["world"]}),
+        ("/v2/rerank", {"model": "c0", "query": "hello", "documents": ["world"]}),
+        ("/tokenize", {"model": "c0", "prompt": "hello world"}),
+        ("/v1/embeddings", {"model": "nope", "input": "hi"}),
+        ("/rerank", {"model": "nope", "query": "q", "documents": ["x"]}),
+        ("/v1/completions", {"model": "c0", "prompt": "x"}),
+        ("/classify", {"model": "c0", "input": "x"}),
+        (unload, {"lora_name": "c0"}),
+    ]
+    return [("POST", path, body, {}) for path, body in steps]
+
+
+def compare(steps: Script, real: list[Answer], ours: list[Answer]) -> None:
+    for (method, path, body, _), theirs, mine in zip(steps, real, ours, strict=True):
+        assert mine == theirs, f"{method} {path} {body}:\n  vLLM      {theirs}\n  stand-in  {mine}"
+
+
+def test_the_stand_in_answers_the_other_routes_as_vllm_does(
+    serve: Callable[..., StandInServer], request: pytest.FixtureRequest
+) -> None:
+    """Responses, messages, tokenize... and streams' usage (``stream_options``), as a generating vLLM."""
+    server = request.getfixturevalue("vllm_servers")["open"]
+    adapters = str(request.getfixturevalue("real_engine").build / "adapters")
+    server.unload_everything()
+    standin = serve(version="0.32")
+    real = play(server.url, adapters, other_routes)
+    compare(other_routes(adapters), real, play(standin.url, adapters, other_routes))
+
+
+def test_the_stand_in_pools_as_vllm_does(
+    serve: Callable[..., StandInServer], request: pytest.FixtureRequest
+) -> None:
+    """Embeddings, score, rerank..., as vLLM's tiny model run as an embedding model (with LoRA)."""
+    server = request.getfixturevalue("vllm_pooling")
+    adapters = str(request.getfixturevalue("real_engine").build / "adapters")
+    standin = serve(version="0.32", runner="pooling")
+    real = play(server.url, adapters, pooling_routes)
+    compare(pooling_routes(adapters), real, play(standin.url, adapters, pooling_routes))
+
+
 BAD_BODIES: list[tuple[str, Any]] = [
     ("completions", {"model": "tiny", "prompt": "hi", "max_tokens": "four"}),
     ("completions", {"model": "tiny", "prompt": "hi", "max_tokens": 4.5}),
@@ -180,12 +295,48 @@ BAD_BODIES: list[tuple[str, Any]] = [
     ("chat", {"model": "tiny", "max_tokens": 2}),
 ]
 """Bodies clients get wrong: each answered 400 (or 404) by vLLM before anything runs."""
+OTHER_BAD_BODIES: list[tuple[str, Any]] = [
+    ("/v1/responses", {"model": "tiny", "input": 5}),
+    ("/v1/responses", {"model": "tiny", "input": "hi", "max_output_tokens": "x"}),
+    ("/v1/responses", {"model": "tiny", "input": "hi", "stream": "maybe"}),
+    ("/v1/responses", {"model": 5, "input": "hi"}),
+    ("/v1/responses", {"model": "tiny"}),
+    ("/v1/responses", [1]),
+    ("/tokenize", {"model": "tiny", "prompt": 5}),
+    ("/tokenize", {"model": "tiny", "messages": "x"}),
+    ("/tokenize", {"model": "tiny"}),
+    ("/tokenize", {"model": 5, "prompt": "hi"}),
+    ("/detokenize", {"model": "tiny", "tokens": "x"}),
+    ("/detokenize", {"model": "tiny", "tokens": ["a"]}),
+    ("/detokenize", {"model": "tiny"}),
+    ("/v1/messages", {"model": "tiny", "max_tokens": "x", "messages": MESSAGES}),
+    ("/v1/messages", {"model": "tiny", "messages": MESSAGES}),
+    ("/v1/messages", {"model": "tiny", "max_tokens": 2, "messages": "x"}),
+    ("/v1/messages/count_tokens", {"model": "tiny", "messages": "x"}),
+    ("/v1/chat/completions/batch", {"model": "tiny", "messages": "x"}),
+    (
+        "/v1/completions",
+        {"model": "tiny", "prompt": "hi", "max_tokens": 2, "stream": True, "stream_options": 5},
+    ),
+]
+"""The other routes' bodies clients get wrong, for a generating vLLM."""
+POOLING_BAD_BODIES: list[tuple[str, Any]] = [
+    ("/v1/embeddings", {"model": "tiny", "input": 5}),
+    ("/v1/embeddings", {"model": "tiny"}),
+    ("/pooling", {"model": "tiny", "input": 5}),
+    ("/score", {"model": "tiny", "text_1": 5, "text_2": "x"}),
+    ("/rerank", {"model": "tiny", "query": 5, "documents": ["x"]}),
+    ("/v2/embed", {"model": "tiny", "texts": "x"}),
+]
+"""Bodies clients get wrong, for an embedding vLLM."""
 
 
-def refusals(url: str) -> list[tuple[int, str | None, Any]]:
+def refusals(url: str, bodies: list[tuple[str, Any]] | None = None) -> list[tuple[int, str | None, Any]]:
     paths = {"completions": "/v1/completions", "chat": "/v1/chat/completions"}
     with httpx.Client(base_url=url, timeout=60) as client:
-        return [answer(client.post(paths[route], json=body)) for route, body in BAD_BODIES]
+        return [
+            answer(client.post(paths.get(route, route), json=body)) for route, body in bodies or BAD_BODIES
+        ]
 
 
 def test_the_stand_in_refuses_bodies_as_vllm_does(
@@ -199,6 +350,14 @@ def test_the_stand_in_refuses_bodies_as_vllm_does(
     for (route, body), theirs, mine in zip(BAD_BODIES, real, ours, strict=True):
         assert theirs[0] in (400, 404), (route, body, theirs)
         assert mine == theirs, f"{route} {body}:\n  vLLM      {theirs}\n  stand-in  {mine}"
+    others = refusals(server.url, OTHER_BAD_BODIES), refusals(standin.url, OTHER_BAD_BODIES)
+    pooling = request.getfixturevalue("vllm_pooling")
+    pooled = serve(version="0.32", runner="pooling")
+    pools = refusals(pooling.url, POOLING_BAD_BODIES), refusals(pooled.url, POOLING_BAD_BODIES)
+    for bodies, (theirs_all, mine_all) in ((OTHER_BAD_BODIES, others), (POOLING_BAD_BODIES, pools)):
+        for (path, body), theirs, mine in zip(bodies, theirs_all, mine_all, strict=True):
+            assert theirs[0] == 400, (path, body, theirs)
+            assert mine == theirs, f"{path} {body}:\n  vLLM      {theirs}\n  stand-in  {mine}"
 
 
 LORA_INFO = "vllm:lora_requests_info"

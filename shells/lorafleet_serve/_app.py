@@ -1,15 +1,16 @@
 """The reference router: an OpenAI-compatible ASGI app in front of vLLM replicas, on a lorafleet Fleet.
 
-A completion names an adapter (or a base model) in its ``model``; the fleet places it on a replica
-and loads it there if need be (``Fleet.route``), and the router forwards the request and relays the
-answer, streamed or not, holding the lease until the last byte is relayed or the client has gone. A
-replica that gives no answer (no connection, a timeout) is reported to the fleet, which avoids it
-for a while, and the request goes to another one. A server error (a 5xx) is judged by the fleet
-([blame]): on the first replica to answer so, the request goes to another one, and the first is
-avoided only once another serves it; a second replica answering so makes it the request's fault,
-answered with a 502 at once. An answer "the model ... does not exist" (the replica lost the adapter,
-e.g. in a restart) is reported on the lease, and the request is placed once more, which loads the
-adapter again.
+A request to one of vLLM's routes that name a model (``_routes``: completions, chat, responses,
+embeddings, tokenize...) names an adapter (or a base model) in its ``model``; the fleet places it on a
+replica and loads it there if need be (``Fleet.route``), and the router forwards the request, with the
+client's headers (``_headers``), and relays the answer, streamed or not, holding the lease until the
+last byte is relayed or the client has gone. A replica that gives no answer (no connection, a
+timeout) is reported to the fleet, which avoids it for a while, and the request goes to another one.
+A server error (a 5xx) is judged by the fleet ([blame]): on the first replica to answer so, the
+request goes to another one, and the first is avoided only once another serves it; a second replica
+answering so makes it the request's fault, answered with a 502 at once. An answer "the model ... does
+not exist" (the replica lost the adapter, e.g. in a restart) is reported on the lease, and the request
+is placed once more, which loads the adapter again.
 
 Everything about adapters is the fleet's; this module only parses, forwards, relays and counts.
 """
@@ -23,7 +24,6 @@ import http.cookiejar
 import itertools
 import json
 import logging
-import re
 import time
 from collections import Counter
 from collections.abc import Callable, Collection, Mapping, Sequence
@@ -46,16 +46,21 @@ from lorafleet_fleet import (
 
 from ._catalog import Catalog, Fingerprint, fingerprint
 from ._config import Config
+from ._forward import BusyError, CutError, Forwarder, HttpxForwarder, NoAnswerError
+from ._headers import REQUEST_ID, logfmt, relayed, request_id, upstream_headers
+from ._latency import Latency
 from ._openai import JSON, Receive, RefusedError, Scope, Send, model_not_found, refuse, respond, respond_json
 from ._readiness import Origin, Readiness
 from ._requestlog import RequestLog, Watch
+from ._routes import OWN, ROUTED, listing
 
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
 
+    from ._tracing import Tracing
+
 log = logging.getLogger("lorafleet.serve")
 
-COMPLETIONS = {"/v1/completions": "completions", "/v1/chat/completions": "chat"}
 DRAIN_FLOOR = 16 << 20
 """The router reads (and drops) the body of a request it refuses, up to 4 times ``max_body_bytes`` and
 at least this much, before it answers: see ``Router._drained``."""
@@ -66,22 +71,6 @@ loaded back where placement says): another router's unload, or a restart, betwee
 forward. Past that, the engine's 404 goes to the client: an engine that loads an adapter and then
 denies it every time is misconfigured, and retrying forever would hide it."""
 """How much of a replica's error answer is read to judge it ("does not exist"?) before relaying it."""
-HOP_BY_HOP = frozenset(
-    {
-        b"connection",
-        b"keep-alive",
-        b"proxy-authenticate",
-        b"proxy-authorization",
-        b"te",
-        b"trailer",
-        b"transfer-encoding",
-        b"upgrade",
-        # The router's server sets its own.
-        b"date",
-        b"server",
-    }
-)
-_PLAIN = re.compile(r"[A-Za-z0-9_.:/@+\-]+")
 
 
 class NoCookies(http.cookiejar.CookieJar):
@@ -116,6 +105,9 @@ class _Record:
     method: str
     path: str
     started: float
+    request_id: bytes = b""
+    forward: Sequence[tuple[bytes, bytes]] = ()
+    """The client's headers that go upstream, the request's id among them."""
     model: str | None = None
     replica: str | None = None
     how: str | None = None
@@ -130,14 +122,20 @@ class _Record:
     """The last server error a replica answered the request with: its status and the head of its body."""
     answered: bool = False
     """The answer's last message is being sent: a disconnect from now on is the client being done."""
+    retries: tuple[str, ...] = ()
+    """Why the request was placed again, each time (``replica_failed``, ``server_error``...)."""
+    first: float = 0.0
+    """``time.perf_counter()`` when the first byte of the answer's body was relayed (0: none yet)."""
 
     def line(self) -> str:
         """The log line: logfmt, ``key=value`` pairs, values a client chose quoted when not plain."""
-        text = f"method={self.method} path={_logfmt(self.path)}"
+        text = f"method={self.method} path={logfmt(self.path)}"
+        if self.request_id:
+            text += f" request_id={logfmt(self.request_id.decode('latin-1'))}"
         if self.model is not None:
-            text += f" model={_logfmt(self.model)}"
+            text += f" model={logfmt(self.model)}"
         if self.replica is not None:
-            text += f" replica={_logfmt(self.replica)} how={self.how}"
+            text += f" replica={logfmt(self.replica)} how={self.how}"
         text += f" status={self.status} attempts={self.attempts} stream={'true' if self.stream else 'false'}"
         if self.adapter_ms is not None:
             text += f" adapter_ms={self.adapter_ms:.1f}"
@@ -145,12 +143,6 @@ class _Record:
         if self.error is not None:
             text += f" error={self.error}"
         return text
-
-
-def _logfmt(value: object) -> str:
-    text = str(value)
-    # A client chose the model name: quoted (newlines escaped) unless plain, so it cannot forge a line.
-    return text if _PLAIN.fullmatch(text) else json.dumps(text)
 
 
 @attrs.define(eq=False)
@@ -162,9 +154,9 @@ class _Upstream:
     """
 
     replica: Replica
-    client: httpx.AsyncClient
+    client: Forwarder
     headers: list[tuple[bytes, bytes]]
-    urls: dict[str, httpx.URL]
+    urls: dict[str, str]
     running: int = 0
     """Requests being forwarded to it now, adapters' and base models' alike."""
     base: int = 0
@@ -186,9 +178,10 @@ class Router:
     """lorafleet's reference router, as an ASGI app: serve it with any ASGI server (``RouterServer``
     serves it with hypercorn).
 
-    Routes: ``POST /v1/completions`` and ``/v1/chat/completions`` (forwarded), ``GET /v1/models``
-    (the base models and the adapters it serves), ``GET /health`` and ``GET /metrics``. With a key,
-    every ``/v1`` route wants ``Authorization: Bearer <key>``; ``/health`` and ``/metrics`` do not.
+    Routes: ``POST`` to each of vLLM's routes that name a model (``_routes.ROUTED``: forwarded),
+    ``GET /v1/models`` (the base models and the adapters it serves), ``GET /health`` and ``GET
+    /metrics``. With a key, every route but ``/health`` and ``/metrics`` wants ``Authorization: Bearer
+    <key>``.
 
     Give it its replicas with ``await router.set_replicas(...)`` before it takes requests, and again
     whenever they change; ``await router.aclose()`` when it is done.
@@ -196,12 +189,14 @@ class Router:
     Args:
         fleet: an entered fleet that resolves adapters with ``catalog``.
         catalog: the adapters served.
-        new_client: makes the httpx client a replica's requests are forwarded with (give it
-            ``cookies=NoCookies()``); the router closes it when the replica is gone and idle.
+        new_client: makes the client a replica's requests are forwarded with: an httpx client (give
+            it ``cookies=NoCookies()``) or a ``Forwarder``; the router closes it when the replica is
+            gone and idle.
         config: timeouts, bounds and attempts.
         client_key: the key this router's clients must send (None: none).
         registry: where the router's own metrics go, beside the fleet's (None: no metrics of its own).
         readiness: what the router saw of its replicas' misconfigurations (None: nothing is watched).
+        tracing: makes a span of each routed request (None: no traces; ``_tracing``).
     """
 
     def __init__(
@@ -209,13 +204,15 @@ class Router:
         fleet: Fleet,
         *,
         catalog: Catalog,
-        new_client: Callable[[Replica], httpx.AsyncClient],
+        new_client: Callable[[Replica], httpx.AsyncClient | Forwarder],
         config: Config,
         client_key: str | None = None,
         registry: CollectorRegistry | None = None,
         readiness: Readiness | None = None,
+        tracing: Tracing | None = None,
     ) -> None:
         self.fleet = fleet
+        self._tracing = tracing
         self.catalog = catalog
         self._new_client = new_client
         self._key = client_key.encode() if client_key is not None else None
@@ -231,6 +228,11 @@ class Router:
         self._created = int(time.time())
         self._registry = registry
         self._metrics = _Metrics(registry) if registry is not None else None
+        self._latency: Latency | None = None
+        if registry is not None:
+            top = config.metrics_adapters
+            self._latency = Latency(lambda: fleet.adapter_statistics(top=top).adapters)
+            registry.register(self._latency)
         self.readiness = readiness if readiness is not None else Readiness()
         self._refused: dict[str, Fingerprint] = {}
         """Adapters the engines refused, with what their folder held then: a change forgets it."""
@@ -308,11 +310,15 @@ class Router:
         return changes
 
     def _upstream(self, replica: Replica) -> _Upstream:
-        headers = [(b"content-type", b"application/json"), (b"accept-encoding", b"identity")]
+        # The request's own headers go first (``_headers.upstream``); these are the replica's.
+        headers = [(b"accept-encoding", b"identity")]
         if replica.api_key:
             headers.append((b"authorization", f"Bearer {replica.api_key}".encode()))
-        urls = {path: httpx.URL(replica.url + path) for path in COMPLETIONS}
-        return _Upstream(replica, self._new_client(replica), headers, urls)
+        urls = {path: replica.url + path for path in ROUTED}
+        client = self._new_client(replica)
+        if isinstance(client, httpx.AsyncClient):
+            client = HttpxForwarder(client)
+        return _Upstream(replica, client, headers, urls)
 
     def _upstream_for(self, replica: Replica) -> _Upstream:
         """Where to forward a request granted on ``replica``: the server it was granted on, even when
@@ -361,9 +367,9 @@ class Router:
             return  # websockets: not served; returning closes the connection
         method: str = scope["method"]
         path: str = scope["path"]
-        route = COMPLETIONS.get(path)
+        route = ROUTED.get(path)
         if route is not None and method == "POST":
-            await self._completion(scope, receive, send, route)
+            await self._routed(scope, receive, send, route)
             return
         record = _Record(method, path, time.perf_counter())
         try:
@@ -375,24 +381,25 @@ class Router:
             except _ClientGoneError:
                 record.end = "client_gone"
                 return
-            if path in ("/health", "/metrics", "/v1/models") or route is not None:
-                wanted = "POST" if route is not None else "GET"
-                if method != wanted:
-                    raise RefusedError(
-                        405,
-                        f"Method not allowed ({method} {path}): use {wanted}",
-                        "method_not_allowed",
-                        headers=((b"allow", wanted.encode()),),
-                    )
-                if path == "/health":
-                    record.status = await self._health(send)
-                elif path == "/metrics":
-                    record.status = await self._metrics_page(send)
-                else:
-                    self._authorize(scope)
-                    record.status = await self._models(send)
-                return
-            raise RefusedError(404, f"Invalid URL ({method} {path})", "not_found")
+            wanted = "POST" if route is not None else OWN.get(path)
+            if wanted is None:
+                raise RefusedError(
+                    404, f"Invalid URL ({method} {path}); the routes here are: {listing()}", "not_found"
+                )
+            if method != wanted:
+                raise RefusedError(
+                    405,
+                    f"Method not allowed ({method} {path}): use {wanted}",
+                    "method_not_allowed",
+                    headers=((b"allow", wanted.encode()),),
+                )
+            if path == "/health":
+                record.status = await self._health(send)
+            elif path == "/metrics":
+                record.status = await self._metrics_page(send)
+            else:
+                self._authorize(scope)
+                record.status = await self._models(send)
         except RefusedError as refusal:
             record.status, record.error = refusal.status, refusal.code
             await refuse(send, refusal)
@@ -401,10 +408,14 @@ class Router:
             if path != "/metrics" and path != "/health" and log.isEnabledFor(logging.INFO):
                 log.info(record.line())
 
-    # -- completions --------------------------------------------------------------------------
+    # -- routed requests ----------------------------------------------------------------------
 
-    async def _completion(self, scope: Scope, receive: Receive, send: Send, route: str) -> None:
+    async def _routed(self, scope: Scope, receive: Receive, send: Send, route: str) -> None:
         record = _Record("POST", scope["path"], time.perf_counter())
+        record.forward, record.request_id = upstream_headers(scope["headers"])
+        named = request_id.set(record.request_id)
+        tracing = self._tracing
+        span = tracing.start(record, route) if tracing is not None else None
         watch = self._requests.watch(send) if self._requests is not None else None
         if watch is not None:
             send = watch.send
@@ -453,13 +464,23 @@ class Router:
                     # Else the watcher ends by itself: once the answer is sent, the next message an ASGI
                     # server gives is http.disconnect, at once (cheaper than cancelling it).
         finally:
+            took = time.perf_counter() - record.started
             if metrics is not None:
                 metrics.in_flight -= 1
-                metrics.answered(route, record.status, time.perf_counter() - record.started)
+                metrics.answered(route, record.status, took)
+            latency = self._latency
+            if latency is not None and record.how is not None:
+                streamed = record.stream and record.first and record.status == 200
+                ttft = record.first - record.started if streamed else None
+                latency.observe(None if record.how == "base" else record.model, record.how, ttft, took)
             if log.isEnabledFor(logging.INFO):
                 log.info(record.line())
             if watch is not None:
                 self._log_request(watch, record)
+            if span is not None:
+                assert tracing is not None
+                tracing.end(span, record, record.how == "base" or record.model in self.catalog.bases)
+            request_id.reset(named)
 
     def _log_request(self, watch: Watch, record: _Record) -> None:
         """The request's line in the request log."""
@@ -478,13 +499,14 @@ class Router:
             attempts=record.attempts,
             end=record.end,
             error=record.error,
+            request_id=record.request_id.decode("latin-1"),
         )
 
     @staticmethod
     async def _refuse(send: Send, refusal: RefusedError, record: _Record) -> None:
         record.status, record.error = refusal.status, refusal.code
         record.answered = True
-        await refuse(send, refusal)
+        await refuse(send, refusal, (REQUEST_ID, record.request_id))
 
     async def _adapter_request(self, name: str, path: str, raw: bytes, send: Send, record: _Record) -> None:
         folder = self.catalog.path(name)
@@ -548,12 +570,12 @@ class Router:
                 return
             if outcome is _Outcome.MISSING:
                 missing += 1
-                self._count_retry("adapter_missing")
+                self._count_retry(record, "adapter_missing")
                 continue
             faults += 1
             if faults >= self._attempts:
                 raise _all_failed(faults, record.engine)
-            self._count_retry("server_error" if outcome is _Outcome.SERVER_ERROR else "replica_failed")
+            self._count_retry(record, _reason(outcome))
 
     async def _base_request(self, model: str, path: str, raw: bytes, send: Send, record: _Record) -> None:
         tried: set[str] = set()
@@ -587,7 +609,7 @@ class Router:
                 failed.append(rid)
             if len(tried) >= self._attempts:
                 raise _all_failed(len(tried), record.engine)
-            self._count_retry("server_error" if outcome is _Outcome.SERVER_ERROR else "replica_failed")
+            self._count_retry(record, _reason(outcome))
 
     def _none_ready(self, model: str | None) -> bool:
         """Whether every replica of ``model`` (or every replica) is held not ready for adapters."""
@@ -665,34 +687,31 @@ class Router:
         failed: Sequence[str],
     ) -> _Outcome:
         replica = upstream.replica
-        client = upstream.client
-        request = client.build_request("POST", upstream.urls[path], content=raw, headers=upstream.headers)
         try:
-            response = await client.send(request, stream=True)
-        except httpx.PoolTimeout:
+            headers = [*record.forward, *upstream.headers]
+            response = await upstream.client.post(upstream.urls[path], raw, headers)
+        except BusyError:
             raise RefusedError(
                 503,
                 "The router has too many requests open; try again later",
                 "router_busy",
                 kind="server_error",
             ) from None
-        except httpx.HTTPError as exc:
-            self._replica_failed(replica, lease, f"no answer: {type(exc).__name__}: {exc}")
+        except NoAnswerError as exc:
+            self._replica_failed(replica, lease, f"no answer: {exc}")
             return _Outcome.FAULT
         try:
-            status = response.status_code
+            status = response.status
             head = b""
-            chunks = response.aiter_raw()
+            chunks = response.chunks()
             if status >= 400:
                 try:
                     async for chunk in chunks:
                         head += chunk
                         if len(head) >= ERROR_HEAD_BYTES:
                             break
-                except httpx.HTTPError as exc:
-                    self._replica_failed(
-                        replica, lease, f"HTTP {status}, then cut: {type(exc).__name__}: {exc}"
-                    )
+                except CutError as exc:
+                    self._replica_failed(replica, lease, f"HTTP {status}, then cut: {exc}")
                     return _Outcome.FAULT
                 if status >= 500:
                     message = f"HTTP {status}: {head[:200].decode('utf-8', 'replace')}"
@@ -702,19 +721,22 @@ class Router:
                     return _Outcome.SERVER_ERROR
                 if lease is not None and lease.check_answer(status, head) and may_retry_missing:
                     return _Outcome.MISSING
-            headers = [(k, v) for k, v in response.headers.raw if k.lower() not in HOP_BY_HOP]
+            headers = relayed(response.headers, record.request_id)
             headers.extend(extra)
             record.status = status
             await send({"type": "http.response.start", "status": status, "headers": headers})
             if head:
+                record.first = time.perf_counter()
                 await send({"type": "http.response.body", "body": head, "more_body": True})
             try:
                 async for chunk in chunks:
+                    if not record.first:
+                        record.first = time.perf_counter()
                     await send({"type": "http.response.body", "body": chunk, "more_body": True})
-            except httpx.HTTPError as exc:
+            except CutError as exc:
                 # Too late to go elsewhere: the client has part of the answer. Ending without the last
                 # message makes the server close the connection, so the client sees it cut short.
-                self._replica_failed(replica, lease, f"cut mid-answer: {type(exc).__name__}: {exc}")
+                self._replica_failed(replica, lease, f"cut mid-answer: {exc}")
                 record.end = "cut"
                 return _Outcome.DONE
             record.answered = True
@@ -750,7 +772,8 @@ class Router:
         log.warning("replica %s answered a base-model request with a server error: %s", replica.id, message)
         return False
 
-    def _count_retry(self, reason: str) -> None:
+    def _count_retry(self, record: _Record, reason: str) -> None:
+        record.retries += (reason,)
         if self._metrics is not None:
             self._metrics.retries[reason] += 1
 
@@ -990,7 +1013,7 @@ class _Metrics:
 
 
 def _model_of(raw: bytes) -> tuple[str, bool]:
-    """The ``model`` a completion's body names, and whether it asks for a stream."""
+    """The ``model`` a request's body names, and whether it asks for a stream."""
     try:
         body = json.loads(raw)
     except ValueError:
@@ -1005,6 +1028,11 @@ def _model_of(raw: bytes) -> tuple[str, bool]:
             400, "The model parameter must be a non-empty string", "invalid_model", param="model"
         )
     return model, body.get("stream") is True
+
+
+def _reason(outcome: _Outcome) -> str:
+    """The retry a fault or a server error makes, as ``lorafleet_serve_retries_total`` counts it."""
+    return "server_error" if outcome is _Outcome.SERVER_ERROR else "replica_failed"
 
 
 def _too_large(limit: int) -> RefusedError:

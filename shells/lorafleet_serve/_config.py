@@ -22,6 +22,8 @@ from lorafleet import InvalidValueError, limit_for
 from lorafleet_fleet import HEADROOM, TOP_ADAPTERS, Replica
 
 from ._dns import parse_server
+from ._tracing import INSTALL
+from ._tracing import available as tracing_available
 
 DEFAULT_PORT = 8000
 DISCOVER_INTERVAL = 5.0
@@ -144,6 +146,8 @@ class Config:
     """The file each completion's JSON line is appended to (None: no request log); see ``_requestlog``."""
     request_log_max_bytes: int = DEFAULT_REQUEST_LOG_BYTES
     """The request log's size at which it becomes ``FILE.1`` and a new one begins."""
+    tracing: bool = False
+    """A span per routed request, sent by OTLP where the ``OTEL_*`` variables say (``lorafleet[otel]``)."""
 
     @property
     def models(self) -> dict[str, list[ReplicaConfig]]:
@@ -192,6 +196,7 @@ _SERVER = {
     "metrics_adapters",
     "request_log",
     "request_log_max_bytes",
+    "tracing",
 }
 _FLEET = {"headroom", "attempts", "routers", "concurrency", "prewarm"}
 _TIMEOUTS = {"load", "listing", "listing_interval", "connect", "read", "shutdown"}
@@ -243,6 +248,12 @@ def settings_of(data: Mapping[str, Any], source: str, *, base: Path | None = Non
             out[key] = _int(server[key], f"{source}: server.{key}")
     if "request_log" in server:
         out["request_log"] = _under(base, _str(server["request_log"], f"{source}: server.request_log"))
+    if "tracing" in server:
+        if type(server["tracing"]) is not bool:
+            raise ConfigError(
+                f"{source}: server.tracing must be true or false, not {_shown(server['tracing'])}"
+            )
+        out["tracing"] = server["tracing"]
     fleet = _table(data, "fleet", source)
     _known(fleet, _FLEET, source, "fleet.")
     for key in ("headroom", "attempts", "routers", "concurrency"):
@@ -601,6 +612,8 @@ def check(config: Config) -> None:
         raise ConfigError(f"fleet.headroom must be 0 or more, not {config.headroom}")
     if config.request_log is not None and not config.request_log.parent.is_dir():
         raise ConfigError(f"server.request_log: {str(config.request_log)!r} is not in a folder that exists")
+    if config.tracing and not tracing_available():
+        raise ConfigError(f"server.tracing: OpenTelemetry is not installed here: {INSTALL}")
     if config.concurrency is not None and config.concurrency < 1:
         raise ConfigError(f"fleet.concurrency must be at least 1, not {config.concurrency}")
     for name, seconds in (

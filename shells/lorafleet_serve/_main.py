@@ -160,6 +160,12 @@ def parser() -> argparse.ArgumentParser:
         type=_whole(1),
         help="the request log's size at which it becomes FILE.1 and a new one begins (default 100 MiB)",
     )
+    add(
+        "--tracing",
+        action="store_true",
+        default=None,
+        help="a span per request, sent by OTLP where OTEL_EXPORTER_OTLP_ENDPOINT says (lorafleet[otel])",
+    )
     add("--attempts", metavar="N", type=_whole(1), help="replicas one request may try (default 3)")
     add("--headroom", metavar="N", type=_whole(0), help="adapters over its limit a busy replica may take")
     add("--routers", metavar="N", type=_whole(1), help="routers sharing these replicas (default 1)")
@@ -227,6 +233,7 @@ def config_of(args: argparse.Namespace) -> Config:
         ("metrics_adapters", "metrics_adapters"),
         ("request_log", "request_log"),
         ("request_log_max_bytes", "request_log_max_bytes"),
+        ("tracing", "tracing"),
         ("attempts", "attempts"),
         ("headroom", "headroom"),
         ("routers", "routers"),
@@ -269,11 +276,26 @@ def main(argv: list[str]) -> int:
         # httpx logs every request it makes at INFO: the router's own line per request says more.
         logging.getLogger("httpx").setLevel(logging.WARNING)
     try:
-        anyio.run(_serve, config, lambda: config_of(args), args.config, backend=args.runtime)
+        anyio.run(
+            _serve,
+            config,
+            lambda: config_of(args),
+            args.config,
+            backend=args.runtime,
+            backend_options=_backend_options(args.runtime),
+        )
     except ListenError as exc:
         sys.stderr.write(f"{PROG}: error: {exc}\n")
         return 1
     return 0
+
+
+def _backend_options(runtime: str) -> dict[str, Any]:
+    """uvloop for asyncio where it is installed (the ``serve`` extra has it where it builds): its loop
+    spends less CPU per request than asyncio's own (bench/NOTES.md)."""
+    if runtime == "asyncio" and importlib.util.find_spec("uvloop") is not None:
+        return {"use_uvloop": True}
+    return {}
 
 
 def summary(config: Config) -> str:

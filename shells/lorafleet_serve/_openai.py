@@ -68,5 +68,6 @@ async def respond_json(send: Send, status: int, data: Any) -> None:
     await respond(send, status, json.dumps(data, ensure_ascii=False).encode(), [JSON])
 
 
-async def refuse(send: Send, refusal: RefusedError) -> None:
-    await respond(send, refusal.status, refusal.body(), [JSON, *refusal.headers])
+async def refuse(send: Send, refusal: RefusedError, *extra: tuple[bytes, bytes]) -> None:
+    """Answer ``refusal``, with ``extra`` headers (the request's id)."""
+    await respond(send, refusal.status, refusal.body(), [JSON, *refusal.headers, *extra])

@@ -8,7 +8,8 @@ Each line (docs/serve.md, "The request log", is the schema's reference)::
 
     {"time": 1767000000.123, "adapter": "sql", "model": "llama", "replica": "gpu-0", "how": "loaded",
      "wait": 0.412, "ttft": 0.530, "duration": 1.203, "prompt_tokens": 12, "completion_tokens": 64,
-     "status": 200, "stream": true, "attempts": 1, "end": "done", "error": null}
+     "status": 200, "stream": true, "attempts": 1, "end": "done", "error": null,
+     "request_id": "9f3c..."}
 
 The line is written when the request ends, so lines come in order of their ends, not of ``time``.
 """
@@ -106,6 +107,7 @@ class RequestLog:
         attempts: int,
         end: str,
         error: str | None,
+        request_id: str | None = None,
     ) -> None:
         """The request's line: ``wait_ms`` is the time it waited for its adapter (a lease)."""
         now = time.perf_counter()
@@ -126,6 +128,7 @@ class RequestLog:
             "attempts": attempts,
             "end": end,
             "error": error,
+            "request_id": request_id,
         }
         line = json.dumps(entry, separators=(", ", ": ")) + "\n"
         if self._file.closed:

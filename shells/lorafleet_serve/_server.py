@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import socket
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Self
+from typing import TYPE_CHECKING, Any, Self
 
 import anyio
 import anyio.abc
@@ -17,15 +18,21 @@ import httpx
 import sniffio
 from hypercorn.config import Config as HypercornConfig
 from prometheus_client import CollectorRegistry
+from uvicorn import Server as uvicorn_Server
 
 from lorafleet_fleet import KEEPALIVE_EXPIRY, Fleet, PrometheusMetrics, Replica
 
 from ._app import NoCookies, Router
 from ._catalog import Catalog
 from ._config import Config, ConfigError, check, discovered_key, resolve
+from ._forward import AiohttpForwarder, Forwarder
+from ._headers import RequestIds
 from ._live import Discovery, changes_line, file_state
 from ._readiness import Origin, Problem, Readiness, ServeWording
 from ._sizing import sizing
+
+if TYPE_CHECKING:
+    from ._tracing import Tracing
 
 log = logging.getLogger("lorafleet.serve")
 WATCH_INTERVAL = 1.0
@@ -42,6 +49,17 @@ class _NoStartupLines(logging.Filter):
 
 HYPERCORN_LOG = logging.getLogger("lorafleet.serve.hypercorn")
 HYPERCORN_LOG.addFilter(_NoStartupLines())
+
+
+class _WarningsOnly(logging.Filter):
+    """uvicorn's own lines below a warning ("Started server process", "Uvicorn running on..."): the
+    router says where it listens itself, and stopping is the program's."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.levelno >= logging.WARNING
+
+
+logging.getLogger("uvicorn.error").addFilter(_WarningsOnly())
 
 
 class ListenError(Exception):
@@ -69,6 +87,10 @@ class RouterServer:
             serve``); None: ``reload()`` applies ``config`` again (resolving every name now).
         watch: a file whose changes call ``reload()`` (its target, inode, time and size are looked
             at every ``watch_interval`` seconds: a Kubernetes ConfigMap changes by a symlink swap).
+        tracer_provider: an OpenTelemetry tracer provider the router's spans go to (``config.tracing``
+            or not). With ``config.tracing`` and none given: the global provider when a program set an
+            SDK one, else one that sends them by OTLP where the ``OTEL_*`` variables say, flushed and
+            shut down when the server stops.
 
     Raises (when entered):
         ConfigError: the config does not make sense (see ``check``), or a key's variable is unset.
@@ -83,8 +105,10 @@ class RouterServer:
         source: Callable[[], Config] | None = None,
         watch: Path | None = None,
         watch_interval: float = WATCH_INTERVAL,
+        tracer_provider: Any = None,
     ) -> None:
         self.config = config
+        self._tracer_provider = tracer_provider
         self._environ = environ
         self._source = source
         self._watch_path = watch
@@ -169,6 +193,7 @@ class RouterServer:
                 client_key=client_key,
                 registry=registry,
                 readiness=readiness,
+                tracing=self._tracing(),
             )
             self._stack.push_async_callback(router.aclose)
             for discovery in self._discoveries:
@@ -189,6 +214,22 @@ class RouterServer:
         tasks.start_soon(self._serve, sock)
         await tasks.start(self._run_loops, fleet_client)
         return self
+
+    def _tracing(self) -> Tracing | None:
+        provider = self._tracer_provider
+        if provider is None and self.config.tracing:
+            from ._tracing import exporting_provider, global_sdk_provider
+
+            provider = global_sdk_provider()
+            if provider is None:
+                provider = exporting_provider()
+                # Its last spans go out when the server stops (after the fleet, whose close ends none).
+                self._stack.callback(provider.shutdown)
+        if provider is None:
+            return None
+        from ._tracing import Tracing
+
+        return Tracing(provider)
 
     async def __aexit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
@@ -339,7 +380,9 @@ class RouterServer:
 
     async def _serve(self, sock: socket.socket) -> None:
         assert self._stop is not None
-
+        if sniffio.current_async_library() != "trio":
+            await self._serve_uvicorn(sock)
+            return
         config = HypercornConfig()
         # hypercorn owns the listening socket from here on, and closes it when it stops.
         config.bind = [f"fd://{sock.detach()}"]
@@ -347,18 +390,64 @@ class RouterServer:
         config.accesslog = None  # the router logs each request itself, in one line
         config.errorlog = HYPERCORN_LOG
         config.include_server_header = False
-        if sniffio.current_async_library() == "trio":
-            from hypercorn.trio import serve as serve_trio
+        from hypercorn.trio import serve as serve_trio
 
-            await serve_trio(self.router, config, shutdown_trigger=self._stop.wait)  # type: ignore[arg-type]
-        else:
-            from hypercorn.asyncio import serve as serve_asyncio
+        await serve_trio(self.router, config, shutdown_trigger=self._stop.wait)  # type: ignore[arg-type]
 
-            await serve_asyncio(self.router, config, shutdown_trigger=self._stop.wait)  # type: ignore[arg-type]
+    async def _serve_uvicorn(self, sock: socket.socket) -> None:
+        """Serve with uvicorn and httptools under asyncio: hypercorn's h11 and its task per request
+        cost about a third of a millisecond of CPU per request more (bench/NOTES.md)."""
+        import uvicorn
+
+        assert self._stop is not None
+        config = uvicorn.Config(
+            self.router,
+            http="httptools",
+            ws="none",
+            lifespan="off",
+            loop="none",
+            access_log=False,  # the router logs each request itself, in one line
+            log_config=None,
+            server_header=False,
+            # Typed int, used as asyncio.timeout's seconds: a fraction works.
+            timeout_graceful_shutdown=self.config.shutdown_timeout,  # type: ignore[arg-type]
+            backlog=1024,
+        )
+        server = _Uvicorn(config)
+        serving = asyncio.ensure_future(server.serve(sockets=[sock]))
+        try:
+            await self._stop.wait()
+        finally:
+            server.should_exit = True
+            with anyio.CancelScope(shield=True):
+                await serving
+            sock.close()
 
 
-def _forwarding_client(config: Config) -> Callable[[Replica], httpx.AsyncClient]:
-    """What makes each replica's client for forwarding requests."""
+class _Uvicorn(uvicorn_Server):
+    """uvicorn's server, leaving signals to the program that runs it (``lorafleet serve`` has its own)."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
+
+
+def _forwarding_client(config: Config) -> Callable[[Replica], httpx.AsyncClient | Forwarder]:
+    """What makes each replica's client for forwarding requests: aiohttp's under asyncio (a fraction
+    of httpx's CPU per request, bench/NOTES.md), httpx's under trio."""
+    # One TLS context for all: making one reads the CA bundle, some 50 ms of CPU each.
+    tls = httpx.create_ssl_context()
+    if sniffio.current_async_library() != "trio":
+
+        def new_forwarder(replica: Replica) -> Forwarder:
+            return AiohttpForwarder(
+                connect=config.connect_timeout,
+                read=config.read_timeout,
+                max_connections=config.max_connections,
+                tls=tls,
+            )
+
+        return new_forwarder
     timeout = httpx.Timeout(
         connect=config.connect_timeout,
         read=config.read_timeout,
@@ -370,8 +459,6 @@ def _forwarding_client(config: Config) -> Callable[[Replica], httpx.AsyncClient]
         max_keepalive_connections=config.max_connections,
         keepalive_expiry=KEEPALIVE_EXPIRY,
     )
-    # One TLS context for all: making one reads the CA bundle, some 50 ms of CPU each.
-    tls = httpx.create_ssl_context()
 
     def new_client(replica: Replica) -> httpx.AsyncClient:
         return httpx.AsyncClient(cookies=NoCookies(), timeout=timeout, limits=limits, verify=tls)
@@ -403,6 +490,7 @@ RESTART = {
     "max_connections": "server.max_connections",
     "request_log": "server.request_log",
     "request_log_max_bytes": "server.request_log_max_bytes",
+    "tracing": "server.tracing",
 }
 """The settings a running router keeps until it restarts, by ``Config`` field: every one but the
 replicas and the discovered names (and with them the limits and keys)."""
@@ -419,20 +507,26 @@ def origins_of(config: Config) -> dict[str, Origin]:
 
 
 class _Wording:
-    """``ServeWording`` on the fleet's logger while at least one router runs in this process."""
+    """``ServeWording`` on the fleet's logger, and ``RequestIds`` on the fleet's and the router's, while
+    at least one router runs in this process."""
 
     def __init__(self) -> None:
         self._filter = ServeWording()
+        self._ids = RequestIds()
         self._running = 0
 
     def install(self) -> None:
         self._running += 1
         logging.getLogger("lorafleet").addFilter(self._filter)
+        for name in ("lorafleet", "lorafleet.serve"):
+            logging.getLogger(name).addFilter(self._ids)
 
     def uninstall(self) -> None:
         self._running -= 1
         if not self._running:
             logging.getLogger("lorafleet").removeFilter(self._filter)
+            for name in ("lorafleet", "lorafleet.serve"):
+                logging.getLogger(name).removeFilter(self._ids)
 
 
 _wording = _Wording()

@@ -1,19 +1,20 @@
-"""An ASGI app that answers vLLM's model, LoRA and completion routes as vLLM does, by release line.
+"""An ASGI app that answers vLLM's model, LoRA and inference routes as vLLM does, by release line.
 
-The routes are in ``_lora`` and ``_completions``, what differs between release lines in ``_family``,
-and what a test injects in ``_misbehaviour``. This module routes a call, logs it, checks the key, and
-is the test's handle on all of it.
+The routes are in ``_lora``, ``_completions``, ``_generate`` and ``_pooling``, what differs between
+release lines in ``_family``, and what a test injects in ``_misbehaviour``. This module routes a call,
+logs it, checks the key, and is the test's handle on all of it.
 """
 
 from __future__ import annotations
 
 import json
 import threading
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import attrs
 
-from . import _completions, _lora, _metrics, _validation
+from . import _completions, _generate, _lora, _metrics, _pooling, _validation
 from ._asgi import Receive, Scope, Send, json_or_none, lifespan, read_body, respond, respond_json
 from ._engine import Engine, Memory
 from ._family import Family
@@ -26,9 +27,70 @@ ROUTES = {
     "/v1/completions": "completions",
     "/v1/chat/completions": "chat",
     "/metrics": "metrics",
+    "/v1/responses": "responses",
+    "/v1/messages": "messages",
+    "/v1/messages/count_tokens": "count_tokens",
+    "/v1/chat/completions/batch": "chat_batch",
+    "/tokenize": "tokenize",
+    "/detokenize": "detokenize",
+    "/v1/embeddings": "embeddings",
+    "/pooling": "pooling",
+    "/v2/embed": "embed_v2",
+    "/score": "score",
+    "/v1/score": "score_v1",
+    "/rerank": "rerank",
+    "/v1/rerank": "rerank_v1",
+    "/v2/rerank": "rerank_v2",
+    "/v1/completions/render": "completions_render",
+    "/v1/chat/completions/render": "chat_render",
+    "/v1/responses/render": "responses_render",
+    "/v1/messages/render": "messages_render",
+    "/v1/completions/derender": "completions_derender",
+    "/v1/chat/completions/derender": "chat_derender",
+    "/inference/v1/generate": "generate",
 }
 LORA_ROUTES = ("load", "unload")
 COMPLETIONS = ("completions", "chat")
+GENERATING = frozenset(
+    {
+        "completions",
+        "chat",
+        "responses",
+        "messages",
+        "count_tokens",
+        "chat_batch",
+        "completions_render",
+        "chat_render",
+        "responses_render",
+        "messages_render",
+        "completions_derender",
+        "chat_derender",
+        "generate",
+    }
+)
+"""Routes a generating model serves (vLLM's default runner)."""
+POOLING = frozenset(
+    {"embeddings", "pooling", "embed_v2", "score", "score_v1", "rerank", "rerank_v1", "rerank_v2"}
+)
+"""Routes an embedding model serves (``--runner pooling --convert embed``)."""
+SCALE_OUT = frozenset(
+    {
+        "completions_render",
+        "chat_render",
+        "responses_render",
+        "messages_render",
+        "completions_derender",
+        "chat_derender",
+        "generate",
+    }
+)
+"""Routes vLLM refuses (403) unless started with ``--enable-scale-out``, which the stand-in is not."""
+INFERENCE = GENERATING | POOLING | {"tokenize", "detokenize"}
+"""Routes that name a model."""
+OFF_ENGINE = frozenset({"tokenize", "detokenize", "count_tokens"})
+"""Of those, the routes answered without the engine: nothing runs, nothing is in its batch."""
+ANTHROPIC = frozenset({"messages", "count_tokens"})
+SCALE_OUT_OFF = "Scale-out endpoints are disabled. Restart vllm serve with --enable-scale-out to enable them."
 ENGINE_FAILED = "EngineCore encountered an issue. See stack trace (above) for the root cause."
 """vLLM's answer (a 500) to a request its engine failed on."""
 
@@ -48,10 +110,13 @@ class Call:
     """The adapters registered when the call came, in registration order."""
     misbehaviour: Misbehaviour | None = None
     """The injected misbehaviour the call met, if any (``answer``, ``hang``, ``drop``...)."""
+    headers: dict[str, str] = attrs.field(factory=dict, eq=False)
+    """Every header of the request, names in lower case (the last, when one came twice)."""
 
 
 class VllmStandIn:
-    """vLLM's HTTP API for tests: the runtime LoRA routes, /v1/models and minimal completions.
+    """vLLM's HTTP API for tests: the runtime LoRA routes, /v1/models, and the inference routes that
+    name a model (completions, chat, responses, embeddings, tokenize...) with minimal answers.
 
     Args:
         model: the served base model name.
@@ -74,6 +139,12 @@ class VllmStandIn:
             time inside the engine's loop: every completion's steps wait meanwhile, as vLLM's do
             (0: at once).
         token_seconds: seconds each generated token takes, paused by reads from disk (0: at once).
+        stream_interval: seconds between a stream's chunks, kept to a steady schedule from its first
+            (a decoding step per token); 0 sends them all at once. For benchmarks of what a router
+            adds between chunks.
+        runner: "generate" (completions, chat, responses, messages...) or "pooling" (embeddings,
+            score, rerank...: vLLM's ``--runner pooling --convert embed``); the other's routes are
+            absent (404), as in vLLM. Both tokenize.
     """
 
     def __init__(
@@ -93,7 +164,12 @@ class VllmStandIn:
         max_cpu_loras: int | None = None,
         load_seconds: float = 0.0,
         token_seconds: float = 0.0,
+        stream_interval: float = 0.0,
+        runner: str = "generate",
     ) -> None:
+        if runner not in ("generate", "pooling"):
+            raise ValueError(f"runner must be 'generate' or 'pooling', not {runner!r}")
+        self.runner = runner
         self.model = model
         self.family = Family.of(version)
         self.api_key = api_key
@@ -113,6 +189,7 @@ class VllmStandIn:
             token_seconds=token_seconds,
         )
         self._misbehaviours = Misbehaviours()
+        self.stream_interval = stream_interval
         self._calls_lock = threading.Condition()
         self._calls: list[Call] = []
 
@@ -133,7 +210,8 @@ class VllmStandIn:
             return list(self._calls)
 
     def calls_to(self, route: str) -> list[Call]:
-        """Calls to one route: "models", "load", "unload", "completions", "chat" or "metrics"."""
+        """Calls to one route: "models", "load", "unload", "completions", "chat", "metrics", or another
+        of ``ROUTES`` ("responses", "embeddings", "tokenize"...)."""
         path = _path_of(route)
         return [c for c in self.calls if c.path == path]
 
@@ -261,7 +339,7 @@ class VllmStandIn:
             )
             authorization = headers.get("authorization")
             met = misbehaviour if misbehaviour is not None else failing
-            self._calls.append(Call(method, path, body, authorization, running, registered, met))
+            self._calls.append(Call(method, path, body, authorization, running, registered, met, headers))
             self._calls_lock.notify_all()
         if path in ("/health", "/ping"):
             await respond(send, 200, b"", None)
@@ -282,11 +360,16 @@ class VllmStandIn:
         ):
             await respond_json(send, 401, {"error": "Unauthorized"})
             return
-        if route is None or route == "metrics" or (route in LORA_ROUTES and not self.runtime_lora):
+        if (
+            route is None
+            or route == "metrics"
+            or (route in LORA_ROUTES and not self.runtime_lora)
+            or route in (POOLING if self.runner == "generate" else GENERATING)
+        ):
             await respond_json(send, 404, {"detail": "Not Found"})
             return
-        if route in COMPLETIONS:
-            await self._completion(route, method, body, misbehaviour, failing, send)
+        if route in INFERENCE:
+            await self._inference(route, method, body, misbehaviour, failing, send)
             return
         if misbehaviour is not None and await self._misbehaviours.act(misbehaviour, send):
             return
@@ -301,7 +384,7 @@ class VllmStandIn:
         elif route == "unload":
             await _lora.unload(engine, send, body, headers)
 
-    async def _completion(
+    async def _inference(
         self,
         route: str,
         method: str,
@@ -310,7 +393,8 @@ class VllmStandIn:
         failing: Misbehaviour | None,
         send: Send,
     ) -> None:
-        """A completion, in flight (``vllm:lora_requests_info``) from its start to its end, held or not.
+        """A request that names a model; one the engine runs is in flight (``vllm:lora_requests_info``)
+        from its start to its end, held or not.
 
         ``failing``: what its prompt makes the engine answer (``fail_prompts``), once it gets there.
         """
@@ -320,17 +404,24 @@ class VllmStandIn:
         turned_away: tuple[int, Any] | None = None
         if method != "POST":
             turned_away = 405, {"detail": "Method Not Allowed"}
-        elif (refused := _validation.refusal(route, body, family)) is not None:
+        elif route in SCALE_OUT:
+            turned_away = 403, family.error(403, SCALE_OUT_OFF, "PermissionDeniedError")
+        elif (refused := _validation.refusal_of(route, body, family)) is not None:
             turned_away = 400, refused
         elif not engine.serves(model := body.get("model") or engine.model):
-            param = "model" if family.names_the_model_param else None
-            message = family.unknown_model(model, engine.model)
-            turned_away = 404, family.error(404, message, "NotFoundError", param)
-        elif (refused := _validation.out_of_range(body, family, engine.max_model_len)) is not None:
+            turned_away = 404, self._unknown(route, model)
+        elif (
+            route in COMPLETIONS
+            and (refused := _validation.out_of_range(body, family, engine.max_model_len)) is not None
+        ):
             turned_away = 400, refused
         if turned_away is not None:
             if misbehaviour is None or not await self._misbehaviours.act(misbehaviour, send):
                 await respond_json(send, *turned_away)
+            return
+        if route in OFF_ENGINE:
+            if misbehaviour is None or not await self._misbehaviours.act(misbehaviour, send):
+                await _answer(route, engine, send, body, self._misbehaviours.pause_stream, 0.0)
             return
         adapter = None if model == engine.model else model
         await engine.join_batch()
@@ -343,17 +434,62 @@ class VllmStandIn:
                     return
                 if failing is not None and await self._misbehaviours.act(failing, send):
                     return
-                await _completions.complete(engine, send, route, body, self._misbehaviours.pause_stream)
+                await _answer(
+                    route, engine, send, body, self._misbehaviours.pause_stream, self.stream_interval
+                )
             finally:
                 engine.ended(adapter)
         finally:
             engine.leave_batch()
+
+    def _unknown(self, route: str, model: str) -> dict[str, Any]:
+        """vLLM's 404 for a model it does not serve: its pooling routes word it as older lines did, and
+        Anthropic's routes shape it as Anthropic does."""
+        family = self.family
+        if route in POOLING:
+            return family.error(404, f"The model `{model}` does not exist.", "NotFoundError")
+        message = family.unknown_model(model, self._engine.model)
+        if route in ANTHROPIC:
+            return {"type": "error", "error": {"type": "NotFoundError", "message": message}}
+        param = "model" if family.names_the_model_param else None
+        return family.error(404, message, "NotFoundError", param)
 
     def _authorised(self, header: str | None) -> bool:
         if not header:
             return False
         scheme, _, token = header.partition(" ")
         return scheme.lower() == "bearer" and token == self.api_key
+
+
+async def _answer(
+    route: str, engine: Engine, send: Send, body: Any, pause: Callable[[], Awaitable[None]], interval: float
+) -> None:
+    """The answer of a request ``_validation`` took, for a model the engine serves."""
+    if route in COMPLETIONS:
+        await _completions.complete(engine, send, route, body, pause, interval)
+    elif route == "responses":
+        await _generate.responses(engine, send, body, pause, interval)
+    elif route == "messages":
+        await _generate.messages(engine, send, body, pause, interval)
+    else:
+        answer = ANSWERS[route]
+        await answer(engine, send, body)
+
+
+ANSWERS: dict[str, Callable[[Engine, Send, Any], Awaitable[None]]] = {
+    "count_tokens": _generate.count_tokens,
+    "chat_batch": _generate.chat_batch,
+    "tokenize": _generate.tokenize,
+    "detokenize": _generate.detokenize,
+    "embeddings": _pooling.embeddings,
+    "pooling": _pooling.pooling,
+    "embed_v2": _pooling.embed_v2,
+    "score": _pooling.score,
+    "score_v1": _pooling.score,
+    "rerank": _pooling.rerank,
+    "rerank_v1": _pooling.rerank,
+    "rerank_v2": _pooling.rerank,
+}
 
 
 def _prompt_of(route: str | None, body: Any) -> str:
