@@ -252,6 +252,12 @@ class FleetModel(RuleBasedStateMachine):
         """Feed ``event`` to the machine and the model; their commands must be the same list."""
         self.steps += 1
         before = self.held()
+        # [renew]: a load out when its adapter changed (loading, and in unloading as an old copy) is
+        # refused for files that are gone, so no refusal is recorded.
+        old = False
+        if isinstance(event, LoadFinished) and (out := self.loads.get(event.load)) is not None:
+            at = self.machine.statistics().replicas.get(out.replica)
+            old = at is not None and out.adapter in at.unloading
         expected = self.model.handle(event) if self.with_model else None
         commands = self.machine.handle(event)
         note(f"{event!r}\n    -> {commands!r}")
@@ -262,7 +268,9 @@ class FleetModel(RuleBasedStateMachine):
         self.what_the_engine_said(event, before)
         if isinstance(event, LoadFinished):
             load = self.loads.pop(event.load)
-            if event.outcome is LoadOutcome.ADAPTER_FAULT and load.replica in self.active:  # [refuse]
+            if (
+                event.outcome is LoadOutcome.ADAPTER_FAULT and load.replica in self.active and not old
+            ):  # [refuse]
                 self.refused[load.adapter] = self.now + self.config["refusal"]
         return commands
 
@@ -629,6 +637,10 @@ class FleetModel(RuleBasedStateMachine):
         """The router says the engine may take an adapter now, or any ([forgive]): it was fixed."""
         adapter = data.draw(st.sampled_from([*ADAPTERS, None]))
         note(f"the refusal of {adapter or 'every adapter'} is forgotten")
+        if adapter is None:
+            self.refused.clear()
+        else:
+            self.refused.pop(adapter, None)
         self.send(RefusalForgotten(adapter=adapter))
 
     @rule(data=st.data())
@@ -741,9 +753,17 @@ class FleetModel(RuleBasedStateMachine):
         assert (m.statistics(), m.next_ticket, m.next_due()) == before
 
     def only_queued_wait(self) -> bool:
-        """Whether every waiting request waits for room at its replica's cap ([cap]), not for a call."""
+        """Whether every waiting request waits for room at its replica's cap ([cap]), not for a call;
+        or for an old copy that requests still run on ([renew]: held, and in unloading)."""
         stats = self.machine.statistics().replicas
-        waiting = Counter(self.tickets[n].replica for n in self.in_state(State.WAITING))
+
+        def on_old_copy(t: Ticket) -> bool:
+            at = stats.get(t.replica)
+            return at is not None and t.adapter in at.unloading and t.adapter in at.held
+
+        waiting = Counter(
+            self.tickets[n].replica for n in self.in_state(State.WAITING) if not on_old_copy(self.tickets[n])
+        )
         return all(r in stats and stats[r].queued == count for r, count in waiting.items())
 
     def busy(self) -> list[tuple[str, str]]:

@@ -694,7 +694,10 @@ class Model:
         rep.listing = Listing(self.new_op(rep))
         self.tick()  # the listing's start, which the machine dates by this clock
         self.ops[rep.listing.op] = (rep, rep.listing)
-        rep.at_listing_start = list(rep.held.values())
+        # A victim whose load is out is still on the engine, and is held again, as it was, if that
+        # load fails: the listing judges its copy too.
+        victims = [u.copy for u in rep.unloading.values() if u.op is None and u.copy is not None]
+        rep.at_listing_start = [*rep.held.values(), *victims]
         rep.dropped_while_listing = set()
         return ReadListing(listing=rep.listing.op, replica=rep.id)
 
