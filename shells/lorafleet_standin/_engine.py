@@ -24,6 +24,9 @@ class Memory:
     """Adapters it dropped while their name stayed registered, but for a victim unloaded after."""
     rereads: int
     """Adapters a completion needed that it had dropped, read back from disk."""
+    over: int = 0
+    """Reads into a full memory whose every copy ran, so that it went past ``max_cpu_loras`` (vLLM
+    goes over "very temporarily")."""
 
 
 class Engine:
@@ -88,7 +91,7 @@ class Engine:
         self._memory: collections.OrderedDict[int, str] = collections.OrderedDict()
         """Copies in memory, least recently used first (only with ``max_cpu_loras``)."""
         self._dropped: set[int] = set()
-        self._most = self._drops = self._rereads = 0
+        self._most = self._drops = self._rereads = self._over = 0
 
     @property
     def adapters(self) -> dict[str, str]:
@@ -142,7 +145,7 @@ class Engine:
     def memory(self) -> Memory:
         """What the adapter memory did (all zeros without ``max_cpu_loras``)."""
         with self._lock:
-            return Memory(self._most, self._drops, self._rereads)
+            return Memory(self._most, self._drops, self._rereads, self._over)
 
     def _read_in(self, name: str) -> None:
         """A load read ``name`` from disk: a new copy in memory, the least recently used no completion
@@ -160,6 +163,7 @@ class Engine:
         while len(self._memory) >= self.max_cpu_loras:
             victim = next((c for c, n in self._memory.items() if not self._running.get(n)), None)
             if victim is None:
+                self._over += 1
                 return  # every copy runs: vLLM goes over "very temporarily"
             name = self._memory.pop(victim)
             if self._copy.get(name) == victim:
