@@ -26,7 +26,7 @@ import pytest
 from lorafleet._cli import main as lorafleet
 from lorafleet_serve import Config, ConfigError, ReplicaConfig, RouterServer
 from lorafleet_serve._app import MISSING_RETRIES
-from lorafleet_standin import StandInServer, generated
+from lorafleet_standin import StandInServer, generated, weights_digest
 
 from conftest import ADAPTERS, broken_folder_warning, eventually, make_adapter, settled
 
@@ -117,7 +117,7 @@ async def test_a_completion_goes_to_the_replica_holding_its_adapter(
         assert served_by(answer) == ("r0", how)
         assert answer.json()["model"] == "a0"
     prompt = "hello" if route == "completions" else json.dumps(CHAT["messages"])
-    text = "".join(generated("a0", prompt, 4))
+    text = "".join(generated("a0", prompt, 4, weights_digest(adapter_dir / "a0")))
     choice = first.json()["choices"][0]
     assert (choice["text"] if route == "completions" else choice["message"]["content"]) == text
     assert [c.body["lora_name"] for c in standin.app.calls_to("load")] == ["a0"]
@@ -161,7 +161,7 @@ async def test_a_stream_is_relayed_event_by_event(serve: Serve, adapter_dir: Pat
     else:
         assert events[0]["choices"][0]["delta"] == {"role": "assistant", "content": ""}  # as vLLM's first
         words = [e["choices"][0]["delta"]["content"] for e in events[1:]]
-    assert words == generated("a1", prompt, 4)
+    assert words == generated("a1", prompt, 4, weights_digest(adapter_dir / "a1"))
 
 
 @pytest.mark.anyio

@@ -16,3 +16,4 @@ from ._engine import Memory as Memory
 from ._family import Family as Family
 from ._misbehaviour import Misbehaviour as Misbehaviour
 from ._server import StandInServer as StandInServer
+from ._weights import weights_digest as weights_digest

@@ -428,8 +428,9 @@ class VllmStandIn:
         try:
             reread = engine.started(adapter)  # vLLM names a request's adapter from its first step
             try:
-                if reread:
+                if reread and adapter is not None:
                     await engine.read_from_disk()
+                    engine.read_again(adapter)
                 if misbehaviour is not None and await self._misbehaviours.act(misbehaviour, send):
                     return
                 if failing is not None and await self._misbehaviours.act(failing, send):

@@ -1,7 +1,8 @@
 """Minimal ``/v1/completions`` and ``/v1/chat/completions``, field for field as vLLM 0.32 answers them.
 
-There is no model: the output is a fixed function of the model (or adapter) name and the prompt, so a
-test can tell which adapter served a request.
+There is no model: the output is a fixed function of the model (or adapter) name, the prompt and, for an
+adapter, a hash of its weights files as they were read (``weights_digest``), so a test can tell which
+adapter served a request, and which version of it.
 """
 
 from __future__ import annotations
@@ -20,9 +21,16 @@ from ._validation import max_tokens, wants_stream
 WORDS = "alpha bravo charlie delta echo foxtrot golf hotel india juliet kilo lima mike november".split()
 
 
-def generated(model: str, prompt: str, tokens: int) -> list[str]:
-    """The stand-in's greedy output: fixed for a (model, prompt), different from model to model."""
-    seed = hashlib.sha256(f"{model}\0{prompt}".encode()).digest()
+def generated(model: str, prompt: str, tokens: int, weights: str = "") -> list[str]:
+    """The stand-in's greedy output: fixed for a (model, prompt, weights), different from model to model
+    and from one version of an adapter's weights to another.
+
+    Args:
+        weights: the adapter's ``weights_digest`` as the engine read it ("" for a base model, or an
+            adapter without weights files).
+    """
+    key = f"{model}\0{prompt}" if not weights else f"{model}\0{prompt}\0{weights}"
+    seed = hashlib.sha256(key.encode()).digest()
     return [f" {WORDS[seed[i % len(seed)] % len(WORDS)]}" for i in range(tokens)]
 
 
@@ -50,7 +58,7 @@ async def complete(
     model = body.get("model") or engine.model
     prompt = body.get("prompt") if route == "completions" else json.dumps(body.get("messages"))
     tokens = min(max_tokens(body), 512)
-    words = generated(model, str(prompt), tokens)
+    words = generated(model, str(prompt), tokens, engine.weights(model))
     ident = f"{'cmpl' if route == 'completions' else 'chatcmpl'}-{engine.next_id():016x}"
     prompt_tokens = len(str(prompt).split())
     if wants_stream(body):

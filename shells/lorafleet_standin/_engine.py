@@ -12,6 +12,7 @@ import time
 import attrs
 
 from ._family import Family
+from ._weights import weights_digest
 
 
 @attrs.frozen
@@ -63,6 +64,8 @@ class Engine:
         self.created = int(time.time())
         self._lock = threading.Condition()
         self._adapters: dict[str, str] = {}
+        self._weights: dict[str, str] = {}
+        """Registered name to the ``weights_digest`` of its files as the engine last read them."""
         self._ids = itertools.count(1)
         self._running: dict[str | None, int] = {}
         """Completions in flight by adapter (None: the base model), in the order first seen."""
@@ -108,26 +111,48 @@ class Engine:
         with self._lock:
             return name in self._adapters
 
-    def register(self, name: str, path: str) -> bool:
-        """Register ``name``; False, changing nothing, when it is registered already."""
+    def register(self, name: str, path: str, weights: str = "") -> bool:
+        """Register ``name``, its files read as ``weights`` (their ``weights_digest``); False, changing
+        nothing, when it is registered already."""
         with self._lock:
             if name in self._adapters:
                 return False
             self._adapters[name] = path
+            self._weights[name] = weights
             self._read_in(name)
             return True
 
     def put(self, name: str, path: str) -> None:
-        """Register ``name`` whether or not it was (as another router's load would)."""
+        """Register ``name`` whether or not it was (as another router's load would), reading its files."""
+        weights = weights_digest(path)
         with self._lock:
             self._adapters[name] = path
+            self._weights[name] = weights
             self._read_in(name)
+
+    def weights(self, name: str) -> str:
+        """The ``weights_digest`` of adapter ``name`` as the engine read it ("" for the base model)."""
+        with self._lock:
+            return self._weights.get(name, "")
+
+    def read_again(self, name: str) -> None:
+        """A dropped adapter was read back from disk for a completion: what its folder holds now, as
+        vLLM reads the path it was loaded from again (new weights written there since are read)."""
+        with self._lock:
+            path = self._adapters.get(name)
+        if path is None:
+            return
+        weights = weights_digest(path)
+        with self._lock:
+            if self._adapters.get(name) == path:
+                self._weights[name] = weights
 
     def unregister(self, name: str) -> bool:
         """Forget ``name``; False when it was not registered. Like vLLM's Python frontend, the copy in
         memory stays until the least-recently-used order drops it."""
         with self._lock:
             copy = self._copy.pop(name, None)
+            self._weights.pop(name, None)
             if copy in self._dropped:  # dropped for a load, then unloaded: engine and router agree
                 self._dropped.discard(copy)
                 self._drops -= 1
@@ -137,6 +162,7 @@ class Engine:
         """Forget every runtime-loaded adapter and the metric's series, as a restarted vLLM does."""
         with self._lock:
             self._adapters.clear()
+            self._weights.clear()
             self._series.clear()
             self._copy.clear()
             self._memory.clear()

@@ -9,6 +9,7 @@ from typing import Any
 from ._asgi import Send, respond, respond_json
 from ._engine import Engine
 from ._family import Family, rejection_type
+from ._weights import weights_digest
 
 
 def listing(engine: Engine) -> dict[str, Any]:
@@ -69,8 +70,9 @@ async def load(engine: Engine, send: Send, body: Any, headers: dict[str, str]) -
         if refused is not None:
             await respond_json(send, *refused)
             return
+    weights = weights_digest(path)  # what the engine reads, and its answers under the adapter depend on
     await engine.read_from_disk()
-    if not engine.register(name, path):  # another call won the race while the files were read
+    if not engine.register(name, path, weights):  # another call won the race while the files were read
         await respond_json(send, 400, family.error(400, family.already_loaded(name), "InvalidUserInput"))
         return
     await respond(send, 200, f"Success: LoRA adapter '{name}' added successfully.".encode(), None)
