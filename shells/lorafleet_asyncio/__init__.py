@@ -31,6 +31,7 @@ from lorafleet_fleet import How as How
 from lorafleet_fleet import InvalidValueError as InvalidValueError
 from lorafleet_fleet import Lease as Lease
 from lorafleet_fleet import LoadError as LoadError
+from lorafleet_fleet import LoadFailure as LoadFailure
 from lorafleet_fleet import OutsideBlockError as OutsideBlockError
 from lorafleet_fleet import Placed as Placed
 from lorafleet_fleet import PrometheusMetrics as PrometheusMetrics
@@ -39,6 +40,7 @@ from lorafleet_fleet import Replica as Replica
 from lorafleet_fleet import ReplicaChanges as ReplicaChanges
 from lorafleet_fleet import ReplicaConflictError as ReplicaConflictError
 from lorafleet_fleet import ReplicaError as ReplicaError
+from lorafleet_fleet import ReplicaFailure as ReplicaFailure
 from lorafleet_fleet import ReplicaStatistics as ReplicaStatistics
 from lorafleet_fleet import Route as Route
 from lorafleet_fleet import UsageError as UsageError
@@ -68,6 +70,7 @@ __all__ = [
     "InvalidValueError",
     "Lease",
     "LoadError",
+    "LoadFailure",
     "OutsideBlockError",
     "Placed",
     "PrometheusMetrics",
@@ -76,6 +79,7 @@ __all__ = [
     "ReplicaChanges",
     "ReplicaConflictError",
     "ReplicaError",
+    "ReplicaFailure",
     "ReplicaStatistics",
     "Route",
     "UsageError",

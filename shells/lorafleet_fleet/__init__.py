@@ -34,6 +34,8 @@ from ._fleet import FleetMetrics as FleetMetrics
 from ._fleet import Lease as Lease
 from ._fleet import Route as Route
 from ._metrics import PrometheusMetrics as PrometheusMetrics
+from ._records import LoadFailure as LoadFailure
+from ._records import ReplicaFailure as ReplicaFailure
 from ._resolve import AdapterSource as AdapterSource
 from ._types import AdapterError as AdapterError
 from ._types import EnteredTwiceError as EnteredTwiceError
@@ -70,6 +72,7 @@ __all__ = [
     "InvalidValueError",
     "Lease",
     "LoadError",
+    "LoadFailure",
     "OutsideBlockError",
     "Placed",
     "PrometheusMetrics",
@@ -78,6 +81,7 @@ __all__ = [
     "ReplicaChanges",
     "ReplicaConflictError",
     "ReplicaError",
+    "ReplicaFailure",
     "ReplicaStatistics",
     "Route",
     "UsageError",

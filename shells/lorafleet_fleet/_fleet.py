@@ -78,6 +78,7 @@ from lorafleet import (
 from ._adapter_counts import AdapterStatistics, Tallies
 from ._http import CutShortError, fetch
 from ._metrics import ENGINE_READS
+from ._records import LoadFailure, Records, ReplicaFailure
 from ._resolve import AdapterSource, Resolver, resolver
 from ._types import (
     AdapterError,
@@ -257,6 +258,9 @@ class Fleet:
         self._first_pins = self._resolve_pins(pins)
         self._attempts = attempts
         self._tallies = Tallies()  # per-adapter counts (adapter_statistics, PrometheusMetrics)
+        self._records = Records()  # what failed last, per replica and per adapter (failure, load_failure)
+        self._warming: dict[str, str | None] = {}
+        """Adapters ``warm`` pinned until a copy is held, with the model it is for."""
         self._placed = dict.fromkeys(Placed, 0)
         """Placements ``route`` acted on, by what the request found there."""
         self._engine_reads = dict.fromkeys(ENGINE_READS, 0)
@@ -433,7 +437,8 @@ class Fleet:
     async def prewarm(self, adapters: Iterable[str], *, model: str | None = None) -> dict[str, LoadError]:
         """Load each of ``adapters`` where placement puts it, all at once, before taking traffic.
 
-        Returns once each is loaded or has failed: the adapters that failed, with their errors.
+        Returns once each is loaded or has failed: the adapters that failed, with their errors. Each is
+        tried once; ``warm`` keeps at one until it lands (its replicas may not be up yet).
 
         Raises:
             FleetClosedError: the fleet is closed, or closed meanwhile.
@@ -467,6 +472,52 @@ class Fleet:
             raise FleetClosedError("the fleet was closed while adapters were being prewarmed")
         return failed
 
+    def warm(self, adapter: str, *, model: str | None = None) -> None:
+        """Load ``adapter`` on one replica (of ``model``, if given) as soon as one takes it, however
+        long that takes: ``prewarm``, kept at until it lands. Returns at once.
+
+        Meanwhile it is pinned to one copy, so the machine's [pin] does the trying: a load where
+        placement finds a free slot or an idle adapter to evict, again when a replica is added and
+        listed, comes back from its backoff, or when the engines' refusal of the adapter runs out or is
+        forgotten. Once a copy is held the pin is lifted, and the adapter is evicted in its turn like
+        any other. An adapter held already, pinned, or being warmed is left as it is; pinning or
+        unpinning it meanwhile ends its warming (``warming`` says which are still at it).
+
+        Raises:
+            AdapterError: ``adapter`` is not among the fleet's adapters.
+            InvalidValueError: ``adapter`` or ``model`` is not a non-empty str.
+            FleetClosedError, OutsideBlockError: the fleet is not open.
+        """
+        self._check_open()
+        path = self._path_of(adapter)
+        if model is not None and (type(model) is not str or not model):
+            raise _invalid("model", model, "model must be a non-empty str or None")
+        if adapter in self._warming:
+            return
+        stats = self._machine.statistics()
+        if adapter in stats.pins or any(_holds(r, adapter, model) for r in stats.replicas.values()):
+            return
+        self._warming[adapter] = model
+        log.info("adapter %r is loaded on a replica as soon as one takes it", adapter)
+        self._send(AdapterPinned(adapter=adapter, path=path, copies=1, model=model))
+
+    @property
+    def warming(self) -> frozenset[str]:
+        """The adapters ``warm`` is still loading: no copy of them is held yet."""
+        return frozenset(self._warming)
+
+    def _warmed(self, rid: str) -> None:
+        """A load on ``rid`` landed, or its listing was read: lift the pin of each adapter being warmed
+        that it holds now."""
+        stats = self._machine.replica_statistics(rid)
+        if stats is None:
+            return
+        for adapter, model in list(self._warming.items()):
+            if _holds(stats, adapter, model):
+                del self._warming[adapter]
+                log.info("adapter %r is loaded on %s: warmed", adapter, rid)
+                self._send(AdapterUnpinned(adapter=adapter))
+
     def pin(self, adapter: str, copies: int = 1, model: str | None = None) -> None:
         """Keep ``adapter`` loaded on ``copies`` replicas (of ``model``, if given), never evicted.
 
@@ -481,10 +532,12 @@ class Fleet:
         self._check_open()
         path = self._path_of(adapter)
         self._send(AdapterPinned(adapter=adapter, path=path, copies=copies, model=model))
+        self._warming.pop(adapter, None)  # the caller's pin, never lifted by warm
 
     def unpin(self, adapter: str) -> None:
         """``adapter`` may be evicted again, once no request runs on it. Unknown names change nothing."""
         self._check_open()
+        self._warming.pop(adapter, None)
         self._send(AdapterUnpinned(adapter=adapter))
 
     def forget_refusal(self, adapter: str | None = None) -> None:
@@ -551,6 +604,9 @@ class Fleet:
         """
         rid = replica if isinstance(replica, str) else replica.id
         log.warning("replica %s gave a request no answer: %s", rid, message)
+        known = self._replicas.get(rid) if isinstance(rid, str) else None
+        if known is not None:
+            self._records.failed(known, message or "it gave a request no answer", anyio.current_time())
         self._send(ReplicaFailed(replica=rid, message=message))
 
     def blame(self, replica: Replica | str, failed: Iterable[Replica | str] = ()) -> Fault:
@@ -687,6 +743,19 @@ class Fleet:
         the last reading stands until the read after the next listing.
         """
         return dict(self._engine_reads)
+
+    def failure(self, replica: str) -> ReplicaFailure | None:
+        """What ``replica`` failed last, at which URL and when, while that is news: from a failed read
+        of its listing until one succeeds (however long the machine's backoff), or after another call
+        failed (a load, a forwarded request) until its next good read. None for a replica doing well,
+        or not in use. Words for operators: placement never reads them ([health] is the machine's).
+        """
+        return self._records.replica(replica)
+
+    def load_failures(self) -> Mapping[str, LoadFailure]:
+        """Each adapter's last load that failed, on any replica, with the engine's words (an adapter
+        no load of which failed is absent). Kept after a later load succeeds: ``at`` says when."""
+        return self._records.loads()
 
     # -- acquiring, for Lease ------------------------------------------------------------------
 
@@ -1004,9 +1073,17 @@ class Fleet:
                 self._tallies.answered(call.command, event)
                 self._send(event)
 
+    def _replica_failed_on(self, replica: Replica, message: str) -> None:
+        """A lease's forwarded request got no answer from ``replica``: its last failure, if it is the
+        server the fleet uses under its id."""
+        known = self._replicas.get(replica.id)
+        if known is not None and known.url == replica.url:
+            self._records.failed(known, message or "it gave a request no answer", anyio.current_time())
+
     def _drop_replica(self, rid: str) -> None:
         # Calls still out hold their own Replica; their answers go to the machine, which ignores them.
         self._replicas.pop(rid, None)
+        self._records.forget(rid)
         met = self._unmet.pop(rid, None)
         if met is not None:
             met.set()
@@ -1045,6 +1122,8 @@ class Fleet:
             del self._calls[replica.id]
         self._report(replica, command, event, anyio.current_time() - started)
         self._send(event, timed_out=timed_out)
+        if self._warming and isinstance(event, LoadFinished | ListingReceived):
+            self._warmed(replica.id)
 
     def _report(
         self,
@@ -1053,8 +1132,13 @@ class Fleet:
         event: Event,
         seconds: float,
     ) -> None:
-        """Log one answer, time a load and count a read; the machine counts the rest itself."""
+        """Log one answer, time a load, count a read and note a failure; the machine counts the rest
+        itself."""
         self._tallies.answered(command, event)
+        known = self._replicas.get(replica.id)
+        current = known is not None and known.url == replica.url
+        before = self._records.replica(replica.id) if current else None
+        self._records.answered(replica, current, command, event, anyio.current_time())
         if isinstance(event, LoadFinished):
             assert isinstance(command, IssueLoad)
             if event.outcome.succeeded:
@@ -1076,7 +1160,15 @@ class Fleet:
             else:
                 log.info("evicted adapter %r from %s", command.adapter, replica.id)
         elif isinstance(event, ListingFailed):
-            log.warning("could not read the adapters of %s: %s", replica.id, event.message)
+            failed = self._records.replica(replica.id) if current else None
+            reads = failed.failed_reads if failed is not None else 1
+            log.warning(
+                "could not read the adapters of %s (%s): %s%s",
+                replica.id,
+                replica.url,
+                event.message,
+                f" ({reads} reads in a row)" if reads > 1 else "",
+            )
         elif isinstance(event, ReadingReceived):
             self._engine_reads["read" if event.adapters is not None else "absent"] += 1
         elif isinstance(event, ReadingFailed):
@@ -1084,6 +1176,13 @@ class Fleet:
             log.warning("could not read which adapters run on %s: %s", replica.id, event.message)
         else:
             assert isinstance(event, ListingReceived)
+            if before is not None and before.failed_reads:
+                log.info(
+                    "replica %s (%s) answered again, after %d failed reads of its adapters",
+                    replica.id,
+                    replica.url,
+                    before.failed_reads,
+                )
 
     async def _keep_time(self) -> None:
         """Tell the machine the time when it said it wants to hear it."""
@@ -1096,6 +1195,11 @@ class Fleet:
             with anyio.move_on_after(wait):
                 await self._wake.wait()
             self._wake = anyio.Event()
+
+
+def _holds(replica: ReplicaStatistics, adapter: str, model: str | None) -> bool:
+    """Whether ``replica`` holds a copy of ``adapter`` that serves requests (of ``model``, if given)."""
+    return adapter in replica.held and adapter not in replica.unloading and model in (None, replica.model)
 
 
 def _id_of(replica: Replica | str) -> str:
@@ -1261,6 +1365,7 @@ class Lease:
             raise OutsideBlockError("replica_failed() reports on a granted lease")
         self._said = _NO_ANSWER
         log.warning("replica %s gave a forwarded request no answer: %s", self.replica.id, message)
+        self._fleet._replica_failed_on(self.replica, message)
         self._fleet._send(ReplicaFailed(replica=self.replica.id, message=message))
 
     def server_error(self, message: str = "") -> bool:
