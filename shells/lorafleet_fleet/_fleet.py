@@ -643,6 +643,11 @@ class Fleet:
                 ", ".join(f"replica {name}" for name in blamed),
                 rid,
             )
+            for name in blamed:
+                known = self._replicas.get(name)
+                if known is not None:
+                    said = f"it answered a request with a server error that {rid} then served"
+                    self._records.failed(known, said, anyio.current_time())
         self._send(ServedElsewhere(replica=rid, failed=failed))
 
     def remove(self, replicas: Iterable[Replica | str]) -> None:

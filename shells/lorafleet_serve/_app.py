@@ -48,6 +48,8 @@ from ._catalog import Catalog, Fingerprint, fingerprint
 from ._config import Config
 from ._forward import BusyError, CutError, Forwarder, HttpxForwarder, NoAnswerError
 from ._headers import REQUEST_ID, logfmt, relayed, request_id, upstream_headers
+from ._health import replica_states
+from ._keys import require
 from ._latency import Latency
 from ._openai import JSON, Receive, RefusedError, Scope, Send, model_not_found, refuse, respond, respond_json
 from ._readiness import Origin, Readiness
@@ -181,7 +183,7 @@ class Router:
     Routes: ``POST`` to each of vLLM's routes that name a model (``_routes.ROUTED``: forwarded),
     ``GET /v1/models`` (the base models and the adapters it serves), ``GET /health`` and ``GET
     /metrics``. With a key, every route but ``/health`` and ``/metrics`` wants ``Authorization: Bearer
-    <key>``.
+    <key>``; ``/metrics`` wants one only when it has a key of its own (``metrics_key``).
 
     Give it its replicas with ``await router.set_replicas(...)`` before it takes requests, and again
     whenever they change; ``await router.aclose()`` when it is done.
@@ -194,6 +196,8 @@ class Router:
             gone and idle.
         config: timeouts, bounds and attempts.
         client_key: the key this router's clients must send (None: none).
+        metrics_key: the key ``GET /metrics`` wants (None: none); never the clients' key by default,
+            as Prometheus is no client.
         registry: where the router's own metrics go, beside the fleet's (None: no metrics of its own).
         readiness: what the router saw of its replicas' misconfigurations (None: nothing is watched).
         tracing: makes a span of each routed request (None: no traces; ``_tracing``).
@@ -207,6 +211,7 @@ class Router:
         new_client: Callable[[Replica], httpx.AsyncClient | Forwarder],
         config: Config,
         client_key: str | None = None,
+        metrics_key: str | None = None,
         registry: CollectorRegistry | None = None,
         readiness: Readiness | None = None,
         tracing: Tracing | None = None,
@@ -216,6 +221,7 @@ class Router:
         self.catalog = catalog
         self._new_client = new_client
         self._key = client_key.encode() if client_key is not None else None
+        self._metrics_key = metrics_key.encode() if metrics_key is not None else None
         self._max_body = config.max_body_bytes
         self._drain = max(4 * config.max_body_bytes, DRAIN_FLOOR)
         self._attempts = config.attempts
@@ -236,9 +242,17 @@ class Router:
         self.readiness = readiness if readiness is not None else Readiness()
         self._refused: dict[str, Fingerprint] = {}
         """Adapters the engines refused, with what their folder held then: a change forgets it."""
+        self.drained: Collection[str] = ()
+        """Replicas the operator took out (``RouterServer.drain``), which ``/health`` names so."""
         self._requests = (
             RequestLog(config.request_log, config.request_log_max_bytes) if config.request_log else None
         )
+
+    def forget_refusal(self, name: str) -> None:
+        """Adapter ``name``'s next request asks an engine again, even if the engines refused it (the
+        operator's word: its files were fixed)."""
+        self._refused.pop(name, None)
+        self.fleet.forget_refusal(name)
 
     def forget_refusals(self) -> None:
         """Every adapter the engines refused is asked for again at its next request (its files may
@@ -396,6 +410,8 @@ class Router:
             if path == "/health":
                 record.status = await self._health(send)
             elif path == "/metrics":
+                if self._metrics_key is not None:
+                    require(scope, self._metrics_key, "This router's /metrics")
                 record.status = await self._metrics_page(send)
             else:
                 self._authorize(scope)
@@ -901,28 +917,16 @@ class Router:
         return 200
 
     def health(self) -> tuple[bool, dict[str, str]]:
-        """Whether the router can serve (a replica is ok), and each replica's state by id.
-
-        ``ok``; ``starting`` (its first listing is not in); ``failing`` (placement avoids it for now);
-        ``not ready: <why and the fix>`` (it answered as a replica that cannot take adapters does);
-        ``draining`` (no longer among the replicas, with requests still running there).
-        """
-        states: dict[str, str] = {}
-        for rid in self._upstreams:
-            stats = self.fleet.replica_statistics(rid)
-            fix = self.readiness.fix(rid)
-            if stats is None:
-                states[rid] = "removed"
-            elif fix is not None:
-                states[rid] = f"not ready: {fix}"
-            elif stats.failing_until is not None:
-                states[rid] = "failing"
-            elif not stats.met:
-                states[rid] = "starting"
-            else:
-                states[rid] = "ok"
-        for upstream in self._retired.values():
-            states.setdefault(upstream.replica.id, "draining")
+        """Whether the router can serve (a replica is ok), and each replica's state by id (see
+        ``replica_states``: ``ok``, ``starting``, ``failing: URL: why``, ``not ready: ...``,
+        ``draining``, ``drained``)."""
+        states = replica_states(
+            self.fleet,
+            self.readiness,
+            (u.replica for u in self._upstreams.values()),
+            (u.replica for u in self._retired.values()),
+            self.drained,
+        )
         return "ok" in states.values(), states
 
     async def _health(self, send: Send) -> int:

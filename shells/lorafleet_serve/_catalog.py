@@ -76,6 +76,10 @@ class Catalog:
         path = self._found[name] = str(folder)
         return path
 
+    def table_names(self) -> list[str]:
+        """The adapters the table names (``adapters.paths``), sorted; not the root's."""
+        return sorted(self._paths)
+
     def model(self, name: str) -> str | None:
         """The base model a request for adapter ``name`` must go to (None: any replica's)."""
         return self._models.get(name, self._route_model)

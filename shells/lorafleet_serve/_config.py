@@ -26,6 +26,9 @@ from ._tracing import INSTALL
 from ._tracing import available as tracing_available
 
 DEFAULT_PORT = 8000
+ADMIN_HOST = "127.0.0.1"
+"""Where the admin interface listens unless told: this host alone (in a pod, ``kubectl port-forward``
+reaches it; nothing through a Service does)."""
 DISCOVER_INTERVAL = 5.0
 """Seconds between two resolutions of a discovered name."""
 DEFAULT_MAX_BODY_BYTES = 4 << 20
@@ -119,6 +122,13 @@ class Config:
     port: int = DEFAULT_PORT
     api_key_env: str | None = None
     """The environment variable holding the key this router's own clients must send (None: no key)."""
+    metrics_api_key_env: str | None = None
+    """The environment variable holding the key ``GET /metrics`` wants (None: it wants none)."""
+    admin_host: str = ADMIN_HOST
+    admin_port: int | None = None
+    """The admin interface's own port (None: there is none); see ``_admin``."""
+    admin_api_key_env: str | None = None
+    """The environment variable holding the key the admin interface wants: needed with ``admin_port``."""
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
     load_timeout: float = 120.0
     listing_timeout: float = 5.0
@@ -186,11 +196,12 @@ class EngineEntry:
 
 # -- the TOML file ---------------------------------------------------------------------------------
 
-_TOP = {"server", "fleet", "timeouts", "adapters", "pins", "replicas", "discover"}
+_TOP = {"server", "admin", "fleet", "timeouts", "adapters", "pins", "replicas", "discover"}
 _SERVER = {
     "host",
     "port",
     "api_key_env",
+    "metrics_api_key_env",
     "max_body_bytes",
     "max_connections",
     "metrics_adapters",
@@ -198,6 +209,7 @@ _SERVER = {
     "request_log_max_bytes",
     "tracing",
 }
+_ADMIN = {"host", "port", "api_key_env"}
 _FLEET = {"headroom", "attempts", "routers", "concurrency", "prewarm"}
 _TIMEOUTS = {"load", "listing", "listing_interval", "connect", "read", "shutdown"}
 _ADAPTERS = {"root", "model", "paths"}
@@ -240,9 +252,16 @@ def settings_of(data: Mapping[str, Any], source: str, *, base: Path | None = Non
     out: dict[str, Any] = {}
     server = _table(data, "server", source)
     _known(server, _SERVER, source, "server.")
-    for key in ("host", "api_key_env"):
+    for key in ("host", "api_key_env", "metrics_api_key_env"):
         if key in server:
             out[key] = _str(server[key], f"{source}: server.{key}")
+    admin = _table(data, "admin", source)
+    _known(admin, _ADMIN, source, "admin.")
+    for key in ("host", "api_key_env"):
+        if key in admin:
+            out[f"admin_{key}"] = _str(admin[key], f"{source}: admin.{key}")
+    if "port" in admin:
+        out["admin_port"] = _int(admin["port"], f"{source}: admin.port")
     for key in ("port", "max_body_bytes", "max_connections", "metrics_adapters", "request_log_max_bytes"):
         if key in server:
             out[key] = _int(server[key], f"{source}: server.{key}")
@@ -598,6 +617,9 @@ def check(config: Config) -> None:
         raise ConfigError("server.host is empty")
     if config.api_key_env is not None:
         _env_name(config.api_key_env, "server.api_key_env")
+    if config.metrics_api_key_env is not None:
+        _env_name(config.metrics_api_key_env, "server.metrics_api_key_env")
+    _check_admin(config)
     for name, value, least in (
         ("server.max_body_bytes", config.max_body_bytes, 1),
         ("server.max_connections", config.max_connections, 1),
@@ -626,6 +648,34 @@ def check(config: Config) -> None:
     ):
         if not 0 < seconds < math.inf:
             raise ConfigError(f"{name} must be a positive number of seconds, not {seconds!r}")
+
+
+def _check_admin(config: Config) -> None:
+    if config.admin_port is None:
+        if config.admin_api_key_env is not None:
+            raise ConfigError(
+                "admin.api_key_env is set, but admin.port is not: give the admin interface a port"
+            )
+        return
+    if not 0 <= config.admin_port <= 65535:
+        raise ConfigError(f"admin.port must be between 0 and 65535, not {config.admin_port}")
+    if config.admin_port == config.port != 0 and config.admin_host == config.host:
+        raise ConfigError(
+            f"admin.port {config.admin_port} is server.port too: the admin interface needs a port of its own"
+        )
+    if not config.admin_host:
+        raise ConfigError("admin.host is empty")
+    if config.admin_api_key_env is None:
+        raise ConfigError(
+            "admin.port needs admin.api_key_env: the admin interface drains replicas and forgets refusals, "
+            "so it always wants a key of its own (name the environment variable holding it)"
+        )
+    _env_name(config.admin_api_key_env, "admin.api_key_env")
+    if config.admin_api_key_env == config.api_key_env:
+        raise ConfigError(
+            f"admin.api_key_env names {config.admin_api_key_env}, the clients' key (server.api_key_env): "
+            "any client could then drain replicas; give the admin interface a key of its own"
+        )
 
 
 def _check_discover(found: DiscoverConfig, where: str) -> None:
@@ -705,7 +755,30 @@ def resolve(config: Config, environ: Mapping[str, str] | None = None) -> tuple[l
     ]
     for i, found in enumerate(config.discover):
         key(found.api_key_env, f"{found.label(i)}'s api_key_env")
+    key(config.metrics_api_key_env, "server.metrics_api_key_env")
+    key(config.admin_api_key_env, "admin.api_key_env")
     return replicas, key(config.api_key_env, "server.api_key_env")
+
+
+def own_key(config: Config, setting: str, environ: Mapping[str, str] | None = None) -> str | None:
+    """The key the router's own ``/metrics`` (``setting`` "metrics") or admin interface ("admin") wants,
+    from the variable the configuration names; None when it names none.
+
+    Raises:
+        ConfigError: the variable is unset or empty.
+    """
+    name, where = (
+        (config.metrics_api_key_env, "server.metrics_api_key_env")
+        if setting == "metrics"
+        else (config.admin_api_key_env, "admin.api_key_env")
+    )
+    if name is None:
+        return None
+    value = (os.environ if environ is None else environ).get(name)
+    if not value:
+        state = "empty" if value == "" else "not set"
+        raise ConfigError(f"{where} names the environment variable {name}, which is {state}")
+    return value
 
 
 def discovered_key(found: DiscoverConfig, index: int, environ: Mapping[str, str] | None = None) -> str | None:

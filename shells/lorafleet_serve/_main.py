@@ -40,6 +40,11 @@ The same as a file (lorafleet serve --config router.toml):
   host = "127.0.0.1"
   port = 8000
   # api_key_env = "ROUTER_KEY"   # clients must then send Authorization: Bearer $ROUTER_KEY
+  # metrics_api_key_env = "METRICS_KEY"   # and GET /metrics this key
+
+  [admin]                        # the operator's interface, on a port of its own (docs/admin.md)
+  port = 8001                    # on 127.0.0.1 unless host = "..." says otherwise
+  api_key_env = "ADMIN_KEY"      # it always wants a key of its own
 
   [[replicas]]
   id = "gpu-0"
@@ -100,7 +105,8 @@ class _NoKeyHere(argparse.Action):
     def __call__(self, parser: argparse.ArgumentParser, *args: Any, **kwargs: Any) -> None:
         parser.error(
             "a key is never given on the command line: put it in an environment variable and name "
-            "the variable with --api-key-env (or api_key_env= in --replica)"
+            "the variable with --api-key-env, --metrics-api-key-env, --admin-api-key-env (or api_key_env= "
+            "in --replica)"
         )
 
 
@@ -139,7 +145,16 @@ def parser() -> argparse.ArgumentParser:
     add("--host", help="address to listen on (default 127.0.0.1)")
     add("--port", type=_whole(0), help="port to listen on (default 8000; 0 for a free one)")
     add("--api-key-env", metavar="VAR", help="environment variable holding the key clients must send")
-    add("--api-key", nargs="?", action=_NoKeyHere, help=argparse.SUPPRESS)
+    for secret in ("--api-key", "--metrics-api-key", "--admin-api-key"):
+        add(secret, nargs="?", action=_NoKeyHere, help=argparse.SUPPRESS)
+    add(
+        "--metrics-api-key-env",
+        metavar="VAR",
+        help="environment variable holding the key GET /metrics wants (default: it wants none)",
+    )
+    add("--admin-port", type=_whole(0), help="the admin interface's own port (default: no admin interface)")
+    add("--admin-host", help="address the admin interface listens on (default 127.0.0.1)")
+    add("--admin-api-key-env", metavar="VAR", help="environment variable holding the admin interface's key")
     add("--max-body-bytes", metavar="N", type=_whole(1), help="largest request body taken (default 4 MiB)")
     add("--max-connections", metavar="N", type=_whole(1), help="connections to each replica at once (1000)")
     add(
@@ -228,6 +243,10 @@ def config_of(args: argparse.Namespace) -> Config:
         ("host", "host"),
         ("port", "port"),
         ("api_key_env", "api_key_env"),
+        ("metrics_api_key_env", "metrics_api_key_env"),
+        ("admin_port", "admin_port"),
+        ("admin_host", "admin_host"),
+        ("admin_api_key_env", "admin_api_key_env"),
         ("max_body_bytes", "max_body_bytes"),
         ("max_connections", "max_connections"),
         ("metrics_adapters", "metrics_adapters"),
@@ -318,9 +337,16 @@ def summary(config: Config) -> str:
     if config.prewarm:
         extras.append(f"{len(config.prewarm)} to prewarm")
     key = f", clients' key from ${config.api_key_env}" if config.api_key_env else ", no key for clients"
+    if config.metrics_api_key_env:
+        key += f", /metrics' key from ${config.metrics_api_key_env}"
+    admin = ""
+    if config.admin_port is not None:
+        where = f"{config.admin_host}:{config.admin_port}"
+        admin = f"; admin interface on {where}, key from ${config.admin_api_key_env}"
     return (
         f"replicas: {replicas}{found}; adapters: {' and '.join(sources)}"
         f"{' (' + ', '.join(extras) + ')' if extras else ''}; listening on {config.host}:{config.port}{key}"
+        f"{admin}"
     )
 
 

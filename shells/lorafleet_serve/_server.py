@@ -22,9 +22,10 @@ from uvicorn import Server as uvicorn_Server
 
 from lorafleet_fleet import KEEPALIVE_EXPIRY, Fleet, PrometheusMetrics, Replica
 
+from ._admin import Admin, serve_admin
 from ._app import NoCookies, Router
 from ._catalog import Catalog
-from ._config import Config, ConfigError, check, discovered_key, resolve
+from ._config import Config, ConfigError, check, discovered_key, own_key, resolve
 from ._forward import AiohttpForwarder, Forwarder
 from ._headers import RequestIds
 from ._live import Discovery, changes_line, file_state
@@ -71,9 +72,14 @@ class RouterServer:
 
     Use it as ``async with RouterServer(config) as server``, under asyncio or trio: entering opens
     the fleet (reading the replicas' listings), resolves the names to discover replicas by, loads
-    ``config.prewarm`` and starts listening; leaving stops taking connections, gives running
-    requests ``config.shutdown_timeout`` seconds, then closes the fleet. Port 0 takes a free port;
-    ``server.url`` says which.
+    ``config.prewarm`` (those that do not land at once are loaded as soon as a replica takes them,
+    ``Fleet.warm``) and starts listening, with the admin interface on its own port when
+    ``config.admin_port`` is set; leaving stops taking connections, gives running requests
+    ``config.shutdown_timeout`` seconds, then closes the fleet. Port 0 takes a free port;
+    ``server.url`` (and ``server.admin_url``) says which.
+
+    The operator may take a replica out (``drain``) and put it back (``undrain``), here or through
+    the admin interface.
 
     The replicas follow the configuration while it runs: ``reload()`` applies a new one (its
     replicas, discovered names and limits; other settings wait for a restart), each discovered name
@@ -126,8 +132,14 @@ class RouterServer:
         """The cancel scope of each discovery's loop."""
         self._lock: anyio.Lock | None = None
         self._sized: tuple[str, ...] = ()
+        self._known: dict[str, Replica] = {}
+        """Every replica the configuration and the discovered names give, drained ones too."""
+        self._drained: set[str] = set()
+        """Replicas the operator took out, by id: kept out of the fleet whatever the configuration says."""
         self.url = ""
         """``http://host:port`` once entered."""
+        self.admin_url = ""
+        """The admin interface's ``http://host:port`` once entered, when it has one."""
 
     @property
     def router(self) -> Router:
@@ -144,13 +156,22 @@ class RouterServer:
         self._stop = anyio.Event()
         self._lock = anyio.Lock()
         self._static, client_key = resolve(config, self._environ)
+        metrics_key = own_key(config, "metrics", self._environ)
+        admin_key = own_key(config, "admin", self._environ)
         self._discoveries = [
             Discovery(entry, i, discovered_key(entry, i, self._environ))
             for i, entry in enumerate(config.discover)
         ]
         sock = _listen(config.host, config.port)
-        host, port = sock.getsockname()[:2]
-        self.url = f"http://{f'[{host}]' if ':' in host else host}:{port}"
+        self.url = _url_of(sock)
+        admin_sock: socket.socket | None = None
+        if config.admin_port is not None:
+            try:
+                admin_sock = _listen(config.admin_host, config.admin_port)
+            except BaseException:
+                sock.close()
+                raise
+            self.admin_url = _url_of(admin_sock)
         catalog = Catalog(config)
         registry = CollectorRegistry()
         options: dict[str, Any] = {}
@@ -191,6 +212,7 @@ class RouterServer:
                 new_client=_forwarding_client(config),
                 config=config,
                 client_key=client_key,
+                metrics_key=metrics_key,
                 registry=registry,
                 readiness=readiness,
                 tracing=self._tracing(),
@@ -200,18 +222,21 @@ class RouterServer:
                 await discovery.resolve()
             await self._apply()
             if config.prewarm:
-                for name, error in (await fleet.prewarm(config.prewarm)).items():
-                    # Not fatal: the router serves the rest, and requests for it get the error then.
-                    log.warning("could not prewarm adapter %r: %s", name, error)
+                await _prewarm(fleet, catalog, config.prewarm)
             tasks = anyio.create_task_group()
             await tasks.__aenter__()
         except BaseException:
             sock.close()
+            if admin_sock is not None:
+                admin_sock.close()
             await self._stack.aclose()
             raise
         self._tasks = tasks
         self._say_sizing()
         tasks.start_soon(self._serve, sock)
+        if admin_sock is not None:
+            assert admin_key is not None  # check() wants one with the port
+            tasks.start_soon(serve_admin, Admin(self, admin_key), admin_sock, self._stop.wait)
         await tasks.start(self._run_loops, fleet_client)
         return self
 
@@ -304,7 +329,8 @@ class RouterServer:
             return True
 
     async def _apply(self) -> None:
-        """Give the router the replicas the configuration and the discovered names make now."""
+        """Give the router the replicas the configuration and the discovered names make now, but those
+        the operator drained."""
         replicas = list(self._static)
         origins = origins_of(self.config)
         for discovery in self._discoveries:
@@ -313,9 +339,72 @@ class RouterServer:
                     continue  # another entry has it: the first one configured
                 replicas.append(replica)
                 origins[replica.id] = discovery.origin
-        changes = await self.router.set_replicas(replicas, origins)
+        self._known = {replica.id: replica for replica in replicas}
+        router = self.router
+        router.drained = frozenset(self._drained)
+        changes = await router.set_replicas([r for r in replicas if r.id not in self._drained], origins)
         if changes:
             log.info("%s", changes_line(changes.added, changes.removed, changes.changed))
+
+    # -- the operator's hand ------------------------------------------------------------------------
+
+    def replicas_known(self) -> dict[str, Replica]:
+        """Every replica the configuration and the discovered names give now, by id, drained ones too."""
+        return dict(self._known)
+
+    @property
+    def drained(self) -> frozenset[str]:
+        """The replicas the operator took out (``drain``), by id."""
+        return frozenset(self._drained)
+
+    async def drain(self, replica: str) -> bool:
+        """Send no new request to ``replica``: it leaves the fleet (``Fleet.set_replicas``), so requests
+        running there finish on it, those waiting for a load there go elsewhere, and nothing there is
+        unloaded. It stays out, whatever the configuration and the discovered names say, until
+        ``undrain``. This router's alone: other routers in front of the same replica drain it apart.
+
+        Returns:
+            False when it was drained already (nothing changed).
+
+        Raises:
+            LookupError: no replica has the id ``replica`` now.
+        """
+        assert self._lock is not None, "the server is not running"
+        async with self._lock:
+            if replica in self._drained:
+                return False
+            if replica not in self._known:
+                raise LookupError(replica)
+            self._drained.add(replica)
+            stats = self.fleet.replica_statistics(replica)
+            running = stats.in_flight if stats is not None else 0
+            log.info(
+                "replica %s drained by the operator: no new request goes there%s",
+                replica,
+                f"; the {running} of this router's requests there finish there" if running else "",
+            )
+            await self._apply()
+            return True
+
+    async def undrain(self, replica: str) -> bool:
+        """Put a drained ``replica`` back: its listing is read afresh, and requests go there again.
+
+        Returns:
+            False when it was not drained (nothing changed).
+
+        Raises:
+            LookupError: no replica has the id ``replica``, drained or not.
+        """
+        assert self._lock is not None, "the server is not running"
+        async with self._lock:
+            if replica not in self._drained:
+                if replica not in self._known:
+                    raise LookupError(replica)
+                return False
+            self._drained.discard(replica)
+            log.info("replica %s undrained by the operator: it takes requests again", replica)
+            await self._apply()
+            return True
 
     def _say_sizing(self) -> None:
         sized = sizing(self.config)
@@ -424,6 +513,26 @@ class RouterServer:
             sock.close()
 
 
+async def _prewarm(fleet: Fleet, catalog: Catalog, names: tuple[str, ...]) -> None:
+    """Load ``names`` before taking requests, each for its base model; one that does not land now (its
+    replicas are not up yet, the engine refused it) is loaded as soon as a replica takes it."""
+    by_model: dict[str | None, list[str]] = {}
+    for name in names:
+        by_model.setdefault(catalog.model(name), []).append(name)
+    for model, group in by_model.items():
+        for name, error in (await fleet.prewarm(group, model=model)).items():
+            # Not fatal: the router serves the rest, and requests for it get the error meanwhile.
+            log.warning(
+                "could not prewarm adapter %r yet: %s; it is loaded once a replica takes it", name, error
+            )
+            fleet.warm(name, model=model)
+
+
+def _url_of(sock: socket.socket) -> str:
+    host, port = sock.getsockname()[:2]
+    return f"http://{f'[{host}]' if ':' in host else host}:{port}"
+
+
 class _Uvicorn(uvicorn_Server):
     """uvicorn's server, leaving signals to the program that runs it (``lorafleet serve`` has its own)."""
 
@@ -476,6 +585,10 @@ RESTART = {
     "host": "server.host",
     "port": "server.port",
     "api_key_env": "server.api_key_env",
+    "metrics_api_key_env": "server.metrics_api_key_env",
+    "admin_host": "admin.host",
+    "admin_port": "admin.port",
+    "admin_api_key_env": "admin.api_key_env",
     "max_body_bytes": "server.max_body_bytes",
     "load_timeout": "timeouts.load",
     "listing_timeout": "timeouts.listing",
