@@ -8,7 +8,9 @@
   prints;
 - ``trace``: a ``lorafleet simulate --trace`` file, the ``requests.txt`` its doc's commands read;
 - ``sh``: each command by its kind (``SHELL`` below): ``export``, ``lorafleet serve`` (run with
-  ``--check``), ``lorafleet simulate`` (run, cut to a few hundred requests), ``pip install`` (pip's
+  ``--check``), ``curl`` (run, against ``lorafleet serve`` serving the doc's file with stand-ins for
+  its replicas: its answer must be JSON and no error), ``lorafleet simulate`` (run, cut to a few
+  hundred requests), ``pip install`` (pip's
   ``--dry-run``, from the repository), vLLM's own command lines, whose every flag must be in a real
   vLLM 0.32's ``--help`` and every ``VLLM_`` variable among vLLM's, the repository's scripts (run, or
   for those that run for minutes or serve until stopped, their flags found in their ``--help``), and
@@ -23,16 +25,21 @@ heading of it.
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import re
 import shlex
 import shutil
+import socket
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import attrs
+import httpx
 import pytest
 
 from lorafleet._cli import main as lorafleet
@@ -186,8 +193,14 @@ def check_serve(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[st
 
 @pytest.mark.parametrize("block", [b for b in ALL if b.kind == "toml"], ids=lambda b: b.name)
 def test_a_toml_block_is_a_router_file_that_checks(
-    block: Block, tmp_path: Path, deployment: dict[str, str], capsys: pytest.CaptureFixture[str]
+    block: Block,
+    tmp_path: Path,
+    deployment: dict[str, str],
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    for name, value in _exports(block.doc).items():  # the keys' variables the doc sets
+        monkeypatch.setenv(name, value)
     path = tmp_path / "router.toml"
     path.write_text(placed(block.text, deployment))
     out, _ = check_serve(["--config", str(path)], capsys)
@@ -333,10 +346,21 @@ def test_a_shell_block_runs(
     toml = next((b for b in ALL if b.doc == block.doc and b.kind == "toml"), None)
     if toml is not None:  # "router.toml" in a command is the doc's file
         (tmp_path / "router.toml").write_text(placed(toml.text, deployment))
+    router: dict[str, str] | None = None  # started for the block's first curl
+    stack = contextlib.ExitStack()
+    request.addfinalizer(stack.close)
     for words in commands(placed(block.text, deployment)):
+        if words[0] == "curl":
+            if router is None:
+                assert toml is not None, f"{block.name}: curl wants the doc's router file"
+                router = stack.enter_context(
+                    doc_router(block, toml, deployment, request.getfixturevalue("replicas"), tmp_path)
+                )
+            run_curl(words, router, block)
+            continue
         if words[0] == "export":
             name, _, value = words[1].partition("=")
-            os.environ[name] = value  # the deployment fixture's monkeypatch restores it
+            monkeypatch.setenv(name, value)  # restored after the test
             continue
         if words[:2] == ["lorafleet", "serve"]:
             args = [str(tmp_path / "router.toml") if w == "router.toml" else w for w in words[2:]]
@@ -370,6 +394,87 @@ def test_a_shell_block_runs(
         assert not unknown, f"{block.name}: vLLM has no {unknown}"
         for name in variables:
             assert f'"{name}"' in envs, f"{block.name}: vLLM reads no {name}"
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def _exports(doc: Path) -> dict[str, str]:
+    """What the doc's shell blocks ``export``, for commands that read the variables."""
+    found = {}
+    for block in blocks(doc):
+        if block.kind == "sh":
+            for words in commands(block.text):
+                if words[0] == "export":
+                    name, _, value = words[1].partition("=")
+                    found[name] = value
+    return found
+
+
+@contextlib.contextmanager
+def doc_router(
+    block: Block, toml: Block, deployment: dict[str, str], replicas: dict[str, str], tmp_path: Path
+) -> Iterator[dict[str, str]]:
+    """``lorafleet serve`` with the doc's file, its replicas stand-ins, on free ports of 127.0.0.1:
+    yields the addresses the doc's commands name (``http://127.0.0.1:PORT`` for the file's ports),
+    mapped to where it listens, once its admin interface answers."""
+    import tomllib
+
+    path = tmp_path / "served.toml"
+    path.write_text(placed(toml.text, {**deployment, **replicas}))
+    settings = tomllib.loads(path.read_text())
+    port, admin = _free_port(), _free_port()
+    addresses = {
+        f"http://127.0.0.1:{settings.get('server', {}).get('port', 8000)}": f"http://127.0.0.1:{port}"
+    }
+    args = ["serve", "--config", str(path), "--host", "127.0.0.1", "--port", str(port)]
+    if "admin" in settings:
+        addresses[f"http://127.0.0.1:{settings['admin']['port']}"] = f"http://127.0.0.1:{admin}"
+        args += ["--admin-port", str(admin)]
+    env = {**os.environ, **_exports(block.doc)}
+    log = tmp_path / "serve.log"
+    with log.open("w") as logged:
+        server = subprocess.Popen(
+            [str(Path(sys.executable).with_name("lorafleet")), *args], env=env, stdout=logged, stderr=logged
+        )
+    try:
+        probe = f"http://127.0.0.1:{admin if 'admin' in settings else port}"
+        probe += "/live" if "admin" in settings else "/health"
+        deadline = time.monotonic() + 60
+        while True:  # until it answers: the wait is on the router, bounded
+            assert server.poll() is None, f"{block.name}: lorafleet serve ended: {log.read_text()[-3000:]}"
+            try:
+                if httpx.get(probe, timeout=1).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            assert time.monotonic() < deadline, f"{block.name}: lorafleet serve did not answer in 60 s"
+            time.sleep(0.05)
+        yield addresses
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+
+
+def run_curl(words: list[str], addresses: dict[str, str], block: Block) -> None:
+    """A doc's ``curl`` command, run as written but for the router's address, its ``$VAR``s read from
+    what the doc exports as a shell would: it must answer JSON, and no error."""
+    env = {**os.environ, **_exports(block.doc)}
+    argv = []
+    for word in words:
+        for doc_address, here in addresses.items():
+            word = word.replace(doc_address, here)
+        argv.append(re.sub(r"\$([A-Za-z_][A-Za-z0-9_]*)", lambda m: env[m[1]], word))
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)
+    shown = shlex.join(words)
+    assert done.returncode == 0, f"{block.name}: {shown}: {done.stderr}"
+    answer = json.loads(done.stdout)
+    assert isinstance(answer, dict), f"{block.name}: {shown}: {done.stdout}"
+    assert "error" not in answer, f"{block.name}: {shown}: {answer}"
 
 
 def run_script(words: list[str], block: Block, tmp_path: Path) -> bool:

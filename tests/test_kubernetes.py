@@ -77,9 +77,17 @@ def test_the_names_ports_and_keys_agree() -> None:
     ]
     assert router_box["command"] == ["lorafleet", "serve", "--config", f"{mounts[config_volume]}/router.toml"]
     assert port_number(router_box, "http") == server["port"]
-    for probe in ("readinessProbe", "livenessProbe"):
-        assert port_number(router_box, router_box[probe]["httpGet"]["port"]) == server["port"], probe
-    assert router_box["readinessProbe"]["httpGet"]["path"] == "/health"
+    ready, alive = router_box["readinessProbe"]["httpGet"], router_box["livenessProbe"]["httpGet"]
+    assert (port_number(router_box, ready["port"]), ready["path"]) == (server["port"], "/health")
+    # Liveness on the admin interface's own port, which no Service names, and which listens on the
+    # pod's address (the kubelet probes that) with a key of its own.
+    admin = data["admin"]
+    assert (port_number(router_box, alive["port"]), alive["path"]) == (admin["port"], "/live")
+    assert admin["host"] == "0.0.0.0"
+    for service in (objs[("Service", "lorafleet")], headless):
+        assert admin["port"] not in [
+            port_number(router_box, p["targetPort"]) for p in service["spec"]["ports"]
+        ]
     (front_port,) = front["spec"]["ports"]
     assert port_number(router_box, front_port["targetPort"]) == server["port"]
     assert front["spec"]["selector"].items() <= router["spec"]["template"]["metadata"]["labels"].items()
@@ -91,8 +99,15 @@ def test_the_names_ports_and_keys_agree() -> None:
 
     # Keys: every variable the file names comes from the one Secret, the pods' from the same key.
     router_keys = secret_env(router_box)
-    for name in (server["api_key_env"], discover["api_key_env"]):
+    keys = (
+        server["api_key_env"],
+        server["metrics_api_key_env"],
+        admin["api_key_env"],
+        discover["api_key_env"],
+    )
+    for name in keys:
         assert name in router_keys, name
+    assert len({router_keys[name] for name in keys[:3]}) == 3  # clients', Prometheus's, the operator's
     vllm_keys = secret_env(vllm_box)
     assert vllm_keys["VLLM_API_KEY"] == router_keys[discover["api_key_env"]]
     assert {secret for secret, _ in (*router_keys.values(), *vllm_keys.values())} == {"lorafleet-keys"}
@@ -157,7 +172,8 @@ def test_the_manifest_reader_refuses_what_kubernetes_reads_otherwise() -> None:
 async def test_the_router_answers_its_probes_as_the_manifest_expects(
     serve: Callable[..., StandInServer], adapter_dir: Path
 ) -> None:
-    """Readiness follows the replicas; liveness answers without a key, with every replica down."""
+    """Readiness follows the replicas; liveness answers without a key, with every replica down;
+    /metrics wants Prometheus's key, the admin interface the operator's."""
     objs = objects()
     data = router_toml()
     (discover,) = data.pop("discover")
@@ -172,20 +188,37 @@ async def test_the_router_answers_its_probes_as_the_manifest_expects(
         max_cpu_loras=discover["max_cpu_loras"],
         api_key_env=discover["api_key_env"],
     )
-    config = build(
-        {**settings, "replicas": (replica,), "adapter_root": adapter_dir, "host": "127.0.0.1", "port": 0}
-    )
-    environ = {data["server"]["api_key_env"]: "router-key", discover["api_key_env"]: "pod-key"}
+    here = {"host": "127.0.0.1", "port": 0, "admin_host": "127.0.0.1", "admin_port": 0}
+    config = build({**settings, "replicas": (replica,), "adapter_root": adapter_dir, **here})
+    server_keys = data["server"]
+    environ = {
+        server_keys["api_key_env"]: "router-key",
+        server_keys["metrics_api_key_env"]: "metrics-key",
+        data["admin"]["api_key_env"]: "admin-key",
+        discover["api_key_env"]: "pod-key",
+    }
     async with (
         RouterServer(config, environ=environ) as server,
         httpx.AsyncClient(base_url=server.url) as client,
+        httpx.AsyncClient(base_url=server.admin_url) as admin,
     ):
         assert (await client.get(ready)).status_code == 200
-        assert (await client.get(alive)).status_code == 200
+        assert (await admin.get(alive)).status_code == 200
         assert (await client.get("/v1/models")).status_code == 401  # the key is the Secret's
+        assert (await client.get("/metrics")).status_code == 401
+        assert (
+            await client.get("/metrics", headers={"Authorization": "Bearer router-key"})
+        ).status_code == 401
+        assert (
+            await client.get("/metrics", headers={"Authorization": "Bearer metrics-key"})
+        ).status_code == 200
+        assert (await admin.get("/replicas")).status_code == 401
+        assert (
+            await admin.get("/replicas", headers={"Authorization": "Bearer admin-key"})
+        ).status_code == 200
         server.fleet.replica_failed("vllm-0", "down, for the test")
         assert (await client.get(ready)).status_code == 503
-        assert (await client.get(alive)).status_code == 200
+        assert (await admin.get(alive)).status_code == 200
 
 
 def test_no_tabs_and_one_object_per_name() -> None:

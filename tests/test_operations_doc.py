@@ -32,6 +32,8 @@ from yamlish import load_all
 DOC = ROOT / "docs" / "operations.md"
 ROUTES = {"/health", "/metrics", "/v1/models", "/v1/completions", "/v1/chat/completions"}
 """What lorafleet serve answers (shells/lorafleet_serve/_app.py)."""
+ADMIN_ROUTES = {"/live", "/adapters", "/replicas"}
+"""What its admin interface answers (shells/lorafleet_serve/_admin.py), but one adapter's or replica's."""
 
 
 def blocks(language: str | None = None) -> list[tuple[str, str]]:
@@ -122,6 +124,9 @@ def test_sh_blocks_name_what_the_example_has() -> None:
         for ref in secret_env(container(objs[("Deployment", name)])).values()
     }
     forwarded: dict[int, int] = {}
+    admin_ports: set[int] = set()
+    toml = router_toml()
+    router_box = container(objs[("Deployment", "lorafleet-router")])
     commands = [shlex.split(line) for _, text in blocks("sh") for line in _lines(text)]
     seen = set()
     for words in commands:
@@ -140,21 +145,47 @@ def test_sh_blocks_name_what_the_example_has() -> None:
                 assert ("Deployment", name) in objs
             case ["kubectl", "port-forward", target, ports]:
                 kind, name = target.split("/")
-                assert kind == "service"
                 local, remote = (int(p) for p in ports.split(":"))
-                assert remote in [p["port"] for p in objs[("Service", name)]["spec"]["ports"]]
-                assert router_toml()["server"]["port"] == remote
+                if kind == "service":
+                    assert remote in [p["port"] for p in objs[("Service", name)]["spec"]["ports"]]
+                    assert toml["server"]["port"] == remote
+                else:  # the admin port, on one router pod: no Service names it
+                    assert (kind, name) == ("deployment", "lorafleet-router")
+                    assert remote in [p["containerPort"] for p in router_box["ports"]]
+                    assert toml["admin"]["port"] == remote
+                    admin_ports.add(local)
                 forwarded[local] = remote
-            case ["curl", *options, url] if all(o.startswith("-") for o in options):
+            case ["curl", *options, url]:
+                headers = _curl_headers(options)
                 found = re.fullmatch(r"http://127\.0\.0\.1:(\d+)(/\S*)", url)
                 assert found is not None, url
                 assert int(found[1]) in forwarded, url
-                assert found[2] in ROUTES, url
+                if int(found[1]) in admin_ports:
+                    assert found[2] in ADMIN_ROUTES, url
+                    key = f"${toml['admin']['api_key_env']}"
+                    assert headers == {"Authorization": f"Bearer {key}"}, headers
+                    assert toml["admin"]["api_key_env"] in secret_env(router_box), key
+                else:
+                    assert found[2] in ROUTES, url
+                    assert headers == {}, headers
             case _:
                 raise AssertionError(f"a command the checks do not know: {words}")
         seen.add(tuple(words[:2]))
     assert ("kubectl", "create") in seen
     assert ("curl", "-s") in seen
+
+
+def _curl_headers(options: list[str]) -> dict[str, str]:
+    """The headers curl's options send (``-H "Name: value"``); any option but ``-s`` and ``-H`` fails."""
+    headers: dict[str, str] = {}
+    words = iter(options)
+    for option in words:
+        if option == "-H":
+            name, _, value = next(words).partition(": ")
+            headers[name] = value
+        else:
+            assert option == "-s", options
+    return headers
 
 
 def _lines(text: str) -> list[str]:
