@@ -215,11 +215,16 @@ class Admin:
         }
 
     def _adapter_action(self, name: str, action: str) -> dict[str, Any]:
+        """One of ``ADAPTER_ACTIONS`` on a served adapter, through the fleet; its view after."""
         self._folder(name)
         router = self._operated.router
-        assert action == "forget-refusal", action
-        router.forget_refusal(name)
-        log.info("admin: adapter %r: its refusal is forgotten, its next request asks an engine again", name)
+        if action == "forget-refusal":
+            router.forget_refusal(name)  # [forgive]
+            log.info("admin: adapter %r: its refusal is forgotten; its next request asks an engine", name)
+        # The hooks, once the machine has their events: "reload", the fleet's adapter_changed(name)
+        # ([renew]: no old copy is granted again, idle ones unloaded at once, the rest after their last
+        # request); "unload", the operator's unload of an idle copy, refused with a 409 where a request
+        # runs on it. Each joins ADAPTER_ACTIONS with its branch here.
         return self._adapter(name)
 
     # -- replicas ---------------------------------------------------------------------------------
