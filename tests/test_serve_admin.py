@@ -1,5 +1,6 @@
-"""``lorafleet serve``'s operator side: the admin interface on its own port and key, health that does not
-flap, a key for ``/metrics``, and pins and prewarming that land once their replica comes up.
+"""``lorafleet serve``'s operator side: new files under an adapter's name served ([renew]), the admin
+interface on its own port and key, health that does not flap, a key for ``/metrics``, and pins and
+prewarming that land once their replica comes up.
 
 Over real HTTP against stand-ins, under asyncio and trio; the router runs in the test's event loop.
 """
@@ -11,25 +12,28 @@ import logging
 import os
 import re
 import socket
+import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
 import anyio
+import attrs
 import httpx
 import pytest
 
 from lorafleet_serve import Config, ConfigError, ReplicaConfig, RouterServer
 from lorafleet_serve._config import build
-from lorafleet_standin import StandInServer
+from lorafleet_standin import StandInServer, generated, weights_digest
 
 from conftest import eventually, make_adapter
 
 pytestmark = [pytest.mark.anyio, pytest.mark.usefixtures("no_task_left_running")]
 
 Serve = Callable[..., StandInServer]
-HELLO = {"prompt": "hello", "max_tokens": 4}
+PROMPT = "hello"
+HELLO = {"prompt": PROMPT, "max_tokens": 4}
 ENVIRON = {"ADMIN_KEY": "admin-secret", "ROUTER_KEY": "client-secret", "METRICS_KEY": "metrics-secret"}
 ADMIN = {"Authorization": "Bearer admin-secret"}
 CLIENT = {"Authorization": "Bearer client-secret"}
@@ -85,6 +89,128 @@ def free_port() -> int:
 
 async def completion(client: httpx.AsyncClient, model: str) -> httpx.Response:
     return await client.post("/v1/completions", json={"model": model, **HELLO})
+
+
+# -- new files under an old name ([renew]) ---------------------------------------------------------------
+
+
+@attrs.frozen
+class Answered:
+    started: float
+    ended: float
+    text: str
+
+
+async def answers_while(
+    client: httpx.AsyncClient, model: str, done: Callable[[list[Answered]], bool]
+) -> list[Answered]:
+    """Completions for ``model`` from three clients at once until ``done`` holds of what they got:
+    each one good, with when it was asked and answered."""
+    got: list[Answered] = []
+
+    async def one_client() -> None:
+        while not done(got):
+            started = time.monotonic()
+            answer = await completion(client, model)
+            assert answer.status_code == 200, answer.text  # no good request fails
+            got.append(Answered(started, time.monotonic(), answer.json()["choices"][0]["text"]))
+
+    with anyio.fail_after(30):
+        async with anyio.create_task_group() as clients:
+            for _ in range(3):
+                clients.start_soon(one_client)
+    return got
+
+
+def never_old_after_new(got: list[Answered], new: str) -> None:
+    """No request asked after one was answered by the new files is answered by the old ones."""
+    first_new = min((a.ended for a in got if a.text == new), default=None)
+    assert first_new is not None
+    late = [a for a in got if a.started > first_new]
+    assert late
+    assert all(a.text == new for a in late), [(a.started - first_new, a.text) for a in late]
+
+
+async def test_new_weights_are_served_on_the_next_look_and_no_old_copy_answers_after(
+    serve: Serve, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Two replicas hold ``sql`` (pinned to two copies), a stream runs on one; new weights are written
+    into its folder. The idle copy is unloaded at once, the one in use only when its stream has
+    ended, on the old weights; no request asked after one the new weights answered gets the old."""
+    caplog.set_level(logging.INFO, "lorafleet")
+    folder = make_adapter(tmp_path / "sql")
+    old = "".join(generated("sql", PROMPT, 4, weights_digest(folder)))
+    standins = {"r0": serve(), "r1": serve()}
+    options = {"pins": {"sql": 2}, "adapter_refresh": 0.05}
+    async with operated([s.url for s in standins.values()], tmp_path, **options) as (server, client, _):
+        fleet = server.fleet
+        await eventually(lambda: all("sql" in r.held for r in fleet.statistics().replicas.values()))
+        for standin in standins.values():
+            standin.app.hold_streams()
+        body = {"model": "sql", "stream": True, **HELLO}
+        async with client.stream("POST", "/v1/completions", json=body) as stream:
+            home = stream.headers["x-lorafleet-replica"]
+            away = "r1" if home == "r0" else "r0"
+            (folder / "adapter_model.safetensors").write_bytes(b"\1" * 64)
+            new = "".join(generated("sql", PROMPT, 4, weights_digest(folder)))
+            assert new != old
+            got = await answers_while(client, "sql", lambda got: sum(a.text == new for a in got) >= 12)
+            never_old_after_new(got, new)
+            # The idle copy went and the new files were loaded in its place; the one in use stays.
+            assert len(standins[away].app.calls_to("unload")) == 1
+            assert len(standins[away].app.calls_to("load")) == 2
+            assert standins[home].app.calls_to("unload") == []
+            for standin in standins.values():
+                standin.app.release()
+            streamed = [json.loads(line[6:]) async for line in stream.aiter_lines() if line[6:7] == "{"]
+        assert "".join(e["choices"][0]["text"] for e in streamed) == old  # it finished on its copy
+        # Its copy unloaded after its stream, the pin then loads the new files there too.
+        await eventually(lambda: len(standins[home].app.calls_to("load")) == 2)
+        assert len(standins[home].app.calls_to("unload")) == 1
+        await eventually(lambda: all("sql" in r.held for r in fleet.statistics().replicas.values()))
+        got = await answers_while(client, "sql", lambda got: len(got) >= 12)
+        assert {a.text for a in got} == {new}
+    assert f"adapter 'sql': new files in {folder}: copies loaded before are unloaded" in caplog.text
+
+
+async def test_settings_read_again_look_at_the_folders(serve: Serve, tmp_path: Path) -> None:
+    """SIGHUP's ``reload()`` looks at the folders too, whatever ``adapters.refresh`` says."""
+    folder = make_adapter(tmp_path / "sql")
+    standin = serve()
+    async with operated([standin.url], tmp_path, adapter_refresh=3600.0) as (server, client, _):
+        assert (await completion(client, "sql")).headers["x-lorafleet-how"] == "loaded"
+        (folder / "adapter_model.safetensors").write_bytes(b"\2" * 80)
+        assert (await completion(client, "sql")).headers["x-lorafleet-how"] == "hit"  # not looked at yet
+        assert await server.reload()
+        answer = await completion(client, "sql")
+        assert answer.headers["x-lorafleet-how"] == "loaded"
+        assert answer.json()["choices"][0]["text"] == "".join(
+            generated("sql", PROMPT, 4, weights_digest(folder))
+        )
+        assert len(standin.app.calls_to("unload")) == 1
+
+
+async def test_the_operator_reloads_what_no_look_sees(serve: Serve, tmp_path: Path) -> None:
+    """New weights of the same size, with the old time put back: only the operator's word tells."""
+    folder = make_adapter(tmp_path / "sql")
+    weights = folder / "adapter_model.safetensors"
+    standin = serve()
+    async with operated([standin.url], tmp_path, adapter_refresh=0.01) as (server, client, admin):
+        assert (await completion(client, "sql")).status_code == 200
+        times = os.stat(weights)
+        weights.write_bytes(b"\3" * 64)
+        os.utime(weights, ns=(times.st_atime_ns, times.st_mtime_ns))
+        assert await server.router.look_at_folders() == []
+        assert (await completion(client, "sql")).headers["x-lorafleet-how"] == "hit"
+        reloaded = await admin.post("/adapters/sql/reload")
+        assert reloaded.status_code == 200, reloaded.text
+        assert reloaded.json()["adapter"] == "sql"
+        answer = await completion(client, "sql")
+        assert answer.headers["x-lorafleet-how"] == "loaded"
+        assert answer.json()["choices"][0]["text"] == "".join(
+            generated("sql", PROMPT, 4, weights_digest(folder))
+        )
+        assert len(standin.app.calls_to("unload")) == 1
 
 
 # -- what the admin interface shows ----------------------------------------------------------------------
@@ -234,6 +360,7 @@ async def test_bad_input_gets_a_clear_error_and_changes_nothing(serve: Serve, ad
         cases: list[tuple[str, str, dict[str, str] | None, int, str]] = [
             ("GET", "/adapters/nope", None, 404, "unknown_adapter"),
             ("POST", "/adapters/nope/forget-refusal", None, 404, "unknown_adapter"),
+            ("POST", "/adapters/nope/reload", None, 404, "unknown_adapter"),
             ("GET", "/adapters/..%2Fetc", None, 404, "not_found"),  # the path is decoded: /adapters/../etc
             ("GET", "/adapters/.hidden", None, 404, "unknown_adapter"),
             ("GET", "/adapters/broken", None, 404, "unknown_adapter"),  # a folder with no adapter_config.json

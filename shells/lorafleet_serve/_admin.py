@@ -11,16 +11,17 @@ always wants a key of its own (``admin.api_key_env``), for three reasons (docs/a
 
 Every answer is JSON; every error is OpenAI-shaped (``{"error": {"message", "type", "param", "code"}}``)
 and changes nothing. Every action goes through the fleet, which hands it to the machine as an event:
-forgetting a refusal is ``RefusalForgotten`` ([forgive]); draining a replica removes it from the
-fleet (``ReplicasRemoved``: requests running there finish on their leases, those waiting there are
-placed elsewhere, nothing is unloaded), and undraining adds it back (``ReplicaAdded``, its listing
-read afresh).
+forgetting a refusal is ``RefusalForgotten`` ([forgive]); reloading an adapter everywhere is
+``AdapterChanged`` ([renew]: no copy loaded before is granted again, idle ones are unloaded at once
+and the rest after their last request, and its next request loads its files anew); draining a
+replica removes it from the fleet (``ReplicasRemoved``: requests running there finish on their
+leases, those waiting there are placed elsewhere, nothing is unloaded), and undraining adds it back
+(``ReplicaAdded``, its listing read afresh).
 
-Not here yet, on purpose: "reload an adapter everywhere" and "unload an idle adapter" wait for the
-machine's events for them ([renew], and an operator's unload); they will be routes beside
-``forget-refusal`` (see ``ACTIONS``), each one call to the fleet. Nor the machine's demand count and
-the refusal in force: the machine has no query for them yet; ``last_load_error`` carries the engine's
-words of the last refusal meanwhile.
+Not here yet, on purpose: "unload an idle adapter" waits for the machine's event for an operator's
+unload; it will be a route beside ``reload`` (see ``ADAPTER_ACTIONS``), one call to the fleet. Nor
+the machine's demand count and the refusal in force: the machine has no query for them yet;
+``last_load_error`` carries the engine's words of the last refusal meanwhile.
 """
 
 from __future__ import annotations
@@ -47,9 +48,9 @@ from ._openai import JSON, Receive, RefusedError, Scope, Send, refuse, respond
 
 log = logging.getLogger("lorafleet.serve")
 
-ADAPTER_ACTIONS = ("forget-refusal",)
-"""What ``POST /adapters/NAME/ACTION`` does. "reload" ([renew]) and "unload" join once the machine has
-their events; each is one call to the fleet in ``Admin._adapter_action``."""
+ADAPTER_ACTIONS = ("forget-refusal", "reload")
+"""What ``POST /adapters/NAME/ACTION`` does. "unload" joins once the machine has its event; each is one
+call to the fleet in ``Admin._adapter_action``."""
 REPLICA_ACTIONS = ("drain", "undrain")
 """What ``POST /replicas/ID/ACTION`` does."""
 
@@ -221,10 +222,8 @@ class Admin:
         if action == "forget-refusal":
             router.forget_refusal(name)  # [forgive]
             log.info("admin: adapter %r: its refusal is forgotten; its next request asks an engine", name)
-        # The hooks, once the machine has their events: "reload", the fleet's adapter_changed(name)
-        # ([renew]: no old copy is granted again, idle ones unloaded at once, the rest after their last
-        # request); "unload", the operator's unload of an idle copy, refused with a 409 where a request
-        # runs on it. Each joins ADAPTER_ACTIONS with its branch here.
+        elif action == "reload":
+            router.adapter_changed(name)  # [renew]; its own line in the log says so
         return self._adapter(name)
 
     # -- replicas ---------------------------------------------------------------------------------

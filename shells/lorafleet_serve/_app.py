@@ -30,6 +30,7 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import anyio
+import anyio.to_thread
 import attrs
 import httpx
 
@@ -242,6 +243,9 @@ class Router:
         self.readiness = readiness if readiness is not None else Readiness()
         self._refused: dict[str, Fingerprint] = {}
         """Adapters the engines refused, with what their folder held then: a change forgets it."""
+        self._versions: dict[str, Fingerprint] = {}
+        """What each adapter's folder held when this router first asked the fleet for it: a folder that
+        holds something else since is a new version (``look_at_folders``)."""
         self.drained: Collection[str] = ()
         """Replicas the operator took out (``RouterServer.drain``), which ``/health`` names so."""
         self._requests = (
@@ -259,6 +263,51 @@ class Router:
         have been fixed in a way their fingerprint does not show)."""
         self._refused.clear()
         self.fleet.forget_refusal()
+
+    def watch(self, name: str, version: Fingerprint) -> None:
+        """Take ``version`` (what adapter ``name``'s folder holds now) as its version, unless this
+        router has one already. Taken before the fleet is first asked for it, so that no engine read
+        files older than the version: a change after is seen."""
+        self._versions.setdefault(name, version)
+
+    async def look_at_folders(self) -> list[str]:
+        """Look at the folder of each adapter this router has asked for (in a worker thread: one
+        ``stat`` per file, a slow disk stalls no request); one that holds something else than its
+        version is a new version (``adapter_changed``). A folder that cannot be read now is left
+        alone until it can: a passing error must not unload every copy.
+
+        Returns:
+            The adapters found changed, sorted.
+        """
+        folders = {name: self.catalog.path(name) for name in self._versions}
+        now = await anyio.to_thread.run_sync(
+            lambda: {name: fingerprint(folder) for name, folder in folders.items() if folder is not None}
+        )
+        changed = sorted(
+            name
+            for name, found in now.items()
+            if found is not None and name in self._versions and found != self._versions[name]
+        )
+        for name in changed:
+            self.adapter_changed(name, now[name])
+        return changed
+
+    def adapter_changed(self, name: str, found: Fingerprint | None = None) -> None:
+        """Adapter ``name``'s files are new (``found``: what its folder holds now; None: look): no
+        copy loaded before is granted again, idle ones are unloaded at once and the rest after their
+        last request, its refusal is forgotten, and its next request loads the new files ([renew])."""
+        folder = self.catalog.path(name)
+        if found is None and folder is not None:
+            found = fingerprint(folder)
+        self._versions[name] = found
+        self._refused.pop(name, None)
+        self.fleet.adapter_changed(name)
+        log.info(
+            "adapter %r: new files in %s: copies loaded before are unloaded as their last request ends; "
+            "its next request loads the new ones",
+            name,
+            folder,
+        )
 
     def _forgive_if_changed(self, name: str, path: str) -> None:
         """A refused adapter whose folder changed since is tried again ([forgive]): fixed, it loads
@@ -528,6 +577,8 @@ class Router:
         folder = self.catalog.path(name)
         if folder is None:
             raise model_not_found(name)
+        if name not in self._versions:
+            self.watch(name, fingerprint(folder))
         if self._refused:
             self._forgive_if_changed(name, folder)
         model = self.catalog.model(name)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Iterable
 from pathlib import Path
 
 from ._config import ADAPTER_NAME, Config
@@ -79,6 +80,10 @@ class Catalog:
     def table_names(self) -> list[str]:
         """The adapters the table names (``adapters.paths``), sorted; not the root's."""
         return sorted(self._paths)
+
+    def paths(self, *groups: Iterable[str]) -> dict[str, str]:
+        """The folders of the names in ``groups`` that this router serves, by name."""
+        return {name: path for group in groups for name in group if (path := self.path(name)) is not None}
 
     def model(self, name: str) -> str | None:
         """The base model a request for adapter ``name`` must go to (None: any replica's)."""

@@ -62,6 +62,7 @@ The same as a file (lorafleet serve --config router.toml):
 
   [adapters]
   root = "/srv/adapters"         # or a table: [adapters.paths] sql = "/srv/adapters/sql"
+  # refresh = 10                 # seconds between looks for new files in the adapters' folders
 
   [pins]
   sql = 2                        # keep "sql" loaded on two replicas
@@ -139,6 +140,12 @@ def parser() -> argparse.ArgumentParser:
     add("--adapter", metavar="NAME=FOLDER", action="append", help="serve one adapter (repeatable)")
     add(
         "--adapter-model", metavar="MODEL", help="the base model of the adapters, when replicas serve several"
+    )
+    add(
+        "--adapter-refresh",
+        metavar="S",
+        type=_seconds,
+        help="seconds between looks for new files in the adapters' folders (default 10)",
     )
     add("--pin", metavar="NAME=COPIES", action="append", help="keep an adapter loaded on COPIES replicas")
     add("--prewarm", metavar="NAME", action="append", help="load an adapter before taking requests")
@@ -260,6 +267,7 @@ def config_of(args: argparse.Namespace) -> Config:
         ("load_timeout", "load_timeout"),
         ("listing_timeout", "listing_timeout"),
         ("listing_interval", "listing_interval"),
+        ("adapter_refresh", "adapter_refresh"),
         ("connect_timeout", "connect_timeout"),
         ("read_timeout", "read_timeout"),
         ("shutdown_timeout", "shutdown_timeout"),

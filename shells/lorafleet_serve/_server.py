@@ -24,7 +24,7 @@ from lorafleet_fleet import KEEPALIVE_EXPIRY, Fleet, PrometheusMetrics, Replica
 
 from ._admin import Admin, serve_admin
 from ._app import NoCookies, Router
-from ._catalog import Catalog
+from ._catalog import Catalog, fingerprint
 from ._config import Config, ConfigError, check, discovered_key, own_key, resolve
 from ._forward import AiohttpForwarder, Forwarder
 from ._headers import RequestIds
@@ -192,6 +192,10 @@ class RouterServer:
                     event_hooks={"response": [readiness.on_response]},
                 )
             )
+            # Taken before the fleet loads them, as a request's version is.
+            versions = {
+                name: fingerprint(path) for name, path in catalog.paths(config.pins, config.prewarm).items()
+            }
             fleet = await self._stack.enter_async_context(
                 Fleet(
                     client=fleet_client,
@@ -218,6 +222,8 @@ class RouterServer:
                 tracing=self._tracing(),
             )
             self._stack.push_async_callback(router.aclose)
+            for name, version in versions.items():
+                router.watch(name, version)
             for discovery in self._discoveries:
                 await discovery.resolve()
             await self._apply()
@@ -324,6 +330,7 @@ class RouterServer:
             self.router.catalog.set_models(running.model_names())
             # The operator may have fixed an adapter in a way no fingerprint shows: ask again.
             self.router.forget_refusals()
+            await self.router.look_at_folders()
             await self._apply()
             self._say_sizing()
             return True
@@ -425,6 +432,7 @@ class RouterServer:
             async with anyio.create_task_group() as loops:
                 self._loops = loops
                 loops.start_soon(self._recheck, fleet_client)
+                loops.start_soon(self._refresh_adapters)
                 if self._watch_path is not None:
                     loops.start_soon(self._watch, self._watch_path, file_state(self._watch_path))
                 for discovery in self._discoveries:
@@ -456,6 +464,12 @@ class RouterServer:
                 seen = state
                 log.info("configuration: %s changed; reading it again", path)
                 await self.reload()
+
+    async def _refresh_adapters(self) -> None:
+        """Every ``adapter_refresh`` seconds, look for new files in the adapters' folders."""
+        while True:
+            await anyio.sleep(self.config.adapter_refresh)
+            await self.router.look_at_folders()
 
     async def _recheck(self, client: httpx.AsyncClient) -> None:
         """Every listing interval, ask the replicas held not ready for absent routes whether they
@@ -593,6 +607,7 @@ RESTART = {
     "load_timeout": "timeouts.load",
     "listing_timeout": "timeouts.listing",
     "listing_interval": "timeouts.listing_interval",
+    "adapter_refresh": "adapters.refresh",
     "connect_timeout": "timeouts.connect",
     "read_timeout": "timeouts.read",
     "shutdown_timeout": "timeouts.shutdown",
