@@ -84,6 +84,15 @@ def standin(serve: Callable[..., StandInServer]) -> StandInServer:
     return serve()
 
 
+def error_of(answer: httpx.Response) -> dict[str, Any]:
+    """An OpenAI-shaped error answer's ``error``, its four fields checked."""
+    body = answer.json()
+    assert set(body) == {"error"}, body
+    assert set(body["error"]) == {"message", "type", "param", "code"}, body
+    error: dict[str, Any] = body["error"]
+    return error
+
+
 async def eventually(condition: Callable[[], bool], timeout: float = 10.0) -> None:
     """Wait until ``condition()`` holds, checking each time other tasks have had a turn."""
     with anyio.fail_after(timeout):

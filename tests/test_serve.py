@@ -29,7 +29,7 @@ from lorafleet_serve import Config, ConfigError, ReplicaConfig, RouterServer
 from lorafleet_serve._app import MISSING_RETRIES
 from lorafleet_standin import StandInServer, generated, weights_digest
 
-from conftest import ADAPTERS, broken_folder_warning, eventually, make_adapter, settled
+from conftest import ADAPTERS, broken_folder_warning, error_of, eventually, make_adapter, settled
 
 Serve = Callable[..., StandInServer]
 HELLO = {"prompt": "hello", "max_tokens": 4}
@@ -75,14 +75,6 @@ def leases(server: RouterServer) -> int:
 
 def served_by(answer: httpx.Response) -> tuple[str, str]:
     return answer.headers["x-lorafleet-replica"], answer.headers["x-lorafleet-how"]
-
-
-def error_of(answer: httpx.Response) -> dict[str, Any]:
-    body = answer.json()
-    assert set(body) == {"error"}, body
-    assert set(body["error"]) == {"message", "type", "param", "code"}, body
-    error: dict[str, Any] = body["error"]
-    return error
 
 
 async def sse(answer: httpx.Response) -> list[dict[str, Any]]:

@@ -27,7 +27,7 @@ from lorafleet_serve import Config, ConfigError, ReplicaConfig, RouterServer
 from lorafleet_serve._config import build
 from lorafleet_standin import StandInServer, generated, weights_digest
 
-from conftest import eventually, make_adapter
+from conftest import error_of, eventually, make_adapter
 
 pytestmark = [pytest.mark.anyio, pytest.mark.usefixtures("no_task_left_running")]
 
@@ -64,14 +64,6 @@ async def operated(
         httpx.AsyncClient(base_url=server.admin_url, timeout=30, headers=ADMIN) as admin,
     ):
         yield server, client, admin
-
-
-def error_of(answer: httpx.Response) -> dict[str, Any]:
-    body = answer.json()
-    assert set(body) == {"error"}, body
-    assert set(body["error"]) == {"message", "type", "param", "code"}, body
-    error: dict[str, Any] = body["error"]
-    return error
 
 
 async def health(client: httpx.AsyncClient) -> dict[str, str]:

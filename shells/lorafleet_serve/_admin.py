@@ -44,7 +44,7 @@ from lorafleet_fleet import Replica
 from ._app import Router
 from ._catalog import Fingerprint, fingerprint
 from ._keys import require
-from ._openai import JSON, Receive, RefusedError, Scope, Send, refuse, respond
+from ._openai import JSON, Receive, RefusedError, Scope, Send, lifespan, refuse, respond, want_method
 
 log = logging.getLogger("lorafleet.serve")
 
@@ -95,7 +95,7 @@ class Admin:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
-            await _lifespan(receive, send)
+            await lifespan(receive, send)
             return
         if scope["type"] != "http":
             return
@@ -105,7 +105,7 @@ class Admin:
         try:
             await _drop_body(receive)
             if path == "/live":
-                _method(method, "GET", path)
+                want_method(method, "GET", path)
                 status = 200
                 await _answer(send, 200, {"status": "alive"})
                 return
@@ -125,22 +125,22 @@ class Admin:
         parts = [p for p in path.split("/") if p]
         match parts:
             case ["adapters"]:
-                _method(method, "GET", path)
+                want_method(method, "GET", path)
                 return 200, {"adapters": self._adapters()}
             case ["adapters", name]:
-                _method(method, "GET", path)
+                want_method(method, "GET", path)
                 return 200, self._adapter(name)
             case ["adapters", name, action] if action in ADAPTER_ACTIONS:
-                _method(method, "POST", path)
+                want_method(method, "POST", path)
                 return 200, self._adapter_action(name, action)
             case ["replicas"]:
-                _method(method, "GET", path)
+                want_method(method, "GET", path)
                 return 200, {"replicas": self._replicas()}
             case ["replicas", rid]:
-                _method(method, "GET", path)
+                want_method(method, "GET", path)
                 return 200, self._replica(rid)
             case ["replicas", rid, action] if action in REPLICA_ACTIONS:
-                _method(method, "POST", path)
+                want_method(method, "POST", path)
                 return 200, await self._replica_action(rid, action)
         raise RefusedError(
             404, f"Invalid URL ({method} {path}): see GET /adapters and GET /replicas", "not_found"
@@ -300,16 +300,6 @@ def _fingerprint(found: Fingerprint) -> dict[str, Any] | None:
     }
 
 
-def _method(method: str, wanted: str, path: str) -> None:
-    if method != wanted:
-        raise RefusedError(
-            405,
-            f"Method not allowed ({method} {path}): use {wanted}",
-            "method_not_allowed",
-            headers=((b"allow", wanted.encode()),),
-        )
-
-
 class _GoneError(Exception):
     """The client went away before its request was read."""
 
@@ -331,16 +321,6 @@ async def _drop_body(receive: Receive) -> None:
 async def _answer(send: Send, status: int, data: Any) -> None:
     body = json.dumps(data, indent=2, ensure_ascii=False).encode() + b"\n"
     await respond(send, status, body, [JSON])
-
-
-async def _lifespan(receive: Receive, send: Send) -> None:
-    while True:
-        message = await receive()
-        if message["type"] == "lifespan.startup":
-            await send({"type": "lifespan.startup.complete"})
-        elif message["type"] == "lifespan.shutdown":
-            await send({"type": "lifespan.shutdown.complete"})
-            return
 
 
 async def serve_admin(app: Admin, sock: socket.socket, stopped: Callable[[], Awaitable[None]]) -> None:

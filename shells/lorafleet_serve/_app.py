@@ -52,7 +52,19 @@ from ._headers import REQUEST_ID, logfmt, relayed, request_id, upstream_headers
 from ._health import replica_states
 from ._keys import require
 from ._latency import Latency
-from ._openai import JSON, Receive, RefusedError, Scope, Send, model_not_found, refuse, respond, respond_json
+from ._openai import (
+    JSON,
+    Receive,
+    RefusedError,
+    Scope,
+    Send,
+    lifespan,
+    model_not_found,
+    refuse,
+    respond,
+    respond_json,
+    want_method,
+)
 from ._readiness import Origin, Readiness
 from ._requestlog import RequestLog, Watch
 from ._routes import OWN, ROUTED, listing
@@ -424,7 +436,7 @@ class Router:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         kind = scope["type"]
         if kind == "lifespan":
-            await _lifespan(receive, send)
+            await lifespan(receive, send)
             return
         if kind != "http":
             return  # websockets: not served; returning closes the connection
@@ -449,13 +461,7 @@ class Router:
                 raise RefusedError(
                     404, f"Invalid URL ({method} {path}); the routes here are: {listing()}", "not_found"
                 )
-            if method != wanted:
-                raise RefusedError(
-                    405,
-                    f"Method not allowed ({method} {path}): use {wanted}",
-                    "method_not_allowed",
-                    headers=((b"allow", wanted.encode()),),
-                )
+            want_method(method, wanted, path)
             if path == "/health":
                 record.status = await self._health(send)
             elif path == "/metrics":
@@ -1163,16 +1169,6 @@ async def _watch_for_disconnect(receive: Receive, scope: anyio.CancelScope, reco
             if not record.answered:
                 record.end = "client_gone"
                 scope.cancel()
-            return
-
-
-async def _lifespan(receive: Receive, send: Send) -> None:
-    while True:
-        message = await receive()
-        if message["type"] == "lifespan.startup":
-            await send({"type": "lifespan.startup.complete"})
-        elif message["type"] == "lifespan.shutdown":
-            await send({"type": "lifespan.shutdown.complete"})
             return
 
 

@@ -71,3 +71,25 @@ async def respond_json(send: Send, status: int, data: Any) -> None:
 async def refuse(send: Send, refusal: RefusedError, *extra: tuple[bytes, bytes]) -> None:
     """Answer ``refusal``, with ``extra`` headers (the request's id)."""
     await respond(send, refusal.status, refusal.body(), [JSON, *refusal.headers, *extra])
+
+
+async def lifespan(receive: Receive, send: Send) -> None:
+    """Answer an ASGI server's lifespan messages: the apps here start and stop with nothing to do."""
+    while True:
+        message = await receive()
+        if message["type"] == "lifespan.startup":
+            await send({"type": "lifespan.startup.complete"})
+        elif message["type"] == "lifespan.shutdown":
+            await send({"type": "lifespan.shutdown.complete"})
+            return
+
+
+def want_method(method: str, wanted: str, path: str) -> None:
+    """Refuse a request whose method is not ``wanted`` with a 405 naming the one that is."""
+    if method != wanted:
+        raise RefusedError(
+            405,
+            f"Method not allowed ({method} {path}): use {wanted}",
+            "method_not_allowed",
+            headers=((b"allow", wanted.encode()),),
+        )
