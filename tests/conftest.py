@@ -36,11 +36,11 @@ def fleet_type(anyio_backend: str) -> type[Fleet]:
     return lorafleet_trio.Fleet if anyio_backend == "trio" else lorafleet_asyncio.Fleet
 
 
-def make_adapter(folder: Path, rank: int = 8, config: bool = True) -> Path:
+def make_adapter(folder: Path, rank: int = 8, config: bool = True, weights: bytes = b"\0" * 64) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     if config:
         (folder / "adapter_config.json").write_text(json.dumps({"r": rank, "target_modules": ["q_proj"]}))
-    (folder / "adapter_model.safetensors").write_bytes(b"\0" * 64)
+    (folder / "adapter_model.safetensors").write_bytes(weights)
     return folder
 
 
@@ -232,7 +232,7 @@ def built_adapters(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Adapter folders named as the engine build names them, for stand-in targets."""
     root = tmp_path_factory.mktemp("built-adapters")
     for i in range(6):
-        make_adapter(root / f"lora-{i}")
+        make_adapter(root / f"lora-{i}", weights=bytes([i]) * 64)  # each its own, as the build's are
     make_adapter(root / "rank64", rank=64)
     make_adapter(root / "broken", config=False)
     return root

@@ -8,6 +8,7 @@ The real servers are the session's (conftest's ``vllm_servers``): "static" runs 
 from __future__ import annotations
 
 import logging
+import shutil
 from collections.abc import Callable
 from pathlib import Path
 
@@ -97,3 +98,36 @@ async def test_a_vllm_that_refuses_the_key_is_not_ready_naming_the_setting(
         )
     assert "give the Replica the key" not in caplog.text
     assert KEY not in caplog.text
+
+
+async def test_new_weights_in_a_held_adapters_folder_change_its_greedy_output(
+    engines: Engines, tmp_path: Path
+) -> None:
+    """[renew] through serve: ``sql`` is lora-0, held; lora-1's weights written into its folder change
+    its next greedy answer, and lora-0's written back bring the first answer back."""
+    folder = tmp_path / "sql"
+    shutil.copytree(engines.adapters / "lora-0", folder)
+    weights = "adapter_model.safetensors"
+    config = attrs.evolve(config_of(engines.keyed, tmp_path, "KEY_VAR"), adapter_refresh=3600.0)
+    async with (
+        RouterServer(config, environ={"KEY_VAR": KEY}) as server,
+        httpx.AsyncClient(base_url=server.url, timeout=120) as client,
+    ):
+
+        async def greedy_after(weights_of: str) -> str:
+            """Write ``weights_of``'s weights into sql's folder; sql's greedy answer once they are seen."""
+            shutil.copyfile(engines.adapters / weights_of / weights, folder / weights)
+            assert await server.router.look_at_folders() == ["sql"]
+            body = {"model": "sql", "prompt": "hello world", "max_tokens": 8, "temperature": 0}
+            answer = await client.post("/v1/completions", json=body)
+            assert answer.status_code == 200, answer.text
+            assert answer.headers["x-lorafleet-how"] == "loaded"  # the old copy went; the files read anew
+            text: str = answer.json()["choices"][0]["text"]
+            return text
+
+        body = {"model": "sql", "prompt": "hello world", "max_tokens": 8, "temperature": 0}
+        first = (await client.post("/v1/completions", json=body)).json()["choices"][0]["text"]
+        retrained = await greedy_after("lora-1")
+        back = await greedy_after("lora-0")
+    assert retrained != first
+    assert back == first
