@@ -14,7 +14,7 @@ import pytest
 
 from lorafleet import How, Placed
 from lorafleet_fleet import HEADROOM, Fleet, Replica
-from lorafleet_standin import Call, Memory, StandInServer
+from lorafleet_standin import Call, StandInServer
 
 from conftest import calls_reach, eventually, settled
 
@@ -241,7 +241,10 @@ async def test_cold_requests_on_a_full_replica_share_one_reading(
     """Five cold requests at once on r0 (limit 2, no headroom, a0 idle there): with another router's
     adapter named by the last reading, each would evict first ([read]), and one read of the gauge
     serves them all. A router alone (its readings named nothing) reads none: it never waits. The
-    engine keeps the router's 2 in memory, and the other router's ax: it drops none of them."""
+    engine never holds more than the router's 2 and the other router's ax. Which copy it drops for a
+    load is not asked here: these leases run nothing on the engine and end in any order, so its
+    least recently used copy need not be the machine's ([evict]'s agreement with the engine is
+    test_shells' test_a_cold_load_at_the_limit_lands_before_the_excess_goes)."""
     standin = serve(max_cpu_loras=2 + another)
     r = Replica("r0", standin.url, "tiny", 2)
     names = ("a1", "a2", "a3", "a4", "a5")
@@ -282,7 +285,8 @@ async def test_cold_requests_on_a_full_replica_share_one_reading(
         await eventually(lambda: settled(fleet))
         assert len(fleet.statistics().replicas["r0"].held) == 2
         assert "a0" in _unloaded(standin)
-        assert standin.app.memory() == Memory(most=2 + another, drops=0, rereads=0)  # never over the limit
+        memory = standin.app.memory()
+        assert (memory.most, memory.over) == (2 + another, 0)  # never over the limit
         standin.app.release()
 
 
