@@ -34,6 +34,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 import attrs
+import hypothesis
 from hypothesis import note
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
@@ -44,6 +45,7 @@ from lorafleet import (
     DEFAULT_LISTING_INTERVAL,
     DEFAULT_MAX_BACKOFF,
     DEFAULT_REFUSAL,
+    AdapterDismissed,
     AdapterMissing,
     AdapterStateMachine,
     Assign,
@@ -63,6 +65,7 @@ from lorafleet import (
     LoadFinished,
     LoadOutcome,
     MarkMet,
+    NotIdleError,
     ReadEngine,
     ReadListing,
     RefusalForgotten,
@@ -258,7 +261,19 @@ class FleetModel(RuleBasedStateMachine):
         if isinstance(event, LoadFinished) and (out := self.loads.get(event.load)) is not None:
             at = self.machine.statistics().replicas.get(out.replica)
             old = at is not None and out.adapter in at.unloading
-        expected = self.model.handle(event) if self.with_model else None
+        try:
+            expected = self.model.handle(event) if self.with_model else None
+        except UsageError as refused:  # the machine must refuse it alike, and change nothing
+            snapshot = (self.machine.statistics(), self.machine.next_due())
+            try:
+                self.machine.handle(event)
+            except type(refused) as exc:
+                note(f"{event!r}\n    -> {type(exc).__name__}: {exc}")
+                assert (self.machine.statistics(), self.machine.next_due()) == snapshot
+                raise
+            raise AssertionError(
+                f"the model refused {event} ({type(refused).__name__}), the machine did not"
+            ) from refused
         commands = self.machine.handle(event)
         note(f"{event!r}\n    -> {commands!r}")
         self.log.append((event, commands))
@@ -642,6 +657,24 @@ class FleetModel(RuleBasedStateMachine):
         else:
             self.refused.pop(adapter, None)
         self.send(RefusalForgotten(adapter=adapter))
+
+    @rule(data=st.data())
+    def an_operator_dismisses(self, data: st.DataObject) -> None:
+        """An operator asks a replica to unload an adapter ([dismiss]), most often one it holds: it goes
+        at once when it is idle there; otherwise the machine refuses, changing nothing. Never an
+        unload under a request (``take``)."""
+        anywhere = st.tuples(st.sampled_from([*sorted(REPLICAS), UNKNOWN]), st.sampled_from(ADAPTERS))
+        held = self.held_somewhere()
+        replica, adapter = data.draw(st.sampled_from(held) | anywhere if held else anywhere)
+        stats = self.machine.statistics().replicas.get(replica)
+        try:
+            self.send(AdapterDismissed(replica=replica, adapter=adapter))
+        except (UnknownReplicaError, NotIdleError) as exc:
+            hypothesis.event(f"dismiss refused: {type(exc).__name__}")
+            return
+        hypothesis.event("dismissed")
+        assert stats is not None, replica
+        assert stats.held.get(adapter) == 0, f"{adapter} on {replica} was {stats}"
 
     @rule(data=st.data())
     def others_run_requests(self, data: st.DataObject) -> None:

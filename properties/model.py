@@ -36,6 +36,7 @@ from lorafleet import (
     DEFAULT_MAX_BACKOFF,
     DEFAULT_REFUSAL,
     AdapterChanged,
+    AdapterDismissed,
     AdapterMissing,
     AdapterPinned,
     AdapterUnpinned,
@@ -55,6 +56,7 @@ from lorafleet import (
     LoadFinished,
     LoadOutcome,
     MarkMet,
+    NotIdleError,
     Placed,
     Placement,
     ReadEngine,
@@ -73,6 +75,7 @@ from lorafleet import (
     ServedElsewhere,
     Statistics,
     TimeAdvanced,
+    UnknownReplicaError,
     UnloadFinished,
     UnloadOutcome,
     View,
@@ -310,6 +313,8 @@ class Model:
                 else:
                     self.refused.pop(event.adapter, None)
                 return []
+            case AdapterDismissed():
+                return self.dismiss(event.replica, event.adapter)
             case AdapterPinned() | AdapterUnpinned() | AdapterChanged():
                 # The properties send no pins.
                 raise NotImplementedError(f"the model does not follow {type(event).__name__}")
@@ -537,6 +542,18 @@ class Model:
             rep.unloading[victim] = Unload(None, victim)
             commands.append(self.issue_unload(rep, rep.unloading[victim]))
         return commands
+
+    def dismiss(self, replica: str, adapter: str) -> list[Command]:
+        """[dismiss]: an idle adapter is unloaded now, as [settle] unloads; anything else is refused."""
+        rep = self.replicas.get(replica)
+        if rep is None or rep.removed:
+            raise UnknownReplicaError(replica, replica=replica)
+        if adapter not in rep.lru:
+            raise NotIdleError(adapter, replica=replica, adapter=adapter, reason="")
+        rep.lru.remove(adapter)
+        self.drop(rep, adapter)
+        rep.unloading[adapter] = Unload(None, adapter)
+        return [self.issue_unload(rep, rep.unloading[adapter])]
 
     def release(self, ticket: int) -> list[Command]:
         copy = self.leases.pop(ticket, None)

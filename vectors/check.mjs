@@ -15,7 +15,8 @@ const EVENTS = {
   cancelled: ["ticket"], load_finished: ["load", "outcome", "message"], unload_finished: ["unload", "outcome", "message"],
   listing_received: ["listing", "adapters"], listing_failed: ["listing", "message"], adapter_missing: ["replica", "adapter", "ticket"],
   replica_failed: ["replica", "message"], served_elsewhere: ["replica", "failed"], adapter_pinned: ["adapter", "path", "copies", "model"],
-  adapter_unpinned: ["adapter"], refusal_forgotten: ["adapter"], adapter_changed: ["adapter"], routed: ["ticket", "adapter", "path", "model", "exclude"],
+  adapter_unpinned: ["adapter"], refusal_forgotten: ["adapter"], adapter_changed: ["adapter"],
+  adapter_dismissed: ["replica", "adapter"], routed: ["ticket", "adapter", "path", "model", "exclude"],
   reading_received: ["read", "adapters", "running", "waiting", "max_loras"], reading_failed: ["read", "message"],
 };
 const COMMANDS = {
@@ -25,7 +26,9 @@ const COMMANDS = {
 };
 // The queries of each format: /1, still accepted, called `named` "reported" (SPEC.md §6.3).
 const QUERIES = {
-  "lorafleet-vector/2": ["view", "statistics", "next_due", "is_met", "named", "reading", "blame", "place"],
+  "lorafleet-vector/2": [
+    "view", "statistics", "next_due", "is_met", "named", "reading", "demand", "refusal", "blame", "place",
+  ],
   "lorafleet-vector/1": ["view", "statistics", "next_due", "is_met", "reported", "reading", "blame", "place"],
 };
 const OPERATION = { issue_load: "load", issue_unload: "unload", read_listing: "listing", read_engine: "read" };

@@ -17,11 +17,19 @@ from lorafleet import (
     Fault,
     Placement,
     Reading,
+    Refusal,
     Statistics,
     UsageError,
     View,
 )
-from lorafleet._json import encode, encode_placement, encode_reading, encode_statistics, encode_view
+from lorafleet._json import (
+    encode,
+    encode_placement,
+    encode_reading,
+    encode_refusal,
+    encode_statistics,
+    encode_view,
+)
 from lorafleet.vectors import FORMAT
 
 
@@ -123,4 +131,14 @@ class Recorder(AdapterStateMachine):
     def reading(self, replica: str) -> Reading | None:
         result = super().reading(replica)
         self.steps.append({"query": "reading", "replica": replica, "result": encode_reading(result)})
+        return result
+
+    def demand(self, adapter: str) -> int:
+        result = super().demand(adapter)
+        self.steps.append({"query": "demand", "adapter": adapter, "result": result})
+        return result
+
+    def refusal(self, adapter: str) -> Refusal | None:
+        result = super().refusal(adapter)
+        self.steps.append({"query": "refusal", "adapter": adapter, "result": encode_refusal(result)})
         return result

@@ -11,6 +11,7 @@ from ._commands import ReadEngine as ReadEngine
 from ._commands import ReadListing as ReadListing
 from ._errors import ClockWentBackwardsError as ClockWentBackwardsError
 from ._errors import InvalidValueError as InvalidValueError
+from ._errors import NotIdleError as NotIdleError
 from ._errors import ReplicaConflictError as ReplicaConflictError
 from ._errors import TicketOrderError as TicketOrderError
 from ._errors import UnknownOperationError as UnknownOperationError
@@ -18,6 +19,7 @@ from ._errors import UnknownReplicaError as UnknownReplicaError
 from ._errors import UnknownTicketError as UnknownTicketError
 from ._errors import UsageError as UsageError
 from ._events import AdapterChanged as AdapterChanged
+from ._events import AdapterDismissed as AdapterDismissed
 from ._events import AdapterMissing as AdapterMissing
 from ._events import AdapterPinned as AdapterPinned
 from ._events import AdapterUnpinned as AdapterUnpinned
@@ -52,6 +54,7 @@ from ._sizing import limit_for as limit_for
 from ._sizing import most_held as most_held
 from ._snapshots import Placement as Placement
 from ._snapshots import Reading as Reading
+from ._snapshots import Refusal as Refusal
 from ._snapshots import ReplicaStatistics as ReplicaStatistics
 from ._snapshots import Statistics as Statistics
 from ._snapshots import View as View

@@ -49,6 +49,16 @@ class UnknownReplicaError(UsageError):
         self.replica = replica
 
 
+class NotIdleError(UsageError):
+    """An adapter an operator would dismiss is not idle on the replica ([dismiss]): ``reason`` says why."""
+
+    def __init__(self, message: str, *, replica: str, adapter: str, reason: str) -> None:
+        super().__init__(message)
+        self.replica = replica
+        self.adapter = adapter
+        self.reason = reason
+
+
 class ReplicaConflictError(UsageError):
     """A replica is added again with another model while it is still known."""
 

@@ -175,6 +175,15 @@ class AdapterChanged:
 
 
 @attrs.frozen(kw_only=True)
+class AdapterDismissed:
+    """An operator asks that ``replica`` unload ``adapter``, which must be idle there ([dismiss]):
+    held, no request of this router on it, not pinned, not named by the last reading, not an old copy."""
+
+    replica: str
+    adapter: str
+
+
+@attrs.frozen(kw_only=True)
 class Routed:
     """A request wants ``adapter`` (stored at ``path``) wherever placement puts it ([route]).
 
@@ -235,6 +244,7 @@ Event = (
     | AdapterUnpinned
     | RefusalForgotten
     | AdapterChanged
+    | AdapterDismissed
     | Routed
     | ReadingReceived
     | ReadingFailed

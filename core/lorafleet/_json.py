@@ -15,7 +15,7 @@ import attrs
 
 from ._commands import Command
 from ._events import Event
-from ._snapshots import Placement, Reading, Statistics, View
+from ._snapshots import Placement, Reading, Refusal, Statistics, View
 
 # Derived from the unions, so that an event or command added there cannot be missed here.
 EVENTS: tuple[type[Any], ...] = get_args(Event)
@@ -111,6 +111,10 @@ def encode_reading(reading: Reading | None) -> dict[str, Any] | None:
         return None
     fields = attrs.asdict(reading, recurse=False)
     return {**fields, "adapters": sorted(reading.adapters)}
+
+
+def encode_refusal(refusal: Refusal | None) -> dict[str, Any] | None:
+    return None if refusal is None else {"until": refusal.until, "message": refusal.message}
 
 
 def encode_placement(placement: Placement) -> dict[str, Any]:

@@ -126,6 +126,7 @@ from ._commands import Assign, Command, Fail, Grant, IssueLoad, IssueUnload, Mar
 from ._errors import (
     ClockWentBackwardsError,
     InvalidValueError,
+    NotIdleError,
     ReplicaConflictError,
     TicketOrderError,
     UnknownOperationError,
@@ -134,6 +135,7 @@ from ._errors import (
 )
 from ._events import (
     AdapterChanged,
+    AdapterDismissed,
     AdapterMissing,
     AdapterPinned,
     AdapterUnpinned,
@@ -158,7 +160,7 @@ from ._events import (
 )
 from ._index import ColdIndex, Key
 from ._rendezvous import weight as _rendezvous
-from ._snapshots import Placement, Reading, ReplicaStatistics, Statistics, View
+from ._snapshots import Placement, Reading, Refusal, ReplicaStatistics, Statistics, View
 from ._values import Fault, How, LoadOutcome, Placed, UnloadOutcome
 
 DEFAULT_LISTING_INTERVAL = 30.0
@@ -537,6 +539,8 @@ class AdapterStateMachine:
                 return self._refusal_forgotten(event)
             case AdapterChanged():
                 return self._adapter_changed(event)
+            case AdapterDismissed():
+                return self._adapter_dismissed(event)
             case Routed():
                 return self._routed(event)
             case ReadingReceived():
@@ -616,6 +620,10 @@ class AdapterStateMachine:
     def adapter_changed(self, adapter: str) -> list[Command]:
         """``handle(AdapterChanged(...))``: the files behind ``adapter`` changed."""
         return self.handle(AdapterChanged(adapter=adapter))
+
+    def dismiss(self, replica: str, adapter: str) -> list[Command]:
+        """``handle(AdapterDismissed(...))``: an operator asks ``replica`` to unload idle ``adapter``."""
+        return self.handle(AdapterDismissed(replica=replica, adapter=adapter))
 
     def route(
         self, ticket: int, *, adapter: str, path: str, model: str | None = None, exclude: Iterable[str] = ()
@@ -1561,6 +1569,50 @@ class AdapterStateMachine:
         self._drop(rep, held.adapter)
         return [self._unload(unload)]
 
+    # -- §3.18 the operator's hand: [dismiss] ------------------------------------------------------------
+
+    def _adapter_dismissed(self, event: AdapterDismissed) -> list[Command]:
+        """[dismiss]: unload an adapter idle on a replica now, as [settle] unloads its excess; one that
+        is not idle there (a request may run on it, or it is pinned, loading or going) is an error."""
+        rep = self._replicas.get(event.replica) if type(event.replica) is str else None
+        if rep is None or rep.removed:
+            raise UnknownReplicaError(
+                f"replica {event.replica!r} was never added, or was removed", replica=event.replica
+            )
+        _check_fields(event)
+        adapter = event.adapter
+        if adapter not in rep.idle:
+            reason = self._not_idle(rep, adapter)
+            raise NotIdleError(
+                f"adapter {adapter!r} is not idle on replica {rep.id!r}: {reason}",
+                replica=rep.id,
+                adapter=adapter,
+                reason=reason,
+            )
+        self._drop(rep, adapter)
+        unload = _Unload(rep, adapter, None)
+        rep.unloading[adapter] = unload
+        return [self._unload(unload)]
+
+    def _not_idle(self, rep: _Replica, adapter: str) -> str:
+        """Why ``adapter`` is not idle on ``rep``, in the operator's words."""
+        held = rep.held.get(adapter)
+        if held is None:
+            if adapter in rep.loading:
+                return "it is loading there"
+            if adapter in rep.unloading:
+                return "it is being unloaded there"
+            return "it is not held there"
+        if held.in_use:
+            return f"{held.in_use} of this router's requests run on it"
+        if adapter in rep.unloading:
+            return "its files changed: this old copy goes once no request runs on it ([renew])"
+        if adapter in self._pins:
+            return "it is pinned: unpin it first"
+        if adapter in rep.named:
+            return "the engine's last reading names it: another router's requests may run on it"
+        return "it is not idle there"
+
     def _renewing(
         self, adapter: str, model: str | None, skip: Container[str], extra: Mapping[str, float]
     ) -> Placement:
@@ -1713,6 +1765,19 @@ class AdapterStateMachine:
             if len(held) + len(loading) < line and rep.avoid_until <= clock:
                 with_room.append(replica)
         return View(holders=frozenset(holders), with_room=frozenset(with_room))
+
+    def demand(self, adapter: str) -> int:
+        """The decayed count of requests for ``adapter`` that [place] and [evict] weigh (§1.3); 0 when
+        it has none."""
+        return self._demand.get(adapter, 0)
+
+    def refusal(self, adapter: str) -> Refusal | None:
+        """The refusal of ``adapter`` in force ([refuse]): until when, and the engine's words; None when
+        a request for it would ask an engine."""
+        refused = self._refused.get(adapter)
+        if refused is None or refused[0] <= self._clock:
+            return None
+        return Refusal(until=refused[0], message=refused[1])
 
     def is_met(self, replica: str) -> bool:
         """Whether ``replica`` is in use and its first listing since it was added was answered.
@@ -2509,6 +2574,7 @@ _FIELDS: dict[type, tuple[tuple[str, _Kind], ...]] = {
     ),
     ReadingFailed: (("message", _TEXT),),
     AdapterChanged: (("adapter", _ADAPTER),),
+    AdapterDismissed: (("adapter", _ADAPTER),),
 }
 """SPEC.md §2.1, the fields whose wrong values are an InvalidValueError: each event's, in its order.
 

@@ -45,6 +45,15 @@ class Reading:
 
 
 @attrs.frozen(kw_only=True)
+class Refusal:
+    """An adapter the engine refused as its own fault: requests for it fail without a call until
+    ``until`` on the machine's clock ([refuse]), with the engine's words, ``message``."""
+
+    until: float
+    message: str
+
+
+@attrs.frozen(kw_only=True)
 class Placement:
     """Where to send a request for an adapter ([place]): the replica, and what it will find there.
 

@@ -10,7 +10,7 @@ the rule identifiers it exercises (SPEC.md), the machine's configuration and its
   this (or ``"error"``, as for an event);
 - ``{"query": "view", "replicas": [...], "adapter": "a", "result": {...}}``, and likewise
   ``"statistics"`` (no arguments), ``"next_due"``, ``"is_met"``, ``"named"`` and ``"reading"``
-  (``"replica"``), ``"blame"`` (``"replica"``, ``"failed"``),
+  (``"replica"``), ``"demand"`` and ``"refusal"`` (``"adapter"``), ``"blame"`` (``"replica"``, ``"failed"``),
   and ``"place"`` (``"adapter"``, and optionally ``"model"``, ``"exclude"``, ``"load"``): what the
   machine answers at that point.
 
@@ -24,7 +24,15 @@ import json
 from typing import Any
 
 from . import _errors
-from ._json import decode, encode, encode_placement, encode_reading, encode_statistics, encode_view
+from ._json import (
+    decode,
+    encode,
+    encode_placement,
+    encode_reading,
+    encode_refusal,
+    encode_statistics,
+    encode_view,
+)
 from ._machine import AdapterStateMachine
 
 FORMAT = "lorafleet-vector/2"
@@ -132,6 +140,10 @@ def _query(machine: AdapterStateMachine, step: dict[str, Any]) -> Any:
             return sorted(machine.named(step["replica"]))
         case "reading":
             return encode_reading(machine.reading(step["replica"]))
+        case "demand":
+            return machine.demand(step["adapter"])
+        case "refusal":
+            return encode_refusal(machine.refusal(step["adapter"]))
         case "blame":
             return machine.blame(step["replica"], step["failed"]).value
         case "place":

@@ -51,12 +51,12 @@ export class Machine {
     this.concurrency = concurrency === null ? null : Number(concurrency); // [load]: else as readings show
     this.overflow = Number(overflow);
     this.halfLife = Number(half_life);
-    this.demand = new Map(); // adapter name -> decayed request count ([place]: where a cold load evicts)
+    this.demand_ = new Map(); // adapter name -> decayed request count ([place]: where a cold load evicts)
     this.requests = 0;
     this.interval = Number(listing_interval);
     this.backoff = Number(backoff);
     this.maxBackoff = Number(max_backoff);
-    this.refusal = Number(refusal);
+    this.refusalSeconds = Number(refusal);
     this.headroom = headroom === null ? null : Number(headroom);
     this.refused = new Map(); // adapter name -> { until, message } ([refuse])
     this.pins = new Map(); // adapter name -> { path, copies, model } ([pin])
@@ -89,6 +89,7 @@ export class Machine {
       served_elsewhere: this.servedElsewhere,
       adapter_pinned: this.adapterPinned, adapter_unpinned: this.adapterUnpinned,
       refusal_forgotten: this.refusalForgotten, adapter_changed: this.adapterChanged,
+      adapter_dismissed: this.adapterDismissed,
       routed: this.routed, reading_received: this.readingReceived, reading_failed: this.readingFailed,
     }[event.type];
     if (!on) throw new Error(`unknown event type ${event.type}`);
@@ -164,12 +165,12 @@ export class Machine {
   count(rep, adapter) {
     rep.inFlight += 1;
     rep.served += 1;
-    this.demand.set(adapter, (this.demand.get(adapter) ?? 0) + 1);
+    this.demand_.set(adapter, (this.demand_.get(adapter) ?? 0) + 1);
     this.requests += 1;
     if (this.requests % this.halfLife === 0) {
-      for (const [name, n] of [...this.demand]) {
-        if (n > 1) this.demand.set(name, Math.floor(n / 2));
-        else this.demand.delete(name);
+      for (const [name, n] of [...this.demand_]) {
+        if (n > 1) this.demand_.set(name, Math.floor(n / 2));
+        else this.demand_.delete(name);
       }
     }
   }
@@ -177,7 +178,7 @@ export class Machine {
   // [place]: an adapter's weight is the bit length of its demand count (0 for 0, 1 for 1, 2 for 2-3...);
   // demand matters only where a cold load evicts, never for which adapter it evicts.
   weight(adapter) {
-    const n = this.demand.get(adapter) ?? 0;
+    const n = this.demand_.get(adapter) ?? 0;
     return n === 0 ? 0 : Math.floor(Math.log2(n)) + 1; // the bit length
   }
 
@@ -275,7 +276,7 @@ export class Machine {
     if (outcome === "replica_fault") this.failure(rep);
     else this.healthy(rep);
     if (outcome === "adapter_fault" && !renewal) { // [refuse]; [renew]: not for files since replaced
-      this.refused.set(load.adapter, { until: this.now + this.refusal, message: text });
+      this.refused.set(load.adapter, { until: this.now + this.refusalSeconds, message: text });
     }
     const commands = [];
     if (outcome === "loaded" || outcome === "already_loaded") {
@@ -1049,6 +1050,21 @@ export class Machine {
     return [this.issueUnload(unload)];
   }
 
+  // -- §3.18 The operator's hand -------------------------------------------------------------------
+
+  // [dismiss]: only an adapter in the replica's idle goes (§4.1: replica, then adapter, then idle),
+  // unloaded as [settle] unloads one.
+  adapterDismissed({ replica, adapter }) {
+    const rep = this.inUse(replica);
+    if (!rep) throw new UsageError("UnknownReplicaError", `replica ${replica} is not in use`);
+    if (!isName(adapter)) throw invalid("adapter", adapter);
+    if (!rep.idle.has(adapter)) throw new UsageError("NotIdleError", `${adapter} is not idle on ${replica}`);
+    this.drop(rep, adapter);
+    const unload = { kind: "unload", replica: rep, adapter, op: null, waiters: [] };
+    rep.unloading.set(adapter, unload);
+    return [this.issueUnload(unload)];
+  }
+
   // An old copy of a changed adapter: held or loading, and its unload waiting for it ([renew]).
   old(rep, name) {
     return rep.unloading.has(name) && (rep.held.has(name) || rep.loading.has(name));
@@ -1121,6 +1137,17 @@ export class Machine {
   // [reading]: what the last reading names, in name order; empty for a replica not in use.
   named(replica) {
     return [...(this.inUse(replica)?.named ?? [])].sort(byName);
+  }
+
+  // [demand]: the adapter's count, 0 when it has none.
+  demand(adapter) {
+    return this.demand_.get(adapter) ?? 0;
+  }
+
+  // [refuse]: the refusal in force, or null (none, or run out, forgotten yet or not).
+  refusal(adapter) {
+    const refused = this.refused.get(adapter);
+    return refused && refused.until > this.now ? { until: refused.until, message: refused.message } : null;
   }
 
   // The readings' view of an engine ([reading], [load]); null for a replica not in use.

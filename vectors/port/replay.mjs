@@ -74,6 +74,8 @@ function query(machine, step) {
     case "is_met": return machine.is_met(step.replica);
     case "named": return machine.named(step.replica);
     case "reading": return machine.reading(step.replica);
+    case "demand": return machine.demand(step.adapter);
+    case "refusal": return machine.refusal(step.adapter);
     case "blame": return machine.blame(step.replica, step.failed);
     case "place":
       return machine.place(step.adapter, { model: step.model, exclude: step.exclude, load: step.load });
