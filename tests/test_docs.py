@@ -469,12 +469,24 @@ def run_curl(words: list[str], addresses: dict[str, str], block: Block) -> None:
         for doc_address, here in addresses.items():
             word = word.replace(doc_address, here)
         argv.append(re.sub(r"\$([A-Za-z_][A-Za-z0-9_]*)", lambda m: env[m[1]], word))
+    if unload := re.search(r"(http://[^/]+)/replicas/([^/]+)/adapters/([^/]+)/unload$", argv[-1]):
+        _until_idle(unload[1], unload[2], unload[3], argv)
     done = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)
     shown = shlex.join(words)
     assert done.returncode == 0, f"{block.name}: {shown}: {done.stderr}"
     answer = json.loads(done.stdout)
     assert isinstance(answer, dict), f"{block.name}: {shown}: {done.stdout}"
     assert "error" not in answer, f"{block.name}: {shown}: {answer}"
+
+
+def _until_idle(admin: str, replica: str, adapter: str, argv: list[str]) -> None:
+    """Wait, bounded, until ``adapter`` is held idle on ``replica``: the request the doc made just
+    before ends on the router just after its answer, and an unload before that is refused."""
+    headers = {"Authorization": argv[argv.index("-H") + 1].removeprefix("Authorization: ")}
+    deadline = time.monotonic() + 30
+    while httpx.get(f"{admin}/adapters/{adapter}", headers=headers).json()["held"].get(replica) != 0:
+        assert time.monotonic() < deadline, f"{adapter} never idle on {replica}"
+        time.sleep(0.01)
 
 
 def run_script(words: list[str], block: Block, tmp_path: Path) -> bool:

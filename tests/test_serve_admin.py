@@ -300,6 +300,60 @@ async def test_forgetting_a_refusal_the_folder_does_not_show(serve: Serve, tmp_p
         assert served.headers["x-lorafleet-how"] == "loaded"
 
 
+async def test_the_operator_unloads_an_idle_adapter_and_never_one_a_request_runs_on(
+    serve: Serve, adapter_dir: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """[dismiss] through the admin interface: a0 idle goes at once (its next request loads it again);
+    a1, a stream running on it, is refused with the machine's reason and nothing changes."""
+    caplog.set_level(logging.INFO, "lorafleet")
+    standin = serve()
+    async with operated([standin.url], adapter_dir) as (server, client, admin):
+        assert (await completion(client, "a0")).status_code == 200
+        await eventually(lambda: server.fleet.statistics().leases == 0)
+        standin.app.hold_streams()
+        body = {"model": "a1", "stream": True, **HELLO}
+        async with client.stream("POST", "/v1/completions", json=body) as held:
+            await eventually(lambda: server.fleet.statistics().replicas["r0"].held.get("a1") == 1)
+            before = server.fleet.statistics()
+            refused = await admin.post("/replicas/r0/adapters/a1/unload")
+            assert refused.status_code == 409
+            assert error_of(refused) == {
+                "message": "Adapter `a1` is not unloaded from `r0`: 1 of this router's requests run on it; "
+                "nothing changed",
+                "type": "invalid_request_error",
+                "param": None,
+                "code": "adapter_not_idle",
+            }
+            assert server.fleet.statistics() == before
+            unloaded = await admin.post("/replicas/r0/adapters/a0/unload")
+            assert unloaded.status_code == 200, unloaded.text
+            assert unloaded.json()["replica"] == "r0"
+            await eventually(lambda: "a0" not in server.fleet.statistics().replicas["r0"].unloading)
+            assert [c.body["lora_name"] for c in standin.app.calls_to("unload")] == ["a0"]
+            standin.app.release()
+            await held.aread()
+        again = await completion(client, "a0")
+        assert again.headers["x-lorafleet-how"] == "loaded"
+    assert "adapter 'a0': unloaded from r0 at the operator's word" in caplog.text
+
+
+async def test_an_adapters_view_shows_its_demand_and_the_refusal_in_force(
+    serve: Serve, adapter_dir: Path
+) -> None:
+    standin = serve()
+    async with operated([standin.url], adapter_dir) as (_, client, admin):
+        for _ in range(3):
+            assert (await completion(client, "a0")).status_code == 200
+        assert (await completion(client, "rank64")).status_code == 400
+        a0 = (await admin.get("/adapters/a0")).json()
+        rank64 = (await admin.get("/adapters/rank64")).json()
+        assert (a0["demand"], a0["refusal"]) == (3, None)
+        assert rank64["demand"] == 1
+        assert "LoRA rank 64 is greater than max_lora_rank 16." in rank64["refusal"]["message"]
+        assert 0 < rank64["refusal"]["seconds_left"] <= 900
+        assert (await admin.post("/adapters/rank64/forget-refusal")).json()["refusal"] is None
+
+
 async def test_a_drained_replica_finishes_its_streams_and_takes_none_until_undrained(
     serve: Serve, adapter_dir: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -365,7 +419,11 @@ async def test_bad_input_gets_a_clear_error_and_changes_nothing(serve: Serve, ad
             ("POST", "/replicas/r0/drain", {"Authorization": "Basic admin-secret"}, 401, "missing_api_key"),
             ("GET", "/replicas/r0/drain", None, 405, "method_not_allowed"),
             ("POST", "/replicas/r0/reboot", None, 404, "not_found"),
-            ("POST", "/adapters/a0/unload", None, 404, "not_found"),  # not until the machine has it
+            ("POST", "/adapters/a0/unload", None, 404, "not_found"),  # a replica's: /replicas/ID/adapters/...
+            ("POST", "/replicas/r9/adapters/a0/unload", None, 404, "unknown_replica"),
+            ("POST", "/replicas/r0/adapters/nope/unload", None, 404, "unknown_adapter"),
+            ("POST", "/replicas/r0/adapters/a1/unload", None, 409, "adapter_not_idle"),  # not held there
+            ("GET", "/replicas/r0/adapters/a0/unload", None, 405, "method_not_allowed"),
             ("DELETE", "/adapters/a0", None, 405, "method_not_allowed"),
         ]
         for method, path, headers, status, code in cases:

@@ -12,10 +12,13 @@ from lorafleet import REPLICA_REMOVED as REPLICA_REMOVED
 from lorafleet import Fault as Fault
 from lorafleet import How as How
 from lorafleet import InvalidValueError as InvalidValueError
+from lorafleet import NotIdleError as NotIdleError
 from lorafleet import Placed as Placed
 from lorafleet import Reading as Reading
+from lorafleet import Refusal as Refusal
 from lorafleet import ReplicaConflictError as ReplicaConflictError
 from lorafleet import ReplicaStatistics as ReplicaStatistics
+from lorafleet import UnknownReplicaError as UnknownReplicaError
 from lorafleet import UsageError as UsageError
 
 from ._adapter_counts import OTHER_ADAPTERS as OTHER_ADAPTERS
@@ -73,10 +76,12 @@ __all__ = [
     "Lease",
     "LoadError",
     "LoadFailure",
+    "NotIdleError",
     "OutsideBlockError",
     "Placed",
     "PrometheusMetrics",
     "Reading",
+    "Refusal",
     "Replica",
     "ReplicaChanges",
     "ReplicaConflictError",
@@ -84,5 +89,6 @@ __all__ = [
     "ReplicaFailure",
     "ReplicaStatistics",
     "Route",
+    "UnknownReplicaError",
     "UsageError",
 ]

@@ -33,6 +33,7 @@ from lorafleet import (
     DEFAULT_REFUSAL,
     FLEET_DEFAULTS,
     AdapterChanged,
+    AdapterDismissed,
     AdapterMissing,
     AdapterPinned,
     AdapterStateMachine,
@@ -58,6 +59,7 @@ from lorafleet import (
     ReadingFailed,
     ReadingReceived,
     ReadListing,
+    Refusal,
     RefusalForgotten,
     Released,
     ReplicaAdded,
@@ -562,6 +564,18 @@ class Fleet:
         self._check_open()
         self._send(AdapterChanged(adapter=adapter))
 
+    def dismiss(self, replica: str, adapter: str) -> None:
+        """Unload ``adapter`` from ``replica`` now, an operator's hand ([dismiss]): only where it is idle.
+
+        Raises:
+            NotIdleError: it is not idle there (a request may run on it, or it is pinned, loading or
+                going); nothing changed. Its ``reason`` says which.
+            UnknownReplicaError: ``replica`` is not in use.
+            InvalidValueError: ``adapter`` is not a non-empty str.
+        """
+        self._check_open()
+        self._send(AdapterDismissed(replica=replica, adapter=adapter))
+
     async def sync_unknown(self, replicas: Iterable[Replica]) -> None:
         """Read the listings of the replicas not met yet, all at once, and wait for them.
 
@@ -730,6 +744,16 @@ class Fleet:
         """What the reads of one replica's engine said: who runs there, how busy it is, what it runs
         at once (``lorafleet.Reading``); None when the replica is not in use."""
         return self._machine.reading(replica)
+
+    def demand(self, adapter: str) -> int:
+        """The machine's decayed count of requests for ``adapter``, which placement weighs ([demand])."""
+        return self._machine.demand(adapter)
+
+    def refusal(self, adapter: str) -> Refusal | None:
+        """The engines' refusal of ``adapter`` in force ([refuse]), on the fleet's clock; None when its
+        next request asks an engine."""
+        self._send(TimeAdvanced(now=anyio.current_time()))  # one run out since the last event is none
+        return self._machine.refusal(adapter)
 
     def placements(self) -> dict[str, int]:
         """How many placements ``route`` acted on, by what the request found (held, free, evict...)."""

@@ -18,10 +18,12 @@ replica removes it from the fleet (``ReplicasRemoved``: requests running there f
 leases, those waiting there are placed elsewhere, nothing is unloaded), and undraining adds it back
 (``ReplicaAdded``, its listing read afresh).
 
-Not here yet, on purpose: "unload an idle adapter" waits for the machine's event for an operator's
-unload; it will be a route beside ``reload`` (see ``ADAPTER_ACTIONS``), one call to the fleet. Nor
-the machine's demand count and the refusal in force: the machine has no query for them yet;
-``last_load_error`` carries the engine's words of the last refusal meanwhile.
+(``ReplicaAdded``, its listing read afresh); unloading an adapter from a replica is
+``AdapterDismissed`` ([dismiss]), which the machine refuses (``NotIdleError``, a 409 here) unless the
+adapter is idle there: nothing is unloaded under a request, pinned, loading or going.
+
+What an adapter's view shows of the machine is its queries': its demand (``demand``, the decayed
+count placement weighs) and the refusal in force (``refusal``), beside the fleet's own records.
 """
 
 from __future__ import annotations
@@ -39,7 +41,7 @@ import sniffio
 from hypercorn.config import Config as HypercornConfig
 
 from lorafleet import Statistics
-from lorafleet_fleet import Replica
+from lorafleet_fleet import NotIdleError, Replica, UnknownReplicaError
 
 from ._app import Router
 from ._catalog import Fingerprint, fingerprint
@@ -49,8 +51,7 @@ from ._openai import JSON, Receive, RefusedError, Scope, Send, lifespan, refuse,
 log = logging.getLogger("lorafleet.serve")
 
 ADAPTER_ACTIONS = ("forget-refusal", "reload")
-"""What ``POST /adapters/NAME/ACTION`` does. "unload" joins once the machine has its event; each is one
-call to the fleet in ``Admin._adapter_action``."""
+"""What ``POST /adapters/NAME/ACTION`` does; each is one call to the fleet in ``Admin._adapter_action``."""
 REPLICA_ACTIONS = ("drain", "undrain")
 """What ``POST /replicas/ID/ACTION`` does."""
 
@@ -86,6 +87,8 @@ class Admin:
     - ``GET /replicas``, ``GET /replicas/ID``: each replica's state, what it holds, what failed there;
     - ``POST /replicas/ID/drain``: no new request goes there, those running there finish;
       ``POST /replicas/ID/undrain``: it takes requests again;
+    - ``POST /replicas/ID/adapters/NAME/unload``: the replica unloads the adapter now, if it is idle
+      there (else 409, and nothing changes);
     - ``GET /live``: 200 while the router's event loop answers (a liveness probe; no key, no data).
     """
 
@@ -142,6 +145,9 @@ class Admin:
             case ["replicas", rid, action] if action in REPLICA_ACTIONS:
                 want_method(method, "POST", path)
                 return 200, await self._replica_action(rid, action)
+            case ["replicas", rid, "adapters", name, "unload"]:
+                want_method(method, "POST", path)
+                return 200, self._unload(rid, name)
         raise RefusedError(
             404, f"Invalid URL ({method} {path}): see GET /adapters and GET /replicas", "not_found"
         )
@@ -194,6 +200,7 @@ class Admin:
                 loading.append(rid)
         failure = fleet.load_failures().get(name)
         now = anyio.current_time()
+        refusal = fleet.refusal(name)
         return {
             "folder": folder,
             "model": router.catalog.model(name),
@@ -204,6 +211,10 @@ class Admin:
             "pinned": stats.pins.get(name),
             "warming": name in fleet.warming,
             "requests": counts.requests if counts is not None else 0,
+            "demand": fleet.demand(name),
+            "refusal": None
+            if refusal is None
+            else {"message": refusal.message, "seconds_left": round(refusal.until - now, 1)},
             "last_load_error": None
             if failure is None
             else {
@@ -225,6 +236,28 @@ class Admin:
         elif action == "reload":
             router.adapter_changed(name)  # [renew]; its own line in the log says so
         return self._adapter(name)
+
+    def _unload(self, rid: str, name: str) -> dict[str, Any]:
+        """[dismiss] ``name`` from replica ``rid``, through the fleet: the replica's view after."""
+        self._folder(name)
+        try:
+            self._operated.router.dismiss(rid, name)
+        except UnknownReplicaError:
+            known = self._operated.replicas_known()
+            if rid in known or rid in self._operated.drained:  # drained: out of the fleet
+                raise RefusedError(
+                    409,
+                    f"Replica `{rid}` is not in the fleet now: it holds nothing to unload",
+                    "not_in_fleet",
+                ) from None
+            raise _unknown_replica(rid, known) from None
+        except NotIdleError as refused:
+            raise RefusedError(
+                409,
+                f"Adapter `{name}` is not unloaded from `{rid}`: {refused.reason}; nothing changed",
+                "adapter_not_idle",
+            ) from None
+        return self._replica(rid)
 
     # -- replicas ---------------------------------------------------------------------------------
 

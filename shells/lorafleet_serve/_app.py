@@ -276,6 +276,12 @@ class Router:
         self._refused.clear()
         self.fleet.forget_refusal()
 
+    def dismiss(self, replica: str, name: str) -> None:
+        """Unload adapter ``name`` from ``replica`` now, where it is idle ([dismiss]); raises the
+        fleet's ``NotIdleError`` (or ``UnknownReplicaError``) otherwise, having changed nothing."""
+        self.fleet.dismiss(replica, name)
+        log.info("adapter %r: unloaded from %s at the operator's word", name, replica)
+
     def watch(self, name: str, version: Fingerprint) -> None:
         """Take ``version`` (what adapter ``name``'s folder holds now) as its version, unless this
         router has one already. Taken before the fleet is first asked for it, so that no engine read

@@ -32,10 +32,12 @@ from lorafleet_fleet import InvalidValueError as InvalidValueError
 from lorafleet_fleet import Lease as Lease
 from lorafleet_fleet import LoadError as LoadError
 from lorafleet_fleet import LoadFailure as LoadFailure
+from lorafleet_fleet import NotIdleError as NotIdleError
 from lorafleet_fleet import OutsideBlockError as OutsideBlockError
 from lorafleet_fleet import Placed as Placed
 from lorafleet_fleet import PrometheusMetrics as PrometheusMetrics
 from lorafleet_fleet import Reading as Reading
+from lorafleet_fleet import Refusal as Refusal
 from lorafleet_fleet import Replica as Replica
 from lorafleet_fleet import ReplicaChanges as ReplicaChanges
 from lorafleet_fleet import ReplicaConflictError as ReplicaConflictError
@@ -43,6 +45,7 @@ from lorafleet_fleet import ReplicaError as ReplicaError
 from lorafleet_fleet import ReplicaFailure as ReplicaFailure
 from lorafleet_fleet import ReplicaStatistics as ReplicaStatistics
 from lorafleet_fleet import Route as Route
+from lorafleet_fleet import UnknownReplicaError as UnknownReplicaError
 from lorafleet_fleet import UsageError as UsageError
 
 __all__ = [
@@ -71,10 +74,12 @@ __all__ = [
     "Lease",
     "LoadError",
     "LoadFailure",
+    "NotIdleError",
     "OutsideBlockError",
     "Placed",
     "PrometheusMetrics",
     "Reading",
+    "Refusal",
     "Replica",
     "ReplicaChanges",
     "ReplicaConflictError",
@@ -82,5 +87,6 @@ __all__ = [
     "ReplicaFailure",
     "ReplicaStatistics",
     "Route",
+    "UnknownReplicaError",
     "UsageError",
 ]
