@@ -657,6 +657,10 @@ class FleetModel(RuleBasedStateMachine):
         else:
             self.refused.pop(adapter, None)
         self.send(RefusalForgotten(adapter=adapter))
+        if adapter is None:
+            self.refused.clear()
+        else:
+            self.refused.pop(adapter, None)
 
     @rule(data=st.data())
     def an_operator_dismisses(self, data: st.DataObject) -> None:
