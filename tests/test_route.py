@@ -174,6 +174,26 @@ async def test_retries_never_revisit_a_replica(
     assert [len(loads_on(s)) for s in servers] == [1, 1, 1]
 
 
+async def test_a_retry_passes_over_every_replica_that_failed_it_not_only_the_last(
+    fleet_type: type[Fleet], serve: Callable[..., StandInServer], adapter_dir: Path
+) -> None:
+    """A replica that failed the request is passed over by every later attempt of it, not by the next
+    only: here no avoidance hides it ([health]'s backoff is over before the next attempt), and the
+    replicas that failed have served fewer requests than the healthy one, so placement prefers them."""
+    failing, healthy = [serve(), serve()], serve()
+    for server in failing:
+        server.app.answer("load", 500, FIVE_HUNDRED, times=None)
+    reps = replicas([*failing, healthy], limit=4)
+    async with fleet_type(replicas=reps, adapters=adapter_dir, backoff=1e-6, max_backoff=1e-6) as fleet:
+        for name in ("a1", "a2", "a3"):  # the healthy replica has served three requests; the others none
+            async with fleet.acquire(reps[2], name, str(adapter_dir / name)):
+                pass
+        async with fleet.route("a0") as lease:
+            assert (lease.replica.id, lease.how) == ("r2", How.LOADED)
+        quiet(fleet)
+    assert [loads_on(server) for server in failing] == [["a0"], ["a0"]]
+
+
 async def test_an_adapter_fault_ends_the_route_at_once(
     fleet_type: type[Fleet], serve: Callable[..., StandInServer], adapter_dir: Path
 ) -> None:
