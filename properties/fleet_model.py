@@ -17,11 +17,12 @@ Every event goes to the machine and to a naive model (model.py): the commands mu
 and after every step the statistics (in key order), the views, the next due time, which replicas are
 met and the next ticket must be the same too, and so must ``place()`` for every adapter, against
 the model's plain reading of SPEC §3.12 (each step also with a model, an exclusion or a caller's load,
-in turn). Beside the model, what the world itself says must hold
-is checked on its own (``with_model = False`` checks only that): no grant for an adapter being
-unloaded, no unload of an adapter a request runs on (across remove and re-add), one call at a time per
-adapter and replica, every request ended once, a request is a hit exactly when the adapter is held
-and otherwise loads it or waits for room; once the engine has said it does not have an adapter, the
+in turn). Beside the model, what the world itself says must hold is checked on its own
+(``with_model = False`` checks only that): no grant for an adapter being unloaded, no unload of an
+adapter a request runs on (across remove and re-add), one call at a time per adapter and replica,
+every request ended once, a request waiting on a load answered by that load (a cancel, its starter's
+included, abandons no load others joined), a request is a hit exactly when the adapter is held and
+otherwise loads it or waits for room; once the engine has said it does not have an adapter, the
 machine stops holding it, so overlapping requests for it load it again (issue 8's liveness); once the
 engines go quiet the machine holds what they hold. ``note()`` tells each step as a story.
 """
@@ -261,6 +262,7 @@ class FleetModel(RuleBasedStateMachine):
         if isinstance(event, LoadFinished) and (out := self.loads.get(event.load)) is not None:
             at = self.machine.statistics().replicas.get(out.replica)
             old = at is not None and out.adapter in at.unloading
+        joined = self.waiting_on_loads()
         try:
             expected = self.model.handle(event) if self.with_model else None
         except UsageError as refused:  # the machine must refuse it alike, and change nothing
@@ -280,6 +282,7 @@ class FleetModel(RuleBasedStateMachine):
         if expected is not None:
             assert commands == expected, f"after {event}:\n  machine {commands}\n  model   {expected}"
         self.take(commands)
+        self.loads_answer_their_waiters(event, joined, commands)
         self.what_the_engine_said(event, before)
         if isinstance(event, LoadFinished):
             load = self.loads.pop(event.load)
@@ -288,6 +291,33 @@ class FleetModel(RuleBasedStateMachine):
             ):  # [refuse]
                 self.refused[load.adapter] = self.now + self.config["refusal"]
         return commands
+
+    def waiting_on_loads(self) -> dict[int, int]:
+        """The waiting requests whose adapter a load out is bringing to their replica, and that load."""
+        out = {
+            (c.command.replica, c.command.adapter): op
+            for op, c in self.world.calls.items()
+            if isinstance(c.command, IssueLoad)
+        }
+        return {
+            number: out[t.replica, t.adapter]
+            for number, t in self.tickets.items()
+            if t.state is State.WAITING and (t.replica, t.adapter) in out
+        }
+
+    def loads_answer_their_waiters(
+        self, event: Event, joined: Mapping[int, int], commands: list[Command]
+    ) -> None:
+        """A request waiting on a load is answered by that load's answer, or failed by its replica's
+        removal: nothing else grants or fails it while the load is out ([cancel]: a request that
+        goes away, the one that started the load included, never abandons it for those that joined)."""
+        if isinstance(event, ReplicasRemoved):
+            return
+        for command in commands:
+            if isinstance(command, Grant | Fail) and joined.get(command.ticket) in self.world.calls:
+                raise AssertionError(
+                    f"{command} after {event}, while load {joined[command.ticket]} it waits on is out"
+                )
 
     def held(self) -> dict[str, dict[str, int]]:
         return {r: dict(s.held) for r, s in self.machine.statistics().replicas.items()}

@@ -1,9 +1,10 @@
 """The properties catch planted bugs: each subclass breaks one rule, and the ci run must fail on it.
 
 Shrinking is skipped (finding is what is checked, not the shortest story), so each run is short. The
-two bugs issue 8 found (the old rules) are planted twice: once against the whole properties, and once
-with the model left out, to show that what the world itself says must hold (liveness, no unload under
-a running request) finds them on its own. properties/mutants.py plants many more, one run each.
+two bugs issue 8 found (the old rules), and a cancel that abandons a load others joined (issue 37),
+are planted twice: once against the whole properties, and once with the model left out, to show that
+what the world itself says must hold (liveness, no unload under a running request, a load's waiters
+answered by the load) finds them on its own. properties/mutants.py plants many more, one run each.
 
 The properties themselves pass under the same settings: that is TestFleet, in the same ci run. The
 planted runs take the ci profile whatever profile is loaded: under dev's random 100 examples a bug can
@@ -16,7 +17,8 @@ import pytest
 from hypothesis import Phase, settings
 from hypothesis.stateful import run_state_machine_as_test
 
-from lorafleet import AdapterStateMachine, Command, ListingReceived, ReplicasRemoved, Requested
+from lorafleet import AdapterStateMachine, Command, Fault, ListingReceived, ReplicasRemoved, Requested
+from lorafleet._machine import _Load
 
 from fleet_model import FleetModel
 
@@ -103,6 +105,21 @@ class ForgetsRunningAdaptersOnRemoval(AdapterStateMachine):
         return super()._replicas_removed(event)
 
 
+class CancelAbandonsTheLoad(AdapterStateMachine):
+    """A cancel of the request that started a load fails the requests that joined it, as if the load
+    went with its starter (round 1's properties caught it; none did since)."""
+
+    def _cancelled(self, ticket: int) -> list[Command]:
+        load = self._waiting.get(ticket)
+        commands = super()._cancelled(ticket)
+        if isinstance(load, _Load) and load.starter is None:  # it was the starter, or had gone
+            for joined in load.waiters:
+                del self._waiting[joined]
+                commands.append(self._fail(joined, load.replica, Fault.REPLICA, "the load was abandoned"))
+            load.waiters.clear()
+        return commands
+
+
 PLANTED = [
     (EvictsBusyAdapters, True),
     (ListingReaddsUnloading, True),
@@ -113,6 +130,8 @@ PLANTED = [
     (KeepsLostAdaptersInUse, False),
     (ForgetsRunningAdaptersOnRemoval, True),
     (ForgetsRunningAdaptersOnRemoval, False),
+    (CancelAbandonsTheLoad, True),
+    (CancelAbandonsTheLoad, False),
 ]
 
 
