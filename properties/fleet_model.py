@@ -302,7 +302,9 @@ class FleetModel(RuleBasedStateMachine):
         return {
             number: out[t.replica, t.adapter]
             for number, t in self.tickets.items()
-            if t.state is State.WAITING and (t.replica, t.adapter) in out
+            if t.state is State.WAITING
+            and (t.replica, t.adapter) in out
+            and number < self.machine.next_ticket  # not the request being sent
         }
 
     def loads_answer_their_waiters(
