@@ -17,14 +17,21 @@ Every event goes to the machine and to a naive model (model.py): the commands mu
 and after every step the statistics (in key order), the views, the next due time, which replicas are
 met and the next ticket must be the same too, and so must ``place()`` for every adapter, against
 the model's plain reading of SPEC §3.12 (each step also with a model, an exclusion or a caller's load,
-in turn). Beside the model, what the world itself says must hold is checked on its own
-(``with_model = False`` checks only that): no grant for an adapter being unloaded, no unload of an
-adapter a request runs on (across remove and re-add), one call at a time per adapter and replica,
-every request ended once, a request waiting on a load answered by that load (a cancel, its starter's
-included, abandons no load others joined), a request is a hit exactly when the adapter is held and
-otherwise loads it or waits for room; once the engine has said it does not have an adapter, the
-machine stops holding it, so overlapping requests for it load it again (issue 8's liveness); once the
-engines go quiet the machine holds what they hold. ``note()`` tells each step as a story.
+in turn, and for each replica alone: what a cold load would find there, chosen or not). The model is
+also an oracle of where each request goes: before it is sent the model decides, from its own plain
+state (``Model.decide``: a hit, a join, a wait for an unload, a reading or room at the cap, a cold
+load and exactly which victims [evict] takes, a refusal; a routed one, the replica and the placement
+[place] gives), and what the machine did, read from its commands and statistics, must be that. What
+no query shows must agree too (``Unseen``): each replica's idle adapters in eviction order, their
+stamps' order, the demand, the line [share] gives, [load]'s figures, a pending [settle]. Beside the
+model, what the world itself says must hold is checked on its own (``with_model = False`` checks only
+that): no grant for an adapter being unloaded, no unload of an adapter a request runs on (across remove
+and re-add), one call at a time per adapter and replica, every request ended once, a request waiting on
+a load answered by that load (a cancel, its starter's included, abandons no load others joined), a
+request is a hit exactly when the adapter is held and otherwise loads it or waits for room; once the
+engine has said it does not have an adapter, the machine stops holding it, so overlapping requests for
+it load it again (issue 8's liveness); once the engines go quiet the machine holds what they hold.
+``note()`` tells each step as a story.
 """
 
 from __future__ import annotations
@@ -74,6 +81,7 @@ from lorafleet import (
     ReplicaAdded,
     ReplicaFailed,
     ReplicasRemoved,
+    ReplicaStatistics,
     Requested,
     Routed,
     ServedElsewhere,
@@ -88,7 +96,7 @@ from lorafleet import (
 )
 
 import profiles  # noqa: F401 - registers and loads the Hypothesis profiles
-from model import Model
+from model import Decision, Model, Unseen
 from world import Way, World
 
 REPLICAS = {"r0": "m0", "r1": "m0", "r2": "m1"}
@@ -138,7 +146,6 @@ AROUND = [
     "refusal_forgotten",
 ]
 """What FleetModel.something_else_happens may do: the world around the requests changes."""
-
 
 PLACES: list[tuple[str | None, tuple[str, ...], dict[str, float]]] = [
     ("m0", (), {}),
@@ -425,6 +432,7 @@ class FleetModel(RuleBasedStateMachine):
         """
         ticket = self.new_ticket(replica, adapter, gap)
         was = self.machine.statistics().replicas[replica]
+        decided = self.model.decide(replica, adapter) if self.with_model else None
         if fast:
             granted = self.machine.hit(ticket, replica=replica, adapter=adapter)
             note(f"hit({ticket}, {replica!r}, {adapter!r}) -> {granted}")
@@ -439,6 +447,8 @@ class FleetModel(RuleBasedStateMachine):
                 return
         event = Requested(ticket=ticket, replica=replica, adapter=adapter, path=f"/adapters/{adapter}")
         commands = self.send(event)
+        if decided is not None:
+            self.went_as_decided(event, decided, commands, {replica: was})
         if self.refused.get(adapter, -1.0) > self.now and adapter not in was.held:
             # [refuse]: the engine said the adapter is at fault, so the request fails at once.
             (fail,) = commands
@@ -493,6 +503,8 @@ class FleetModel(RuleBasedStateMachine):
         """A request the machine places ([route]): assigned where [place] says, or after a read of a
         full replica, or failed when no replica will do (all failing, excluded, or of another model)."""
         ticket = self.new_ticket("", adapter, gap)
+        decided = self.model.decide_route(adapter, model, exclude) if self.with_model else None
+        was = self.machine.statistics().replicas
         event = Routed(
             ticket=ticket,
             adapter=adapter,
@@ -500,7 +512,56 @@ class FleetModel(RuleBasedStateMachine):
             model=model,
             exclude=tuple(sorted(exclude)),
         )
-        self.send(event)
+        commands = self.send(event)
+        if decided is not None:
+            self.went_as_decided(event, decided, commands, was)
+
+    def went_as_decided(
+        self,
+        event: Requested | Routed,
+        decided: Decision,
+        commands: list[Command],
+        was: Mapping[str, ReplicaStatistics],
+    ) -> None:
+        """The request went where the model, reading SPEC from the state it found, said it would go:
+        a hit, a join, a wait for an unload, a reading or room at the cap, or a cold load taking
+        exactly the victims [evict] names; a routed one, to the replica [place] names, placed as it
+        says. What the machine did is read from its commands and its statistics only."""
+        ticket = event.ticket
+        mine = [c for c in commands if getattr(c, "ticket", None) == ticket]
+        replica = event.replica if isinstance(event, Requested) else None
+        placed = None
+        did: Decision | None = None
+        for command in mine:
+            if isinstance(command, Fail):
+                did = Decision("refuse" if command.fault is Fault.ADAPTER else "no replica", replica)
+            elif isinstance(command, Assign):
+                replica, placed = command.replica, command.placed
+        if did is None and replica is None:  # routed, and neither placed nor failed: it waits to read
+            read = [c.replica for c in commands if isinstance(c, ReadEngine)]
+            did = Decision("read", read[0] if read else None)
+            decided = attrs.evolve(decided, replica=did.replica)  # a read already out: not shown
+        if did is None:
+            assert replica is not None
+            before, after = was[replica], self.machine.statistics().replicas[replica]
+            adapter = event.adapter
+            if Grant(ticket=ticket, how=How.HIT) in mine:
+                did = Decision("hit", replica)
+            elif IssueLoad(load=0, replica=replica, adapter=adapter, path=event.path) in [
+                attrs.evolve(c, load=0) for c in commands if isinstance(c, IssueLoad)
+            ]:
+                victims = frozenset(after.unloading) - frozenset(before.unloading)
+                did = Decision("cold", replica, victims=victims)
+            elif after.queued > before.queued:
+                did = Decision("queue", replica)
+            elif adapter in before.loading:
+                did = Decision("join", replica)
+            elif adapter in before.unloading:
+                did = Decision("wait-unload", replica)
+            else:
+                did = Decision("read", replica)
+            did = attrs.evolve(did, placed=placed)
+        assert did == decided, f"{event} went\n  {did}\n  where SPEC sends it: {decided}"
 
     def contested(self) -> list[tuple[str, str]]:
         return sorted(
@@ -977,6 +1038,14 @@ class FleetModel(RuleBasedStateMachine):
         assert m.next_ticket == model.last_ticket + 1
         for adapter in ADAPTERS:
             assert m.place(adapter) == model.place(adapter), f"place({adapter!r})"
+        # Each replica alone, less every other: what a request finds there, whether or not placement
+        # would choose it (its kind: a free slot, over, evict or wait, SPEC §3.12; its line, [share]).
+        for replica in REPLICAS:
+            others = [r for r in REPLICAS if r != replica]
+            for adapter in ADAPTERS:
+                assert m.place(adapter, exclude=others) == model.place(adapter, None, others), (
+                    f"place({adapter!r}) on {replica} alone"
+                )
         # One other way of asking per step, in turn: the plain oracle is slow, and the steps are many.
         model_, exclude, load = PLACES[self.steps % len(PLACES)]
         for adapter in ADAPTERS:
@@ -984,6 +1053,18 @@ class FleetModel(RuleBasedStateMachine):
             assert got == model.place(adapter, model_, exclude, load), (
                 f"place({adapter!r}, {model_}, {exclude}, {load})"
             )
+
+    @invariant()
+    def the_machine_would_evict_and_share_as_the_model_reads_spec(self) -> None:
+        """What no query shows, as the model reads SPEC: the victims a cold load would take on each
+        replica, in order ([evict]), their idle stamps' order and the demand ([place] weighs victims by
+        both), each replica's line ([share]), [load]'s figures and a pending [settle]."""
+        if not self.with_model:
+            return
+        got, want = machine_unseen(self.machine), self.model.unseen_state()
+        for field in attrs.fields(Unseen):
+            mine, spec = getattr(got, field.name), getattr(want, field.name)
+            assert mine == spec, f"{field.name}\n  machine {mine}\n  model   {spec}"
 
     @invariant()
     def in_use_counts_are_the_requests_running(self) -> None:
@@ -1021,6 +1102,24 @@ class FleetModel(RuleBasedStateMachine):
                 assert fresh.hit(step.ticket, replica=step.replica, adapter=step.adapter) == result, step
             else:
                 assert fresh.handle(step) == result, step
+
+
+def machine_unseen(m: AdapterStateMachine) -> Unseen:
+    """The machine's state that no query shows (``Unseen``), read from its private fields: the one
+    place the properties look inside it, so that a change of its representation changes only this."""
+    reps = sorted((rep for rep in m._replicas.values() if not rep.removed), key=lambda r: r.id)
+    return Unseen.of(
+        {
+            rep.id: (
+                list(rep.idle.items()),
+                (m._line(rep), rep.base, rep.unseen),
+                (rep.seqs, rep.ran, rep.calm, rep.read_served, rep.settle),
+            )
+            for rep in reps
+        },
+        m._demand,
+        routers=m._routers,
+    )
 
 
 def ordered(value: Any) -> object:

@@ -18,7 +18,9 @@ wait for them), [reading] (a reading of only this router's own requests stands a
 [read-failed], [share] (each replica's line, from its last listing and what the engine lost since),
 [load] (the engine's counts as readings gave them) and [route]. Its [place] is SPEC §3.12 read
 literally: every candidate scanned, every key built and compared, no index and no cache, so that the
-machine's indexed placement is checked against the plain one after every step. It keeps the logical
+machine's indexed placement is checked against the plain one after every step; ``decide`` says where a
+request goes before it is sent (its victims included), and ``unseen_state`` what no query shows (the
+idle order the victims come from, the line, demand and [load]'s figures). It keeps the logical
 clock the idle stamps come from (§1.2), which placement compares across replicas. It does not follow
 [pin]: the properties send no pins.
 """
@@ -968,6 +970,41 @@ class Model:
                 return cold(other)
         return at(holder)
 
+    def decide(self, replica: str, adapter: str, *, first: bool = True) -> Decision:
+        """Where a request for ``adapter`` on ``replica`` goes, from the state as it is, changing
+        nothing: SPEC §3.1's rules tried in their order. ``first``: its first admission (a
+        ``requested`` one, which may wait for a reading); a routed one is admitted without reading."""
+        rep = self.replicas[replica]
+        refused = self.refused.get(adapter)
+        if first and refused is not None and refused[0] > self.now and adapter not in rep.held:
+            return Decision("refuse", replica)
+        for way, where in (("hit", rep.held), ("join", rep.loading), ("wait-unload", rep.unloading)):
+            if adapter in where:
+                return Decision(way, replica)
+        if first and self.needs_reading(rep):
+            return Decision("read", replica)
+        if self.at_cap(rep):
+            return Decision("queue", replica)
+        # [evict]: the least recently used idle adapters, as many as take the count back to the line.
+        excess = rep.count() + 1 - self.line(rep)
+        return Decision("cold", replica, victims=frozenset(rep.lru[: max(excess, 0)]))
+
+    def decide_route(self, adapter: str, model: str | None, exclude: Iterable[str]) -> Decision:
+        """Where a ``routed`` request goes ([route]), from the state as it is, changing nothing: no
+        replica, refused, a read first, or assigned where [place] says and admitted there."""
+        placement = self.place(adapter, model, exclude)
+        if placement.replica is None:
+            return Decision("no replica")
+        rep = self.replicas[placement.replica]
+        refused = self.refused.get(adapter)
+        if refused is not None and refused[0] > self.now and adapter not in rep.held:
+            return Decision("refuse")
+        full = placement.placed in (Placed.EVICT, Placed.OVER, Placed.WAIT)
+        if full and self.needs_reading(rep):  # a new request: its record has read nothing yet
+            return Decision("read", rep.id)
+        decided = self.decide(rep.id, adapter, first=False)
+        return attrs.evolve(decided, placed=placement.placed)
+
     def place_route(self, route: Route) -> list[Command]:
         """[route]: place the request; read a full replica first if [read] asks; assign and admit it."""
         ticket, adapter = route.ticket, route.adapter
@@ -1048,6 +1085,23 @@ class Model:
         """The replica's idle adapters, first to go first."""
         return list(self.replicas[replica].lru)
 
+    def unseen_state(self) -> Unseen:
+        """What SPEC §1.2 and §1.3 say of every replica in use that no query shows: [evict]'s order of
+        victims, [place]'s idle stamps and demand, [share]'s line, [load]'s figures, [settle]'s wait."""
+        reps = sorted(self.in_use(), key=lambda r: r.id)
+        return Unseen.of(
+            {
+                rep.id: (
+                    [(name, rep.stamps[name]) for name in rep.lru],
+                    (self.line(rep), rep.base, rep.unseen),
+                    (rep.seqs, rep.ran, rep.calm, rep.read_served, rep.settle),
+                )
+                for rep in reps
+            },
+            self.demand,
+            routers=self.routers,
+        )
+
     # -- helpers ------------------------------------------------------------------------------------
 
     def fault(self, rep: Replica) -> None:
@@ -1069,6 +1123,57 @@ class Model:
         self.ended(ticket)
         self.failures[fault.value] = self.failures.get(fault.value, 0) + 1
         return Fail(ticket=ticket, fault=fault, message=message)
+
+
+@attrs.frozen
+class Decision:
+    """Where a request goes, as SPEC says from the state it finds: ``way`` is ``hit``, ``join``,
+    ``wait-unload``, ``read`` (it waits for a reading first), ``queue`` (it waits at the cap),
+    ``cold`` (a load goes out, taking ``victims``), ``refuse``, or ``no replica`` (a routed one);
+    ``replica`` and ``placed`` where it goes, when that is known."""
+
+    way: str
+    replica: str | None = None
+    placed: Placed | None = None
+    victims: frozenset[str] = frozenset()
+
+
+@attrs.frozen
+class Unseen:
+    """The state no query shows, in a form two readers of SPEC compare: per replica its idle adapters
+    in eviction order (the victims a cold load would take, first to go first), their idle stamps as
+    ranks across the fleet (placement reads a stamp below 0 as 0, and compares only their order,
+    §1.2), its line with the ``base`` and ``unseen`` it comes from ([share]; both never read with one
+    router), [load]'s ``seqs``, ``ran``, ``calm`` and ``read_served``, and whether a [settle] waits;
+    and the demand counts ([place]'s victim weights, §1.3)."""
+
+    idle: Mapping[str, tuple[str, ...]]
+    stamps: Mapping[str, tuple[int, ...]]
+    line: Mapping[str, tuple[int, int, int]]
+    load: Mapping[str, tuple[int | None, int, int, int, bool]]
+    demand: Mapping[str, int]
+
+    @classmethod
+    def of(
+        cls,
+        replicas: Mapping[
+            str,
+            tuple[list[tuple[str, int]], tuple[int, int, int], tuple[int | None, int, int, int, bool]],
+        ],
+        demand: Mapping[str, int],
+        *,
+        routers: int,
+    ) -> Unseen:
+        """From each replica's (idle (name, stamp) pairs in order, (line, base, unseen), [load]'s)."""
+        clamped = sorted({max(stamp, 0) for idle, _, _ in replicas.values() for _, stamp in idle})
+        rank = {stamp: i for i, stamp in enumerate(clamped)}
+        return cls(
+            idle={r: tuple(name for name, _ in idle) for r, (idle, _, _) in replicas.items()},
+            stamps={r: tuple(rank[max(s, 0)] for _, s in idle) for r, (idle, _, _) in replicas.items()},
+            line={r: line if routers > 1 else (line[0], 0, 0) for r, (_, line, _) in replicas.items()},
+            load={r: load for r, (_, _, load) in replicas.items()},
+            demand=dict(sorted(demand.items())),
+        )
 
 
 def fnv1a(data: bytes) -> int:
