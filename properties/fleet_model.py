@@ -11,7 +11,11 @@ wire protocol or not), another router loading or unloading behind the machine's 
 restarting, a 404 on a forwarded request, replicas failing, removed and added back, limits changed,
 time passing, other routers' requests running on an engine (and engines queueing them) and the
 machine's reads of it answered (or failing), listings racing all of these, and calls that break the
-contract.
+contract. Two stories take one step each, so that the random runs reach what takes many steps: a
+replica filled, its adapters released in a drawn order and a cold load taking victims while other
+things happen there (the victim asked for, read as another router's, unloaded behind the machine's
+back; a join, a cancel, a second load, the replica removed), its load answered any way; and an
+engine read again and again as its queue grows and shrinks ([load]).
 
 Every event goes to the machine and to a naive model (model.py): the commands must be the same list,
 and after every step the statistics (in key order), the views, the next due time, which replicas are
@@ -146,6 +150,18 @@ AROUND = [
     "refusal_forgotten",
 ]
 """What FleetModel.something_else_happens may do: the world around the requests changes."""
+
+MEANWHILE = [
+    "the victim is asked for",
+    "another request joins",
+    "the request goes away",
+    "a second cold request",
+    "another router unloads the victim",
+    "other routers run on the victim, and the engine is read",
+    "the replica is removed, and added back",
+]
+"""What may happen while a victim's load is out, in FleetModel.a_replica_fills_then_evicts."""
+
 
 PLACES: list[tuple[str | None, tuple[str, ...], dict[str, float]]] = [
     ("m0", (), {}),
@@ -986,6 +1002,103 @@ class FleetModel(RuleBasedStateMachine):
     def list_afresh(self, replica: str) -> None:
         """A listing of ``replica`` that starts now, served and answered at once."""
         self.send(self.world.answer(self.start_listing(replica)).event)
+
+    def load_out(self, replica: str, adapter: str) -> int | None:
+        """The load of ``adapter`` out to ``replica``, if one is."""
+        out = [c for c in self.world.out(replica, adapter) if isinstance(c, IssueLoad)]
+        return out[0].load if out else None
+
+    @precondition(lambda self: bool(self.active))
+    @rule(
+        data=st.data(),
+        keep=st.integers(0, 2),
+        meanwhile=st.lists(st.sampled_from(MEANWHILE), max_size=2),
+        way=st.sampled_from([Way.AS_ASKED] * 2 + [Way.ADAPTER_FAULT, Way.FAULT_BEFORE, Way.FAULT_AFTER]),
+        then=st.sampled_from([None, Way.AS_ASKED, Way.ANOTHER_ROUTER_FIRST, Way.FAULT_BEFORE]),
+    )
+    def a_replica_fills_then_evicts(
+        self, data: st.DataObject, keep: int, meanwhile: list[str], way: Way, then: Way | None
+    ) -> None:
+        """[evict] on the engine's memory, as one story: a replica is filled to its limit with adapters
+        loaded as asked, all but ``keep`` of them released in a drawn order (the idle list, least
+        recently used first), and a cold request takes the least recently used as its victim (or
+        waits: at its cap, [cap]'s batch clause included, or for a reading). Meanwhile other things
+        happen there (MEANWHILE); then the load is answered in ``way`` (failed, its victims are spared
+        where they were; landed, their unloads go out) and an unload out there in ``then``."""
+        replica = data.draw(st.sampled_from(sorted(self.active)))
+        for adapter in ADAPTERS[:-1]:  # fill it
+            r = self.machine.statistics().replicas[replica]
+            if len(r.held) + len(r.loading) >= r.limit:
+                break
+            if adapter not in r.held and adapter not in r.loading and adapter not in r.unloading:
+                self.ask(replica, adapter, fast=False)
+                if (op := self.load_out(replica, adapter)) is not None:
+                    self.answer(op, Way.AS_ASKED, 0, wire=False)
+        granted = [n for n in self.in_state(State.GRANTED) if self.tickets[n].replica == replica]
+        for ticket in data.draw(st.permutations(granted))[keep:]:
+            self.tickets[ticket].state = State.RELEASED
+            self.send(Released(ticket=ticket))
+        r = self.machine.statistics().replicas[replica]
+        cold = [a for a in ADAPTERS if a not in r.held and a not in r.loading and a not in r.unloading]
+        if not cold:
+            return
+        adapter = data.draw(st.sampled_from(cold))
+        self.ask(replica, adapter, fast=False)
+        starter = max(self.tickets)
+        victims = sorted(set(self.machine.statistics().replicas[replica].unloading) - set(r.unloading))
+        note(f"{adapter} on {replica} takes the room of {victims or 'nothing'}; meanwhile {meanwhile}")
+        for what in meanwhile:
+            if replica not in self.active:
+                break
+            if what == "the victim is asked for" and victims:
+                self.ask(replica, data.draw(st.sampled_from(victims)), fast=data.draw(st.booleans()))
+            elif what == "another request joins" and self.load_out(replica, adapter) is not None:
+                self.ask(replica, adapter, fast=False)
+            elif what == "the request goes away" and self.tickets[starter].state is State.WAITING:
+                self.tickets[starter].state = State.CANCELLED
+                self.send(Cancelled(ticket=starter))
+            elif what == "a second cold request" and len(cold) > 1:
+                self.ask(replica, data.draw(st.sampled_from([a for a in cold if a != adapter])), fast=False)
+            elif what == "another router unloads the victim" and victims:
+                self.world.other_router(replica, data.draw(st.sampled_from(victims)), load=False)
+            elif what == "other routers run on the victim, and the engine is read" and victims:
+                self.world.others_run(replica, {data.draw(st.sampled_from(victims))})
+                self.read_now(replica)
+            elif what == "the replica is removed, and added back":
+                self.remove((replica,))
+                self.add(replica, LIMITS[REPLICAS[replica]])
+        if (op := self.load_out(replica, adapter)) is not None:
+            self.answer(op, way, data.draw(st.integers(0, 11)), wire=data.draw(st.booleans()))
+        unloads = [
+            op for op in self.world.pending(IssueUnload) if self.world.calls[op].command.replica == replica
+        ]
+        if then is not None and unloads:
+            self.answer(data.draw(st.sampled_from(unloads)), then, data.draw(st.integers(0, 11)), wire=True)
+
+    def read_now(self, replica: str) -> None:
+        """The machine reads ``replica``'s engine now (after a listing, if no read is out), and the read
+        is answered as asked; nothing, if it reads no engine."""
+        if not self.config["read_engine"] or replica not in self.active:
+            return
+        if not self.reading(replica):
+            self.list_afresh(replica)
+        for op in self.world.pending(ReadEngine):
+            if self.world.calls[op].command.replica == replica:
+                self.answer(op, Way.AS_ASKED, 0, wire=False)
+
+    @precondition(lambda self: self.config.get("read_engine", False) and bool(self.active))
+    @rule(
+        replica=st.sampled_from(sorted(REPLICAS)),
+        loads=st.lists(st.tuples(st.integers(0, 4), st.integers(0, 2)), min_size=2, max_size=3),
+    )
+    def an_engine_is_read_as_its_load_moves(self, replica: str, loads: list[tuple[int, int]]) -> None:
+        """[load] as one story: the engine runs and queues more, then less (``loads``: requests running
+        besides one per adapter named, and waiting), read after each change: its capacity is the most
+        a reading showed running while some waited, its calm load the most it carried with none."""
+        for running, waiting in loads:
+            note(f"the engine of {replica} runs {running} more requests and queues {waiting}; it is read")
+            self.world.busy(replica, running, waiting)
+            self.read_now(replica)
 
     def a_late_404(self, data: st.DataObject) -> None:
         """A request answered 404 reports it late, with its ticket, once its lease has ended or its copy
