@@ -971,6 +971,9 @@ class FleetModel(RuleBasedStateMachine):
             note(f"the engine carries out {self.world.calls[op].command} ({way.value}); its answer waits")
         elif meanwhile == "a request ends" and running:
             ticket = data.draw(st.sampled_from(running))
+            if data.draw(st.booleans()):  # the engine lost its adapter first: the listing must drop it
+                note(f"another router unloads {self.tickets[ticket].adapter} on {replica} first")
+                self.world.other_router(replica, self.tickets[ticket].adapter, load=False)
             self.tickets[ticket].state = State.RELEASED
             self.send(Released(ticket=ticket))
         elif meanwhile == "a request is answered 404" and running:
@@ -1015,16 +1018,18 @@ class FleetModel(RuleBasedStateMachine):
         meanwhile=st.lists(st.sampled_from(MEANWHILE), max_size=2),
         way=st.sampled_from([Way.AS_ASKED] * 2 + [Way.ADAPTER_FAULT, Way.FAULT_BEFORE, Way.FAULT_AFTER]),
         then=st.sampled_from([None, Way.AS_ASKED, Way.ANOTHER_ROUTER_FIRST, Way.FAULT_BEFORE]),
+        listed=st.booleans(),
     )
     def a_replica_fills_then_evicts(
-        self, data: st.DataObject, keep: int, meanwhile: list[str], way: Way, then: Way | None
+        self, data: st.DataObject, keep: int, meanwhile: list[str], way: Way, then: Way | None, listed: bool
     ) -> None:
         """[evict] on the engine's memory, as one story: a replica is filled to its limit with adapters
         loaded as asked, all but ``keep`` of them released in a drawn order (the idle list, least
         recently used first), and a cold request takes the least recently used as its victim (or
         waits: at its cap, [cap]'s batch clause included, or for a reading). Meanwhile other things
         happen there (MEANWHILE); then the load is answered in ``way`` (failed, its victims are spared
-        where they were; landed, their unloads go out) and an unload out there in ``then``."""
+        where they were; landed, their unloads go out) and an unload out there in ``then``. With
+        ``listed``, a listing of the replica goes out as the load does and is answered last."""
         replica = data.draw(st.sampled_from(sorted(self.active)))
         for adapter in ADAPTERS[:-1]:  # fill it
             r = self.machine.statistics().replicas[replica]
@@ -1045,7 +1050,9 @@ class FleetModel(RuleBasedStateMachine):
         adapter = data.draw(st.sampled_from(cold))
         self.ask(replica, adapter, fast=False)
         starter = max(self.tickets)
+        self.read_out(replica)  # a request that waits for a reading gets it, and loads
         victims = sorted(set(self.machine.statistics().replicas[replica].unloading) - set(r.unloading))
+        listing = self.start_listing(replica) if listed and replica in self.active else None
         note(f"{adapter} on {replica} takes the room of {victims or 'nothing'}; meanwhile {meanwhile}")
         for what in meanwhile:
             if replica not in self.active:
@@ -1074,6 +1081,8 @@ class FleetModel(RuleBasedStateMachine):
         ]
         if then is not None and unloads:
             self.answer(data.draw(st.sampled_from(unloads)), then, data.draw(st.integers(0, 11)), wire=True)
+        if listing is not None and listing in self.world.calls:
+            self.send(self.world.answer(listing).event)
 
     def read_now(self, replica: str) -> None:
         """The machine reads ``replica``'s engine now (after a listing, if no read is out), and the read
@@ -1082,6 +1091,10 @@ class FleetModel(RuleBasedStateMachine):
             return
         if not self.reading(replica):
             self.list_afresh(replica)
+        self.read_out(replica)
+
+    def read_out(self, replica: str) -> None:
+        """The read of ``replica``'s engine out, if one is, is answered as asked."""
         for op in self.world.pending(ReadEngine):
             if self.world.calls[op].command.replica == replica:
                 self.answer(op, Way.AS_ASKED, 0, wire=False)
@@ -1089,15 +1102,25 @@ class FleetModel(RuleBasedStateMachine):
     @precondition(lambda self: self.config.get("read_engine", False) and bool(self.active))
     @rule(
         replica=st.sampled_from(sorted(REPLICAS)),
-        loads=st.lists(st.tuples(st.integers(0, 4), st.integers(0, 2)), min_size=2, max_size=3),
+        loads=st.lists(
+            st.tuples(st.integers(0, 4), st.integers(0, 2), st.sets(st.sampled_from(ADAPTERS[:-1]))),
+            min_size=2,
+            max_size=3,
+        ),
     )
-    def an_engine_is_read_as_its_load_moves(self, replica: str, loads: list[tuple[int, int]]) -> None:
-        """[load] as one story: the engine runs and queues more, then less (``loads``: requests running
-        besides one per adapter named, and waiting), read after each change: its capacity is the most
-        a reading showed running while some waited, its calm load the most it carried with none."""
-        for running, waiting in loads:
-            note(f"the engine of {replica} runs {running} more requests and queues {waiting}; it is read")
+    def an_engine_is_read_as_its_load_moves(
+        self, replica: str, loads: list[tuple[int, int, set[str]]]
+    ) -> None:
+        """[load] and [reading] as one story: the engine runs and queues more, then less (``loads``:
+        requests running besides one per adapter named, waiting, and the adapters other routers run
+        on), read after each change: its capacity is the most a reading showed running while some
+        waited, its calm load the most it carried with none, and what a reading no longer names is
+        idle again (several at once, in name order)."""
+        for running, waiting, theirs in loads:
+            others = sorted(theirs) or "nothing"
+            note(f"{replica}'s engine runs {running} more, queues {waiting}, others run on {others}; read")
             self.world.busy(replica, running, waiting)
+            self.world.others_run(replica, theirs)
             self.read_now(replica)
 
     def a_late_404(self, data: st.DataObject) -> None:
