@@ -900,10 +900,13 @@ class FleetModel(RuleBasedStateMachine):
 
     def only_queued_wait(self) -> bool:
         """Whether every waiting request waits for room at its replica's cap ([cap]), not for a call;
-        or for an old copy that requests still run on ([renew]: held, and in unloading)."""
+        or for an old copy that requests still run on ([renew]: held, and in unloading), there or,
+        parked, anywhere."""
         stats = self.machine.statistics().replicas
 
         def on_old_copy(t: Ticket) -> bool:
+            if not t.replica:  # a routed request parked until an old copy goes ([renew])
+                return any(t.adapter in at.unloading and t.adapter in at.held for at in stats.values())
             at = stats.get(t.replica)
             return at is not None and t.adapter in at.unloading and t.adapter in at.held
 

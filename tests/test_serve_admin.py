@@ -146,9 +146,9 @@ async def test_new_weights_are_served_on_the_next_look_and_no_old_copy_answers_a
             (folder / "adapter_model.safetensors").write_bytes(b"\1" * 64)
             new = "".join(generated("sql", PROMPT, 4, weights_digest(folder)))
             assert new != old
-            # The look sees the change while the away copy is idle, so it goes at once. Were clients'
-            # requests running on both copies then, [place]'s last resort could put a request on the
-            # held stream's replica, to wait for that copy to go (1 run in 12 beside two burners).
+            # The look sees the change while the away copy is idle, so it goes at once: the unload
+            # and load counts below are this test's. (Were clients' requests running on both copies
+            # then, the next request would be parked until the first of them went, [renew].)
             await eventually(lambda: len(standins[away].app.calls_to("unload")) == 1)
             got = await answers_while(client, "sql", lambda got: sum(a.text == new for a in got) >= 12)
             never_old_after_new(got, new)

@@ -299,7 +299,19 @@ class _Read:
 
 
 _Operation = _Load | _Unload | _Listing | _Read
-_Wait = _Load | _Unload | _Queue | _Read
+
+
+@attrs.define(eq=False)
+class _Parked:
+    """Routed requests for ``adapter`` that found only replicas replacing an old copy of it
+    ([renew]): unassigned, counted on no replica, placed again once [place] finds them another."""
+
+    adapter: str
+    routes: list[_Route] = attrs.field(factory=list)
+    """In ticket order."""
+
+
+_Wait = _Load | _Unload | _Queue | _Read | _Parked
 
 
 @attrs.define(eq=False)
@@ -413,7 +425,7 @@ class AdapterStateMachine:
             "_backoff _clock _concurrency _demand _direct _dirty _due _epoch _evictions _failures "
             "_half_life _headroom _hits _index _interval _joined _last_ticket _leases _loaded "
             "_loads _logical _max_backoff _next_op _ops _overflow _pins _read_engine _refusal "
-            "_refused _replicas _reweighed _routers _to_halving _waiting _where"
+            "_parked _refused _replicas _reweighed _routers _to_halving _waiting _where"
         ).split(),
         "__dict__",
         "__weakref__",
@@ -493,6 +505,8 @@ class AdapterStateMachine:
         self._ops: dict[int, _Operation] = {}
         self._leases: dict[int, _Held] = {}
         self._waiting: dict[int, _Wait] = {}
+        self._parked: dict[str, _Parked] = {}
+        """[renew]: adapter name to the routed requests waiting for a replica to place them on."""
         self._where: dict[str, dict[str, _Replica]] = {}
         """Adapter name to the replicas in use that hold it or are loading it: placement's index."""
         self._hits = 0
@@ -510,6 +524,12 @@ class AdapterStateMachine:
         Raises:
             UsageError: the event breaks the contract; nothing changed.
         """
+        commands = self._handle(event)
+        if self._parked:
+            commands.extend(self._place_parked())
+        return commands
+
+    def _handle(self, event: Event) -> list[Command]:
         match event:
             case Requested():
                 return self._requested(event)
@@ -567,7 +587,7 @@ class AdapterStateMachine:
     def release(self, ticket: int) -> list[Command]:
         """``handle(Released(...))``: the request is done with its adapter (straight to [release],
         unless a subclass sees every event through ``handle``)."""
-        if self._direct:
+        if self._direct and not self._parked:
             return self._released(ticket)
         return self.handle(Released(ticket=ticket))
 
@@ -1149,6 +1169,11 @@ class AdapterStateMachine:
         if waited is None:
             self._check_ended_ticket(ticket, "cancel")
             return []
+        if isinstance(waited, _Parked):  # counted on no replica
+            waited.routes = [r for r in waited.routes if r.ticket != ticket]
+            if not waited.routes and self._parked.get(waited.adapter) is waited:
+                del self._parked[waited.adapter]
+            return []
         rep = waited.replica
         if isinstance(waited, _Read):
             entry = next(w for w in waited.waiters if w[0] == ticket)
@@ -1464,6 +1489,7 @@ class AdapterStateMachine:
         commands: list[Command] = []
         for ticket in sorted(failed):
             waited = self._waiting.pop(ticket)
+            assert not isinstance(waited, _Parked)  # on no replica: a removal fails none of them
             commands.append(self._fail(ticket, waited.replica, Fault.REPLICA, REPLICA_REMOVED))
         for route in sorted(rerouted, key=lambda r: r.ticket):
             commands.extend(self._place_route(route))
@@ -2330,6 +2356,13 @@ class AdapterStateMachine:
         if refused is not None:  # no call, no replica, the engine's words again
             self._failures[Fault.ADAPTER.value] = self._failures.get(Fault.ADAPTER.value, 0) + 1
             return [Fail(ticket=ticket, fault=Fault.ADAPTER, message=refused)]
+        if self._renewing_at(placement, adapter):
+            # [renew]: only replicas replacing an old copy are left. Wait for one to be placed on
+            # (one whose old copy has gone, or a holder), rather than behind one copy's requests.
+            parked = self._parked.setdefault(adapter, _Parked(adapter))
+            parked.routes.append(route)
+            self._waiting[ticket] = parked
+            return []
         if placement.placed in _FULL and rep.id not in route.read and self._needs_read(rep):
             route.read.add(rep.id)
             return self._park(ticket, rep, adapter, route.path, route)
@@ -2338,6 +2371,31 @@ class AdapterStateMachine:
         commands.extend(self._admit(ticket, rep, adapter, route.path))
         if self._stale(rep):
             commands.append(self._start_read(rep))  # [read]: is its engine full? Nothing waits for it.
+        return commands
+
+    def _renewing_at(self, placement: Placement, adapter: str) -> bool:
+        """Whether ``placement`` is [place]'s last resort: ``wait`` where an old copy of ``adapter`` is
+        held or loading (a ``wait`` at a replica's cap is a cold candidate's, which holds none)."""
+        if placement.placed is not Placed.WAIT or placement.replica is None:
+            return False
+        rep = self._replicas[placement.replica]
+        return adapter in rep.held or adapter in rep.loading
+
+    def _place_parked(self) -> list[Command]:
+        """[renew]: after each event, place again the parked routed requests [place] now puts on a
+        holder or a cold candidate (or nowhere: they fail), adapters in name order, tickets in order."""
+        commands: list[Command] = []
+        for adapter in sorted(self._parked):
+            parked = self._parked[adapter]
+            for route in list(parked.routes):
+                placement = self._placement(adapter, route.model, route.exclude, {})
+                if self._renewing_at(placement, adapter):
+                    continue
+                parked.routes.remove(route)
+                del self._waiting[route.ticket]
+                commands.extend(self._place_route(route))
+            if not parked.routes and self._parked.get(adapter) is parked:
+                del self._parked[adapter]
         return commands
 
     # -- invariants, numbers and ticks -----------------------------------------------------------------
@@ -2364,6 +2422,9 @@ class AdapterStateMachine:
             elif isinstance(waited, _Read):
                 assert [w[0] for w in waited.waiters].count(ticket) == 1, ticket
                 assert waited.replica.read is waited, ticket
+            elif isinstance(waited, _Parked):
+                assert [r.ticket for r in waited.routes].count(ticket) == 1, ticket
+                assert self._parked.get(waited.adapter) is waited, ticket
             else:
                 assert ticket in [w[0] for w in waited.waiters], ticket
                 assert waited.replica.queue is waited, ticket
@@ -2378,6 +2439,8 @@ class AdapterStateMachine:
         for held in self._leases.values():
             in_flight[id(held.replica)] = in_flight.get(id(held.replica), 0) + 1
         for ticket, waited in self._waiting.items():
+            if isinstance(waited, _Parked):
+                continue  # [renew]: a parked routed request is counted on no replica
             if isinstance(waited, _Read) and next(w for w in waited.waiters if w[0] == ticket)[3] is not None:
                 continue  # a routed request not yet assigned is counted on no replica
             in_flight[id(waited.replica)] = in_flight.get(id(waited.replica), 0) + 1

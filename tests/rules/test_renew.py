@@ -84,21 +84,79 @@ def test_renew_places_a_routed_request_away_from_the_old_copy_while_it_drains() 
     s.expect(Released(ticket=t1), IssueUnload(unload=5, replica="r0", adapter="a"))
 
 
-def test_renew_with_only_the_old_copys_replica_a_routed_request_waits_there() -> None:
-    """[place]'s last resort: rather than fail, the request waits for the old copy to go."""
+def test_renew_with_only_the_old_copys_replica_a_routed_request_is_parked_until_it_goes() -> None:
+    """[place]'s last resort: rather than fail, the request waits, unassigned, for the old copy to
+    go; placed once it is dropped, it loads the new files there."""
     s = Scenario.with_replicas(("r", 2))
     t1 = s.load("r", "a")
     s.expect(AdapterChanged(adapter="a"))
     assert s.machine.place("a") == Placement(replica="r", placed=Placed.WAIT)
     t2 = s.ticket = s.ticket + 1
+    s.expect(Routed(ticket=t2, adapter="a", path="/adapters/a"))  # parked: no assign yet
+    stats = s.machine.statistics()
+    assert (stats.waiting, stats.replicas["r"].in_flight) == (1, 1)  # counted on no replica
+    # Its last request ends: the old copy is dropped, so r is a cold candidate, where the request
+    # waits for the unload ([wait-unload]).
     s.expect(
-        Routed(ticket=t2, adapter="a", path="/adapters/a"), Assign(ticket=t2, replica="r", placed=Placed.WAIT)
+        Released(ticket=t1),
+        IssueUnload(unload=3, replica="r", adapter="a"),
+        Assign(ticket=t2, replica="r", placed=Placed.FREE),
     )
-    s.expect(Released(ticket=t1), IssueUnload(unload=3, replica="r", adapter="a"))
     s.expect(
         UnloadFinished(unload=3, outcome=UnloadOutcome.UNLOADED),
         IssueLoad(load=4, replica="r", adapter="a", path="/adapters/a"),
     )
+    s.expect(LoadFinished(load=4, outcome=LoadOutcome.LOADED), Grant(ticket=t2, how=How.LOADED))
+
+
+def test_renew_a_parked_request_goes_where_the_first_old_copy_goes_not_behind_a_long_one() -> None:
+    """Both copies are old and in use (r0's by a long stream): the request is parked, and placed on
+    r1 as soon as r1's copy is dropped, loading the new files there, while r0's stream runs on."""
+    s = Scenario.with_replicas(("r0", 2), ("r1", 2))
+    stream = s.load("r0", "a")  # load 3
+    short = s.load("r1", "a")  # load 4
+    s.expect(AdapterChanged(adapter="a"))
+    t3 = s.ticket = s.ticket + 1
+    s.expect(Routed(ticket=t3, adapter="a", path="/adapters/a"))
+    t4 = s.ticket = s.ticket + 1
+    s.expect(Routed(ticket=t4, adapter="a", path="/adapters/a"))
+    s.expect(
+        Released(ticket=short),
+        IssueUnload(unload=5, replica="r1", adapter="a"),
+        Assign(ticket=t3, replica="r1", placed=Placed.FREE),  # parked ones in ticket order
+        Assign(ticket=t4, replica="r1", placed=Placed.FREE),
+    )
+    s.expect(
+        UnloadFinished(unload=5, outcome=UnloadOutcome.UNLOADED),
+        IssueLoad(load=6, replica="r1", adapter="a", path="/adapters/a"),
+    )
+    s.expect(
+        LoadFinished(load=6, outcome=LoadOutcome.LOADED),
+        Grant(ticket=t3, how=How.LOADED),
+        Grant(ticket=t4, how=How.JOINED),
+    )
+    s.expect(Released(ticket=stream), IssueUnload(unload=7, replica="r0", adapter="a"))
+
+
+def test_renew_a_parked_request_cancelled_ends_and_one_with_nowhere_left_fails() -> None:
+    s = Scenario.with_replicas(("r", 2))
+    t1 = s.load("r", "a")
+    s.expect(AdapterChanged(adapter="a"))
+    t2 = s.ticket = s.ticket + 1
+    s.expect(Routed(ticket=t2, adapter="a", path="/adapters/a"))
+    s.expect(Cancelled(ticket=t2))
+    assert s.machine.statistics().waiting == 0
+    t3 = s.ticket = s.ticket + 1
+    s.expect(Routed(ticket=t3, adapter="a", path="/adapters/a"))
+    s.expect(
+        ReplicasRemoved(replicas=("r",)),
+        Fail(
+            ticket=t3,
+            fault=Fault.REPLICA,
+            message="no replica to place 'a' on: each is failing, excluded, or not in use",
+        ),
+    )
+    s.expect(Released(ticket=t1))
 
 
 def test_renew_a_load_out_grants_its_waiters_then_goes_and_later_requests_wait_for_that() -> None:

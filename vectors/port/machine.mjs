@@ -60,6 +60,7 @@ export class Machine {
     this.headroom = headroom === null ? null : Number(headroom);
     this.refused = new Map(); // adapter name -> { until, message } ([refuse])
     this.pins = new Map(); // adapter name -> { path, copies, model } ([pin])
+    this.parked = new Map(); // adapter name -> placement records of routed requests, in ticket order ([renew])
     // §1.3 Machine-wide state.
     this.now = 0;
     this.logical = 0;
@@ -93,7 +94,32 @@ export class Machine {
       routed: this.routed, reading_received: this.readingReceived, reading_failed: this.readingFailed,
     }[event.type];
     if (!on) throw new Error(`unknown event type ${event.type}`);
-    return on.call(this, event);
+    const commands = on.call(this, event);
+    return this.parked.size > 0 ? [...commands, ...this.placeParked()] : commands;
+  }
+
+  // [renew]: after every event, the parked routed requests [place] now puts elsewhere than a replica
+  // replacing an old copy are placed again: adapters in name order, tickets in order.
+  placeParked() {
+    const commands = [];
+    for (const adapter of [...this.parked.keys()].sort(byName)) {
+      const routes = this.parked.get(adapter);
+      for (const route of [...routes]) {
+        if (this.oldCopyWait(adapter, this.place(adapter, { model: route.model, exclude: route.exclude }))) continue;
+        routes.splice(routes.indexOf(route), 1);
+        this.waiting.delete(route.ticket);
+        commands.push(...this.placeRoute(route));
+      }
+      if (routes.length === 0) this.parked.delete(adapter);
+    }
+    return commands;
+  }
+
+  // A `wait` placement where an old copy is held or loading; a `wait` at a cap holds none there.
+  oldCopyWait(adapter, { replica, placed }) {
+    if (placed !== "wait") return false;
+    const rep = this.replicas.get(replica);
+    return rep.held.has(adapter) || rep.loading.has(adapter);
   }
 
   // -- §3.1 Requests ------------------------------------------------------------------------------
@@ -422,6 +448,12 @@ export class Machine {
       return [];
     }
     this.waiting.delete(ticket);
+    if (waited.kind === "parked") { // counted on no replica
+      const routes = this.parked.get(waited.adapter).filter((r) => r.ticket !== ticket);
+      if (routes.length > 0) this.parked.set(waited.adapter, routes);
+      else this.parked.delete(waited.adapter);
+      return [];
+    }
     if (waited.kind === "read") { // the read goes on; a routed request waiting here is counted nowhere
       const entry = waited.waiters.find((w) => w.ticket === ticket);
       waited.waiters = waited.waiters.filter((w) => w !== entry);
@@ -930,6 +962,12 @@ export class Machine {
         return [{ type: "fail", ticket, fault: "adapter", message: refused.message }];
       }
       this.refused.delete(adapter);
+    }
+    if (this.oldCopyWait(adapter, { replica, placed })) { // [renew]: parked, counted on no replica
+      if (!this.parked.has(adapter)) this.parked.set(adapter, []);
+      this.parked.get(adapter).push(route);
+      this.waiting.set(ticket, { kind: "parked", adapter });
+      return [];
     }
     const full = placed === "evict" || placed === "over" || placed === "wait";
     if (full && !route.read.has(replica) && this.needsReading(rep)) {
