@@ -7,6 +7,7 @@ Over real HTTP against stand-ins, under asyncio and trio; the router runs in the
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -167,6 +168,46 @@ async def test_new_weights_are_served_on_the_next_look_and_no_old_copy_answers_a
         got = await answers_while(client, "sql", lambda got: len(got) >= 12)
         assert {a.text for a in got} == {new}
     assert f"adapter 'sql': new files in {folder}: copies loaded before are unloaded" in caplog.text
+
+
+async def test_new_weights_while_every_copy_runs_are_served_by_the_first_copy_to_go(
+    serve: Serve, tmp_path: Path
+) -> None:
+    """A stream runs on each of the two copies when new weights come: the next request waits for a
+    replica, parked ([renew]), and is served by the first copy to go, loading the new files there,
+    while the other stream runs on: not held behind that stream, whichever replica it is."""
+    folder = make_adapter(tmp_path / "sql")
+    standins = {"r0": serve(), "r1": serve()}
+    options = {"pins": {"sql": 2}, "adapter_refresh": 0.05}
+    async with operated([s.url for s in standins.values()], tmp_path, **options) as (server, client, _):
+        fleet = server.fleet
+        await eventually(lambda: all("sql" in r.held for r in fleet.statistics().replicas.values()))
+        for standin in standins.values():
+            standin.app.hold_streams()
+        body = {"model": "sql", "stream": True, **HELLO}
+        async with contextlib.AsyncExitStack() as streams:
+            first = await streams.enter_async_context(client.stream("POST", "/v1/completions", json=body))
+            second = await streams.enter_async_context(client.stream("POST", "/v1/completions", json=body))
+            homes = {first.headers["x-lorafleet-replica"], second.headers["x-lorafleet-replica"]}
+            assert homes == {"r0", "r1"}  # one stream on each copy
+            (folder / "adapter_model.safetensors").write_bytes(b"\4" * 64)
+            new = "".join(generated("sql", PROMPT, 4, weights_digest(folder)))
+            await eventually(lambda: all("sql" in r.unloading for r in fleet.statistics().replicas.values()))
+            async with anyio.create_task_group() as tasks:
+                answers: list[httpx.Response] = []
+
+                async def ask() -> None:
+                    answers.append(await completion(client, "sql"))
+
+                tasks.start_soon(ask)
+                await eventually(lambda: fleet.statistics().waiting == 1)  # parked, on no replica
+                standins["r1"].app.release()  # r1's stream ends: its copy goes first
+            (answer,) = answers
+            assert answer.status_code == 200, answer.text
+            assert answer.headers["x-lorafleet-replica"] == "r1"
+            assert answer.json()["choices"][0]["text"] == new
+            assert standins["r0"].app.calls_to("unload") == []  # r0's stream still runs on its copy
+            standins["r0"].app.release()
 
 
 async def test_settings_read_again_look_at_the_folders(serve: Serve, tmp_path: Path) -> None:
