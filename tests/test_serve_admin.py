@@ -67,6 +67,22 @@ async def operated(
         yield server, client, admin
 
 
+@asynccontextmanager
+async def two_copies(
+    serve: Serve, folder: Path
+) -> AsyncIterator[tuple[RouterServer, httpx.AsyncClient, dict[str, StandInServer]]]:
+    """``sql``, whose files are in ``folder``, pinned to two copies on two stand-ins that hold their
+    streams, and held on both; the router looks at the folders every 50 ms."""
+    standins = {"r0": serve(), "r1": serve()}
+    options = {"pins": {"sql": 2}, "adapter_refresh": 0.05}
+    async with operated([s.url for s in standins.values()], folder.parent, **options) as (server, client, _):
+        fleet = server.fleet
+        await eventually(lambda: all("sql" in r.held for r in fleet.statistics().replicas.values()))
+        for standin in standins.values():
+            standin.app.hold_streams()
+        yield server, client, standins
+
+
 async def health(client: httpx.AsyncClient) -> dict[str, str]:
     states: dict[str, str] = (await client.get("/health")).json()["replicas"]
     return states
@@ -133,13 +149,8 @@ async def test_new_weights_are_served_on_the_next_look_and_no_old_copy_answers_a
     caplog.set_level(logging.INFO, "lorafleet")
     folder = make_adapter(tmp_path / "sql")
     old = "".join(generated("sql", PROMPT, 4, weights_digest(folder)))
-    standins = {"r0": serve(), "r1": serve()}
-    options = {"pins": {"sql": 2}, "adapter_refresh": 0.05}
-    async with operated([s.url for s in standins.values()], tmp_path, **options) as (server, client, _):
+    async with two_copies(serve, folder) as (server, client, standins):
         fleet = server.fleet
-        await eventually(lambda: all("sql" in r.held for r in fleet.statistics().replicas.values()))
-        for standin in standins.values():
-            standin.app.hold_streams()
         body = {"model": "sql", "stream": True, **HELLO}
         async with client.stream("POST", "/v1/completions", json=body) as stream:
             home = stream.headers["x-lorafleet-replica"]
@@ -176,14 +187,9 @@ async def test_new_weights_while_every_copy_runs_are_served_by_the_first_copy_to
     """A stream runs on each of the two copies when new weights come: the next request waits for a
     replica, parked ([renew]), and is served by the first copy to go, loading the new files there,
     while the other stream runs on: not held behind that stream, whichever replica it is."""
-    folder = make_adapter(tmp_path / "sql")
-    standins = {"r0": serve(), "r1": serve()}
-    options = {"pins": {"sql": 2}, "adapter_refresh": 0.05}
-    async with operated([s.url for s in standins.values()], tmp_path, **options) as (server, client, _):
+    async with two_copies(serve, make_adapter(tmp_path / "sql")) as (server, client, standins):
         fleet = server.fleet
-        await eventually(lambda: all("sql" in r.held for r in fleet.statistics().replicas.values()))
-        for standin in standins.values():
-            standin.app.hold_streams()
+        folder = tmp_path / "sql"
         body = {"model": "sql", "stream": True, **HELLO}
         async with contextlib.AsyncExitStack() as streams:
             first = await streams.enter_async_context(client.stream("POST", "/v1/completions", json=body))
