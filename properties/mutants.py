@@ -765,8 +765,9 @@ MUTANTS = [
         "dismiss",
         "a dismissed adapter is unloaded but stays held, and is granted",
         MACHINE,
-        "        self._drop(rep, adapter)\n        unload = _Unload(rep, adapter, None)\n",
-        "        unload = _Unload(rep, adapter, None)\n",
+        "        return [self._unload_idle(rep, adapter)]",
+        "        rep.unloading[adapter] = _Unload(rep, adapter, None)\n"
+        "        return [self._unload(rep.unloading[adapter])]",
     ),
     Mutant(
         "release-named-idle",

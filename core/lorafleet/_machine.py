@@ -937,13 +937,16 @@ class AdapterStateMachine:
         """[settle] Unload ``excess`` idle adapters now, least recently used first, or as many as are idle."""
         commands: list[Command] = []
         while excess > 0 and rep.idle:
-            victim = next(iter(rep.idle))
-            self._drop(rep, victim)
-            unload = _Unload(rep, victim, None)
-            rep.unloading[victim] = unload
-            commands.append(self._unload(unload))
+            commands.append(self._unload_idle(rep, next(iter(rep.idle))))
             excess -= 1
         return commands
+
+    def _unload_idle(self, rep: _Replica, name: str) -> IssueUnload:
+        """Unload ``name``, idle on ``rep``, now ([settle], [dismiss]): no request may take it."""
+        self._drop(rep, name)
+        unload = _Unload(rep, name, None)
+        rep.unloading[name] = unload
+        return self._unload(unload)
 
     # -- §3.2 the engine's answers: [load-outcome], [settle], [unload-outcome] -------------------------
 
@@ -1615,10 +1618,7 @@ class AdapterStateMachine:
                 adapter=adapter,
                 reason=reason,
             )
-        self._drop(rep, adapter)
-        unload = _Unload(rep, adapter, None)
-        rep.unloading[adapter] = unload
-        return [self._unload(unload)]
+        return [self._unload_idle(rep, adapter)]
 
     def _not_idle(self, rep: _Replica, adapter: str) -> str:
         """Why ``adapter`` is not idle on ``rep``, in the operator's words."""
