@@ -64,6 +64,7 @@ HELP_ONLY = {
     "bench/metrics_read.py": "needs the real vLLM, and writes bench/metrics_results.md",
     "bench/headroom.py": "runs the simulator for minutes",
     "bench/replay.py": "records a request log through serve for minutes, and writes bench/replay_results.md",
+    "bench/peer_bench.py": "starts real vLLM servers for every arm, an hour; writes bench/peer_results.md",
     "-m lorafleet_standin": "serves until stopped",
     "sim/several_routers.py": "runs the simulator for minutes",
     "sim/share_routers.py": "runs the simulator for minutes",
