@@ -1,6 +1,6 @@
 """lorafleet against vLLM's own router on the real engine: what the engines load from disk, and how fast.
 
-    .venv/bin/python bench/peer_bench.py [--runs 3] [--lorafleet default --lorafleet limit=4,headroom=0]
+    .venv/bin/python bench/peer_bench.py [--runs 3] [--lorafleet default --lorafleet limit=3,headroom=1]
         [--policies consistent_hash,round_robin,...] [--requests 240] [--adapters 14] [--out FILE]
 
 Every arm of every run gets its own freshly started real vLLM CPU servers (``--replicas`` of them,
@@ -10,8 +10,10 @@ the same Zipf-skewed sequence of short completions (seeded per run), ``--concurr
 
 - **lorafleet**: ``lorafleet serve`` in front of servers with the runtime LoRA routes
   (``VLLM_ALLOW_RUNTIME_LORA_UPDATING=True``); it loads and unloads adapters itself. ``--lorafleet
-  default`` is what it ships: no ``--headroom`` flag, and each replica's ``limit`` that plus its default
-  headroom makes ``--max-cpu-loras`` (docs/vllm.md); ``--lorafleet limit=N,headroom=M`` sets both.
+  default`` is what a user gets by following docs/vllm.md: each replica declares its engine's
+  ``max_cpu_loras`` and ``--concurrency`` is the servers' ``--max-num-seqs``, with no ``limit`` and no
+  ``--headroom`` (serve makes the limit the whole memory, headroom 0); ``--lorafleet
+  limit=N,headroom=M`` sets either by hand as well.
 - **vllm-router POLICY**: vLLM's own router (``pip install vllm-router``, in a venv of its own under
   ~/.cache/lorafleet) in front of servers that load adapters themselves the first time a request names
   them (vLLM's filesystem LoRA resolver: ``VLLM_PLUGINS=lora_filesystem_resolver`` and
@@ -24,7 +26,8 @@ What the engines load is counted by bench/peer_hook/sitecustomize.py, put on the
 vLLM logs only a name's first load, and reads a registered adapter its cache dropped again inside a
 generation step with no log line. Per arm and run: disk reads in all (by runtime load, by the resolver,
 and re-reads of an id read before), the engine's drops of an adapter whose name was still registered
-(for lorafleet: one it held), unloads that left the weights in the engine's cache, p50 and p99 latency,
+(for lorafleet: one it held, its victims apart: ``count_engine``), unloads that left the weights in
+the engine's cache, p50 and p99 latency,
 requests/s, failed requests (not 2xx, or no answer), and the load average. Writes a table and the
 medians to bench/peer_results.md.
 """
@@ -49,6 +52,7 @@ import time
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import attrs
 import httpx
@@ -152,7 +156,12 @@ class EngineCount:
     drops: int
     """Adapters dropped from the engine's CPU cache (its LRU, or removed)."""
     held_drops: int
-    """Drops of an id whose name was still registered: for lorafleet, an adapter it held."""
+    """Drops of an id whose name was still registered, a router's victim's apart: for lorafleet, an
+    adapter it held and meant to keep."""
+    victim_drops: int
+    """Drops of a router's victim: an id whose name was still registered, dropped once the load that
+    chose it was on its way and unregistered after that load landed, read by nothing in between
+    (lorafleet's eviction on the engine's memory, SPEC §3.16: the load makes the room)."""
     unloads: int
     """Names forgotten by /v1/unload_lora_adapter."""
     ghost_unloads: int
@@ -166,25 +175,55 @@ class EngineCount:
         return cls(*(sum(getattr(c, f.name) for c in counts) for f in fields))
 
 
-def count_engine(lines: Iterable[str]) -> EngineCount:
+def victims(events: Sequence[dict[str, Any]], limit: int | None) -> dict[int, int]:
+    """Which load each unload made room for: unloaded id to loaded id, for a router that unloads one
+    victim once each load that needed room has landed (lorafleet, SPEC §3.16).
+
+    A load needed room when, as it landed, ``limit`` other names were registered; the unloads are
+    paired with such loads in the order they landed. None: no router that evicts so (nothing paired).
+    """
+    if limit is None:
+        return {}
+    registered: set[int] = set()
+    waiting: list[int] = []
+    paired: dict[int, int] = {}
+    for e in events:
+        if e["ev"] == "register":
+            if e["via"] == "load" and len(registered - {e["id"]}) >= limit:
+                waiting.append(e["id"])
+            registered.add(e["id"])
+        elif e["ev"] == "unregister":
+            registered.discard(e["id"])
+            if waiting:
+                paired[e["id"]] = waiting.pop(0)
+    return paired
+
+
+def count_engine(lines: Iterable[str], limit: int | None = None) -> EngineCount:
     """Count one server's log (JSON lines from all its processes, sorted here by their wall clock).
 
     An id is held from its first read (the register event follows the engine's read) until it is
-    unregistered; a drop of an id never read (vLLM's warm-up adapters) is not counted.
+    unregistered; a drop of an id never read (vLLM's warm-up adapters) is not counted. ``limit``:
+    the adapters the router in front holds on this engine, for a router that evicts as lorafleet
+    does (``victims``); a held id dropped after the engine began to read the load it was unloaded
+    for, and read by nothing before its unload, is that load's victim, not a held adapter lost.
     """
     events = sorted((json.loads(line) for line in lines if line.strip()), key=lambda e: float(e["t"]))
     first_read: dict[int, float] = {}
+    reads_of: dict[int, list[float]] = {}
     registered: dict[int, float] = {}
     unregistered: dict[int, float] = {}
     via: dict[int, str] = {}
     for e in events:
         if e["ev"] == "read":
             first_read.setdefault(e["id"], e["t"])
+            reads_of.setdefault(e["id"], []).append(e["t"])
         elif e["ev"] == "register":
             registered.setdefault(e["id"], e["t"])
             via[e["id"]] = e["via"]
         elif e["ev"] == "unregister":
             unregistered.setdefault(e["id"], e["t"])
+    room_for = victims(events, limit)
 
     def held(lora_id: int, t: float) -> bool:
         if lora_id not in registered:
@@ -192,7 +231,14 @@ def count_engine(lines: Iterable[str]) -> EngineCount:
         since = min(registered[lora_id], first_read.get(lora_id, math.inf))
         return since <= t < unregistered.get(lora_id, math.inf)
 
-    reads = load_reads = resolver_reads = rereads = in_step = drops = held_drops = 0
+    def victim(lora_id: int, t: float) -> bool:
+        load = room_for.get(lora_id)
+        if load is None or first_read.get(load, math.inf) > t:
+            return False  # unloaded for no load, or for one the engine had not begun: held when dropped
+        gone = unregistered[lora_id]
+        return not any(t < read < gone for read in reads_of.get(lora_id, []))
+
+    reads = load_reads = resolver_reads = rereads = in_step = drops = held_drops = victim_drops = 0
     unloads = ghosts = failed = 0
     seen: set[int] = set()
     resident: set[int] = set()
@@ -213,13 +259,27 @@ def count_engine(lines: Iterable[str]) -> EngineCount:
             failed += 1
         elif kind == "drop" and lora_id in seen:
             drops += 1
-            held_drops += held(lora_id, e["t"])
+            if held(lora_id, e["t"]):
+                if victim(lora_id, e["t"]):
+                    victim_drops += 1
+                else:
+                    held_drops += 1
             resident.discard(lora_id)
         elif kind == "unregister":
             unloads += 1
             ghosts += lora_id in resident
     return EngineCount(
-        reads, load_reads, resolver_reads, rereads, in_step, drops, held_drops, unloads, ghosts, failed
+        reads,
+        load_reads,
+        resolver_reads,
+        rereads,
+        in_step,
+        drops,
+        held_drops,
+        victim_drops,
+        unloads,
+        ghosts,
+        failed,
     )
 
 
@@ -234,7 +294,7 @@ class Arm:
     """``lorafleet`` or ``vllm-router``."""
     policy: str = ""
     limit: int | None = None
-    """lorafleet's limit per replica; None: --max-cpu-loras less its default headroom."""
+    """lorafleet's limit per replica; None: not given, what serve makes of ``max_cpu_loras``."""
     headroom: int | None = None
     """lorafleet's --headroom; None: not given, its default."""
 
@@ -259,10 +319,13 @@ def lorafleet_arm(spec: str) -> Arm:
     return Arm("lorafleet", limit=given.get("limit"), headroom=given.get("headroom"))
 
 
-def default_headroom() -> int:
+def default_limit(memory: int) -> tuple[int, int]:
+    """The limit and headroom ``lorafleet serve`` gives a replica that declares only ``max_cpu_loras``:
+    the fleet's default headroom, and ``lorafleet.limit_for`` with it, as serve sizes it."""
+    from lorafleet import limit_for
     from lorafleet_fleet import HEADROOM
 
-    return HEADROOM
+    return limit_for(memory, HEADROOM), HEADROOM
 
 
 def schedule(
@@ -403,14 +466,13 @@ def run_arm(
             server.wait_ready()
         port = free_port()
         if arm.kind == "lorafleet":
-            limit = arm.limit if arm.limit is not None else args.max_cpu_loras - default_headroom()
             command = [sys.executable, "-m", "lorafleet_serve", "--port", str(port)]
             for i, server in enumerate(servers):
-                replica = (
-                    f"id=r{i},url={server.url},model={MODEL},limit={limit},max_cpu_loras={args.max_cpu_loras}"
-                )
+                replica = f"id=r{i},url={server.url},model={MODEL},max_cpu_loras={args.max_cpu_loras}"
+                if arm.limit is not None:
+                    replica += f",limit={arm.limit}"
                 command += ["--replica", replica]
-            command += ["--adapters-root", str(args.root)]
+            command += ["--adapters-root", str(args.root), "--concurrency", str(servers[0].max_num_seqs)]
             if arm.headroom is not None:
                 command += ["--headroom", str(arm.headroom)]
         else:
@@ -425,7 +487,10 @@ def run_arm(
     finally:
         stop_all(servers)
     ok = [a.seconds for a in answers if a.ok]
-    engines = tuple(count_engine(log.read_text().splitlines() if log.exists() else []) for log in logs)
+    held = None
+    if arm.kind == "lorafleet":
+        held = arm.limit if arm.limit is not None else default_limit(args.max_cpu_loras)[0]
+    engines = tuple(count_engine(log.read_text().splitlines() if log.exists() else [], held) for log in logs)
     return Result(
         run,
         arm.name(),
@@ -443,9 +508,9 @@ def run_arm(
 
 HEADER = (
     "| run | arm | disk loads (per replica) | by load / resolver | re-reads | drops of a held adapter "
-    "| ghost unloads | p50 s | p99 s | req/s | failed | load avg | s |"
+    "| victims dropped | ghost unloads | p50 s | p99 s | req/s | failed | load avg | s |"
 )
-RULE = "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|"
+RULE = "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|"
 
 
 def row(r: Result) -> str:
@@ -453,16 +518,16 @@ def row(r: Result) -> str:
     split = "/".join(str(c.reads) for c in r.engines)
     return (
         f"| {r.run} | {r.arm} | {e.reads} ({split}) | {e.load_reads} / {e.resolver_reads} | {e.rereads} "
-        f"| {e.held_drops} | {e.ghost_unloads} of {e.unloads} | {r.p50:.2f} | {r.p99:.2f} | {r.rate:.2f} "
-        f"| {r.failed} | {r.load[0]:.1f} → {r.load[1]:.1f} | {r.seconds:.0f} |"
+        f"| {e.held_drops} | {e.victim_drops} | {e.ghost_unloads} of {e.unloads} | {r.p50:.2f} "
+        f"| {r.p99:.2f} | {r.rate:.2f} | {r.failed} | {r.load[0]:.1f} → {r.load[1]:.1f} | {r.seconds:.0f} |"
     )
 
 
 def medians(results: Sequence[Result], arms: Sequence[str]) -> list[str]:
     lines = [
-        "| arm | runs | disk loads | re-reads | drops of a held adapter | ghost unloads | p50 s | p99 s "
-        "| req/s | failed |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| arm | runs | disk loads | re-reads | drops of a held adapter | victims dropped | ghost unloads "
+        "| p50 s | p99 s | req/s | failed |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for arm in arms:
         mine = [r for r in results if r.arm == arm]
@@ -475,6 +540,7 @@ def medians(results: Sequence[Result], arms: Sequence[str]) -> list[str]:
         lines.append(
             f"| {arm} | {len(mine)} | {med(r.engine.reads for r in mine):g} "
             f"| {med(r.engine.rereads for r in mine):g} | {med(r.engine.held_drops for r in mine):g} "
+            f"| {med(r.engine.victim_drops for r in mine):g} "
             f"| {med(r.engine.ghost_unloads for r in mine):g} | {med(r.p50 for r in mine):.2f} "
             f"| {med(r.p99 for r in mine):.2f} | {med(r.rate for r in mine):.2f} "
             f"| {med(r.failed for r in mine):g} |"
@@ -524,7 +590,10 @@ def report(
         "bench/peer_hook/sitecustomize.py: vLLM logs only a name's first load): first reads by a "
         "router's load or by vLLM's LoRA resolver, and re-reads of an id the engine's cache had dropped "
         "(read inside a generation step). A drop of a held adapter: the engine dropped from its CPU "
-        "cache an adapter whose name was still registered (for lorafleet, one it held). Ghost unloads: "
+        "cache an adapter whose name was still registered (for lorafleet, one it held), a victim's "
+        "apart. Victims dropped: lorafleet's victims, dropped by the engine as the load that chose them "
+        "was read and unloaded once it landed (SPEC §3.16: by design; `count_engine` pairs each unload "
+        "with a load that needed room). Ghost unloads: "
         "unloads whose weights the engine still kept. Latencies are of the requests answered 2xx; "
         "req/s is those over the run's seconds.",
         "",
@@ -550,8 +619,8 @@ def main(argv: list[str]) -> int:
         type=lorafleet_arm,
         action="append",
         metavar="SPEC",
-        help="a lorafleet arm: default, or limit=N,headroom=M; repeat for more "
-        "(default: default and limit=MAX_CPU_LORAS,headroom=0)",
+        help="a lorafleet arm: default (max_cpu_loras declared, the rest serve's defaults), or "
+        "limit=N,headroom=M as well; repeat for more (default: default)",
     )
     parser.add_argument(
         "--policies",
@@ -579,10 +648,7 @@ def main(argv: list[str]) -> int:
     unknown = [p for p in policies if p not in (*POLICIES, "kv_aware")]
     if unknown:
         parser.error(f"--policies: vllm-router has no {unknown}")
-    lorafleet_arms = args.lorafleet or [
-        Arm("lorafleet"),
-        Arm("lorafleet", limit=args.max_cpu_loras, headroom=0),
-    ]
+    lorafleet_arms = args.lorafleet or [Arm("lorafleet")]
 
     notes = []
     arms = list(dict.fromkeys(lorafleet_arms))
@@ -595,9 +661,11 @@ def main(argv: list[str]) -> int:
         else:
             arms += [Arm("vllm-router", policy=p) for p in policies]
     if any(a.kind == "lorafleet" and a.limit is None for a in arms):
+        limit, headroom = default_limit(args.max_cpu_loras)
         notes.append(
-            f"lorafleet (defaults): limit {args.max_cpu_loras - default_headroom()} = --max-cpu-loras "
-            f"{args.max_cpu_loras} less its default headroom {default_headroom()}, no --headroom flag"
+            f"lorafleet (defaults): every replica declares max_cpu_loras={args.max_cpu_loras} "
+            "(docs/vllm.md), with no limit and no --headroom; serve makes its limit "
+            f"{limit} and the headroom {headroom}. --concurrency is the servers' --max-num-seqs"
         )
     engine = set_up()
     command = "python bench/peer_bench.py " + " ".join(argv)

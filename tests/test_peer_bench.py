@@ -64,6 +64,7 @@ def test_first_reads_by_load_and_by_resolver_and_rereads_apart() -> None:
         rereads_in_step=1,
         drops=2,
         held_drops=2,
+        victim_drops=0,
         unloads=0,
         ghost_unloads=0,
         failed_reads=1,
@@ -84,6 +85,71 @@ def test_a_drop_after_the_unload_is_no_held_adapter_and_the_unload_left_a_ghost(
         )
     )
     assert (count.drops, count.held_drops, count.unloads, count.ghost_unloads) == (2, 1, 2, 1)
+
+
+def load_with_room(t: float, lora_id: int, name: str, victim: int | None) -> list[dict[str, object]]:
+    """A load read at ``t``, the engine's LRU dropping ``victim`` as it comes in, registered after."""
+    events: list[dict[str, object]] = [{"t": t, "ev": "read", "id": lora_id, "name": name, "step": False}]
+    if victim is not None:
+        events.append({"t": t + 0.01, "ev": "drop", "id": victim, "how": "lru", "step": False})
+    events.append({"t": t + 0.02, "ev": "register", "id": lora_id, "name": name, "via": "load"})
+    return events
+
+
+def full(limit: int) -> list[dict[str, object]]:
+    """An engine holding ``limit`` adapters, ids 1 up, loaded while there was room."""
+    return [e for i in range(1, limit + 1) for e in load_with_room(float(i), i, f"a{i}", None)]
+
+
+def unload(t: float, lora_id: int) -> dict[str, object]:
+    return {"t": t, "ev": "unregister", "id": lora_id, "name": f"a{lora_id}"}
+
+
+def test_the_victim_of_a_load_dropped_as_it_comes_in_and_unloaded_once_it_lands_is_no_held_drop() -> None:
+    events = [*full(2), *load_with_room(10.0, 3, "a3", victim=1), unload(10.1, 1)]
+    count = peer.count_engine(log(*events), limit=2)
+    assert (count.drops, count.held_drops, count.victim_drops, count.ghost_unloads) == (1, 0, 1, 0)
+    # Behind a router that does not evict so (limit None: vllm-router), the same drop is of a held name.
+    assert peer.count_engine(log(*events)).held_drops == 1
+
+
+def test_two_loads_at_once_each_with_its_victim_unloaded_after_both_landed() -> None:
+    first, second = load_with_room(10.0, 5, "a5", victim=1), load_with_room(10.005, 6, "a6", victim=2)
+    events = [*full(4), *first, *second, unload(10.2, 1), unload(10.3, 2)]
+    assert peer.victims(sorted(events, key=lambda e: float(str(e["t"]))), 4) == {1: 5, 2: 6}
+    count = peer.count_engine(log(*events), limit=4)
+    assert (count.held_drops, count.victim_drops) == (0, 2)
+
+
+def test_an_adapter_the_engine_drops_in_place_of_the_victim_is_a_held_drop_and_the_victim_a_ghost() -> None:
+    # The router chose 1 for 3's room; the engine dropped 2, which the router later evicts for 4.
+    events = [
+        *full(2),
+        *load_with_room(10.0, 3, "a3", victim=2),
+        unload(10.1, 1),  # the weights of 1 are still in the cache: a ghost
+        *load_with_room(20.0, 4, "a4", victim=1),
+        unload(20.1, 2),
+    ]
+    count = peer.count_engine(log(*events), limit=2)
+    assert peer.victims(sorted(events, key=lambda e: float(str(e["t"]))), 2) == {1: 3, 2: 4}
+    assert (count.held_drops, count.victim_drops, count.ghost_unloads) == (1, 0, 1)
+
+
+def test_a_dropped_adapter_read_again_before_its_unload_was_held() -> None:
+    events = [
+        *full(2),
+        *load_with_room(10.0, 3, "a3", victim=1),
+        {"t": 10.05, "ev": "read", "id": 1, "name": "a1", "step": True},
+        unload(10.1, 1),
+    ]
+    count = peer.count_engine(log(*events), limit=2)
+    assert (count.held_drops, count.victim_drops, count.rereads) == (1, 0, 1)
+
+
+def test_loads_into_room_need_no_victim_and_pair_with_no_unload() -> None:
+    events = [*full(3), unload(5.0, 2), *load_with_room(10.0, 4, "a4", victim=None)]
+    assert peer.victims(sorted(events, key=lambda e: float(str(e["t"]))), 3) == {}
+    assert peer.victims(sorted(events, key=lambda e: float(str(e["t"]))), None) == {}
 
 
 def test_held_from_the_engines_read_though_the_frontend_writes_register_after_it() -> None:
@@ -109,9 +175,9 @@ def test_lines_are_taken_in_wall_clock_order_and_warm_up_drops_are_not_counted()
 
 
 def test_counts_add_up_over_replicas() -> None:
-    one = peer.EngineCount(1, 1, 0, 0, 0, 2, 1, 3, 1, 0)
-    two = peer.EngineCount(4, 0, 3, 1, 1, 0, 0, 0, 0, 1)
-    assert peer.EngineCount.total([one, two]) == peer.EngineCount(5, 1, 3, 1, 1, 2, 1, 3, 1, 1)
+    one = peer.EngineCount(1, 1, 0, 0, 0, 2, 1, 1, 3, 1, 0)
+    two = peer.EngineCount(4, 0, 3, 1, 1, 0, 0, 2, 0, 0, 1)
+    assert peer.EngineCount.total([one, two]) == peer.EngineCount(5, 1, 3, 1, 1, 2, 1, 3, 3, 1, 1)
 
 
 # -- the workload, the arms, the figures -----------------------------------------------------------
@@ -164,7 +230,7 @@ def test_lorafleet_arms_are_named_by_what_is_given() -> None:
 
 def test_the_report_gives_the_medians_of_each_arm() -> None:
     def result(run: int, arm: str, reads: int, p50: float) -> object:
-        count = peer.EngineCount(reads, reads, 0, 0, 0, 0, 0, 0, 0, 0)
+        count = peer.EngineCount(reads, reads, 0, 0, 0, 0, 0, 0, 0, 0, 0)
         return peer.Result(run, arm, (count,), p50, 2 * p50, 1.0, 0, (1.0, 2.0), 60.0)
 
     results = [
@@ -174,7 +240,7 @@ def test_the_report_gives_the_medians_of_each_arm() -> None:
         result(1, "b", 5, 1.0),
     ]
     table = peer.medians(results, ["a", "b", "c"])
-    assert table[2] == "| a | 3 | 20 | 0 | 0 | 0 | 3.00 | 6.00 | 1.00 | 0 |"
+    assert table[2] == "| a | 3 | 20 | 0 | 0 | 0 | 0 | 3.00 | 6.00 | 1.00 | 0 |"
     assert table[3].startswith("| b | 1 | 5 |")
     assert len(table) == 4  # an arm that never ran has no row
     assert peer.row(results[0]).startswith("| 1 | a | 10 (10) | 10 / 0 |")
