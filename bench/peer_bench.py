@@ -179,11 +179,20 @@ def victims(events: Sequence[dict[str, Any]], limit: int | None) -> dict[int, in
     """Which load each unload made room for: unloaded id to loaded id, for a router that unloads one
     victim once each load that needed room has landed (lorafleet, SPEC §3.16).
 
-    A load needed room when, as it landed, ``limit`` other names were registered; the unloads are
-    paired with such loads in the order they landed. None: no router that evicts so (nothing paired).
+    A load needed room when, as it landed, ``limit`` other names were registered. An unload is paired
+    with the landed load still unpaired that the engine read last before it dropped the unloaded id
+    (two loads at once each drop one, in either order); with none such, or no drop, with the one
+    that landed first. None: no router that evicts so (nothing paired).
     """
     if limit is None:
         return {}
+    first_read: dict[int, float] = {}
+    dropped: dict[int, float] = {}
+    for e in events:
+        if e["ev"] == "read":
+            first_read.setdefault(e["id"], e["t"])
+        elif e["ev"] == "drop":
+            dropped.setdefault(e["id"], e["t"])
     registered: set[int] = set()
     waiting: list[int] = []
     paired: dict[int, int] = {}
@@ -194,8 +203,13 @@ def victims(events: Sequence[dict[str, Any]], limit: int | None) -> dict[int, in
             registered.add(e["id"])
         elif e["ev"] == "unregister":
             registered.discard(e["id"])
-            if waiting:
-                paired[e["id"]] = waiting.pop(0)
+            if not waiting:
+                continue
+            drop = dropped.get(e["id"], -math.inf)
+            before = [load for load in waiting if first_read.get(load, math.inf) <= drop]
+            load = max(before, key=lambda load: first_read[load]) if before else waiting[0]
+            waiting.remove(load)
+            paired[e["id"]] = load
     return paired
 
 
