@@ -392,3 +392,42 @@ def test_the_instrument_logs_reads_drops_and_names_and_changes_no_answer(tmp_pat
         {"ev": "unregister", "name": "x", "id": 7},
         {"ev": "register", "name": "y", "id": 8, "path": "/adapters/y", "via": "resolve"},
     ]
+
+
+# -- bench/peer_logs.py: why an arm read what it read ---------------------------------------------
+
+
+def test_peer_logs_tells_first_reads_copies_and_reads_back_and_drops_of_a_hotter_adapter(
+    tmp_path: Path,
+) -> None:
+    spec = importlib.util.spec_from_file_location("_bench_peer_logs", BENCH / "peer_logs.py")
+    assert spec is not None
+    assert spec.loader is not None
+    logs = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(logs)
+
+    def read(t: float, lora_id: int, name: str) -> dict[str, object]:
+        return {"t": t, "ev": "read", "id": lora_id, "name": name, "step": False}
+
+    def drop(t: float, lora_id: int) -> dict[str, object]:
+        return {"t": t, "ev": "drop", "id": lora_id, "how": "lru", "step": False}
+
+    folder = tmp_path / "run1-lorafleet-defaults"
+    folder.mkdir()
+    zero = [
+        read(1.0, 1, "peer-00"),
+        read(2.0, 2, "peer-09"),
+        drop(2.1, 1),  # rank 1 out for rank 10: hotter out
+        read(5.0, 3, "peer-00"),  # back: in no cache when read
+        drop(5.1, 2),
+        {"t": 0.5, "ev": "drop", "id": 99, "how": "all", "step": False},  # warm-up: no name, not counted
+    ]
+    one = [read(3.0, 1, "peer-09")]  # a copy: engine 0 holds it at 3.0
+    (folder / "engine-0.jsonl").write_text("\n".join(log(*zero)) + "\n")
+    (folder / "engine-1.jsonl").write_text("\n".join(log(*one)) + "\n")
+    found = logs.explain(folder)
+    assert found["kinds"] == {"first": 2, "back": 1, "copy": 1}
+    assert found["per_engine"] == {0: {"first": 2, "back": 1}, 1: {"copy": 1}}
+    assert found["bands"] == {0: [2, 0, 1], 1: [0, 0, 1]}
+    assert (found["drops"], found["hotter_out"]) == (2, 1)
+    assert logs.main([str(tmp_path)]) == 0
