@@ -13,7 +13,8 @@ the same Zipf-skewed sequence of short completions (seeded per run), ``--concurr
   default`` is what a user gets by following docs/vllm.md: each replica declares its engine's
   ``max_cpu_loras`` and ``--concurrency`` is the servers' ``--max-num-seqs``, with no ``limit`` and no
   ``--headroom`` (serve makes the limit the whole memory, headroom 0); ``--lorafleet
-  limit=N,headroom=M`` sets either by hand as well.
+  limit=N,headroom=M`` sets either by hand as well, and ``concurrency=learned`` leaves
+  ``--concurrency`` out (lorafleet learns it from the engines' ``/metrics``).
 - **vllm-router POLICY**: vLLM's own router (``pip install vllm-router``, in a venv of its own under
   ~/.cache/lorafleet) in front of servers that load adapters themselves the first time a request names
   them (vLLM's filesystem LoRA resolver: ``VLLM_PLUGINS=lora_filesystem_resolver`` and
@@ -302,7 +303,8 @@ def count_engine(lines: Iterable[str], limit: int | None = None) -> EngineCount:
 
 @attrs.frozen
 class Arm:
-    """A router over fresh servers: lorafleet with a limit and headroom, or vllm-router with a policy."""
+    """A router over fresh servers: lorafleet with what is given of its settings, or vllm-router with a
+    policy."""
 
     kind: str
     """``lorafleet`` or ``vllm-router``."""
@@ -311,26 +313,36 @@ class Arm:
     """lorafleet's limit per replica; None: not given, what serve makes of ``max_cpu_loras``."""
     headroom: int | None = None
     """lorafleet's --headroom; None: not given, its default."""
+    learn: bool = False
+    """No --concurrency: lorafleet learns the engines' from /metrics (docs/serve.md); False: the
+    servers' --max-num-seqs, as docs/vllm.md says to give it."""
 
     def name(self) -> str:
         if self.kind == "vllm-router":
             return f"vllm-router {self.policy}"
-        if self.limit is None and self.headroom is None:
-            return "lorafleet (defaults)"
-        return f"lorafleet limit {self.limit} headroom {self.headroom}"
+        given = [f"{key} {value}" for key, value in (("limit", self.limit), ("headroom", self.headroom))]
+        given = [g for g in given if not g.endswith(" None")] + ["concurrency learned"] * self.learn
+        return f"lorafleet {' '.join(given)}" if given else "lorafleet (defaults)"
 
 
 def lorafleet_arm(spec: str) -> Arm:
-    """``default``, or ``limit=N,headroom=M`` (either may be left out: its default)."""
+    """``default``, or any of ``limit=N``, ``headroom=M`` and ``concurrency=learned``, comma-separated
+    (what is left out: as in ``default``)."""
     if spec == "default":
         return Arm("lorafleet")
     given: dict[str, int] = {}
+    learn = False
     for part in spec.split(","):
         key, _, value = part.partition("=")
-        if key not in ("limit", "headroom") or not value.isdigit():
-            raise argparse.ArgumentTypeError(f"--lorafleet {spec!r}: say default or limit=N,headroom=M")
-        given[key] = int(value)
-    return Arm("lorafleet", limit=given.get("limit"), headroom=given.get("headroom"))
+        if key == "concurrency" and value == "learned":
+            learn = True
+        elif key in ("limit", "headroom") and value.isdigit():
+            given[key] = int(value)
+        else:
+            raise argparse.ArgumentTypeError(
+                f"--lorafleet {spec!r}: say default, or limit=N,headroom=M,concurrency=learned (any of them)"
+            )
+    return Arm("lorafleet", limit=given.get("limit"), headroom=given.get("headroom"), learn=learn)
 
 
 def default_limit(memory: int) -> tuple[int, int]:
@@ -486,7 +498,9 @@ def run_arm(
                 if arm.limit is not None:
                     replica += f",limit={arm.limit}"
                 command += ["--replica", replica]
-            command += ["--adapters-root", str(args.root), "--concurrency", str(servers[0].max_num_seqs)]
+            command += ["--adapters-root", str(args.root)]
+            if not arm.learn:
+                command += ["--concurrency", str(servers[0].max_num_seqs)]
             if arm.headroom is not None:
                 command += ["--headroom", str(arm.headroom)]
         else:
@@ -633,8 +647,9 @@ def main(argv: list[str]) -> int:
         type=lorafleet_arm,
         action="append",
         metavar="SPEC",
-        help="a lorafleet arm: default (max_cpu_loras declared, the rest serve's defaults), or "
-        "limit=N,headroom=M as well; repeat for more (default: default)",
+        help="a lorafleet arm: default (max_cpu_loras declared, --concurrency the servers' "
+        "--max-num-seqs, the rest serve's defaults), or any of limit=N,headroom=M,concurrency=learned "
+        "as well; repeat for more (default: default)",
     )
     parser.add_argument(
         "--policies",

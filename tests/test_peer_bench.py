@@ -228,7 +228,11 @@ def test_lorafleet_arms_are_named_by_what_is_given() -> None:
     assert peer.lorafleet_arm("headroom=1") == peer.Arm("lorafleet", headroom=1)
     assert peer.Arm("lorafleet").name() == "lorafleet (defaults)"
     assert peer.Arm("lorafleet", limit=4, headroom=0).name() == "lorafleet limit 4 headroom 0"
-    for spec in ("limit=four", "cap=2", "4"):
+    assert peer.lorafleet_arm("concurrency=learned") == peer.Arm("lorafleet", learn=True)
+    assert peer.lorafleet_arm("headroom=1,concurrency=learned").name() == (
+        "lorafleet headroom 1 concurrency learned"
+    )
+    for spec in ("limit=four", "cap=2", "4", "concurrency=8"):
         with pytest.raises(argparse.ArgumentTypeError):
             peer.lorafleet_arm(spec)
 
