@@ -65,6 +65,7 @@ HELP_ONLY = {
     "bench/headroom.py": "runs the simulator for minutes",
     "bench/replay.py": "records a request log through serve for minutes, and writes bench/replay_results.md",
     "bench/peer_bench.py": "starts real vLLM servers for every arm, an hour; writes bench/peer_results.md",
+    "bench/peer_logs.py": "reads the logs a peer_bench.py run kept (--keep), which this machine may not have",
     "-m lorafleet_standin": "serves until stopped",
     "sim/several_routers.py": "runs the simulator for minutes",
     "sim/share_routers.py": "runs the simulator for minutes",
