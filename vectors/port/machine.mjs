@@ -837,13 +837,17 @@ export class Machine {
   unloadExcess(rep) {
     const commands = [];
     for (let excess = rep.held.size - this.line(rep); excess > 0 && rep.idle.size > 0; excess -= 1) {
-      const victim = this.victim(rep);
-      this.drop(rep, victim);
-      const unload = { kind: "unload", replica: rep, adapter: victim, op: null, waiters: [] };
-      rep.unloading.set(victim, unload);
-      commands.push(this.issueUnload(unload));
+      commands.push(this.unloadIdle(rep, this.victim(rep)));
     }
     return commands;
+  }
+
+  // Unload an adapter idle on rep now ([settle], [dismiss]): no request may take it.
+  unloadIdle(rep, adapter) {
+    this.drop(rep, adapter);
+    const unload = { kind: "unload", replica: rep, adapter, op: null, waiters: [] };
+    rep.unloading.set(adapter, unload);
+    return this.issueUnload(unload);
   }
 
   startRead(rep) {
@@ -1097,10 +1101,7 @@ export class Machine {
     if (!rep) throw new UsageError("UnknownReplicaError", `replica ${replica} is not in use`);
     if (!isName(adapter)) throw invalid("adapter", adapter);
     if (!rep.idle.has(adapter)) throw new UsageError("NotIdleError", `${adapter} is not idle on ${replica}`);
-    this.drop(rep, adapter);
-    const unload = { kind: "unload", replica: rep, adapter, op: null, waiters: [] };
-    rep.unloading.set(adapter, unload);
-    return [this.issueUnload(unload)];
+    return [this.unloadIdle(rep, adapter)];
   }
 
   // An old copy of a changed adapter: held or loading, and its unload waiting for it ([renew]).
