@@ -877,8 +877,8 @@ def test_check_reads_the_file_then_the_flags_over_it(
         f"'{tmp_path / 'adapters'}' (1 pinned); listening on 127.0.0.1:9123, clients' key from $ROUTER_KEY\n"
         # The shipped headroom is 0: the limit is the engine's whole memory (SPEC.md §3.16).
         "model 'tiny': up to 2 adapters on one engine (limit + headroom, with limit 2, headroom 0, "
-        "routers 1); no engine of it declares max_cpu_loras (vLLM does not say its --max-cpu-loras), "
-        "so that is not checked\n"
+        "routers 1); no engine of it declares max_cpu_loras or max_loras (vLLM does not say its "
+        "--max-cpu-loras), so that is not checked\n"
     )
 
 

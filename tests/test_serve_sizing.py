@@ -11,10 +11,10 @@ from pathlib import Path
 import httpx
 import pytest
 
-from lorafleet import most_held
+from lorafleet import engine_refusal, most_held
 from lorafleet._cli import main as lorafleet
 from lorafleet_serve import Config, ConfigError, ReplicaConfig, RouterServer, read_toml
-from lorafleet_serve._config import build, replica_flag
+from lorafleet_serve._config import build, discover_flag, replica_flag
 from lorafleet_serve._sizing import sizing
 from lorafleet_standin import StandInServer
 
@@ -72,8 +72,8 @@ def test_without_a_declared_max_cpu_loras_the_line_says_it_is_not_checked() -> N
     assert sized.warnings == ()
     assert sized.lines == (
         "model 'llama': up to 3 adapters on one engine (limit + headroom, with limit 2, headroom 1, "
-        "routers 1); no engine of it declares max_cpu_loras (vLLM does not say its --max-cpu-loras), "
-        "so that is not checked",
+        "routers 1); no engine of it declares max_cpu_loras or max_loras (vLLM does not say its "
+        "--max-cpu-loras), so that is not checked",
     )
 
 
@@ -129,7 +129,7 @@ def test_a_replica_needs_a_limit_or_its_max_cpu_loras() -> None:
         build(settings)
     settings["headroom"] = 3
     settings["replicas"] = (replica_flag("id=r0,url=http://h:1,model=m,max_cpu_loras=2"),)
-    with pytest.raises(ConfigError, match=r"max_cpu_loras: no limit fits an engine of 2 adapters"):
+    with pytest.raises(ConfigError, match=r"replicas\[0\] \('r0'\): no limit fits an engine of 2 adapters"):
         build(settings)
 
 
@@ -146,6 +146,76 @@ def test_a_bad_max_cpu_loras_is_named(spec: str, complaint: str, capsys: pytest.
     )
     assert code == 2
     assert complaint in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("fields", "limit"),
+    [
+        ("max_loras=3", 3),  # vLLM without --max-cpu-loras keeps --max-loras adapters
+        ("max_loras=2,max_cpu_loras=6", 6),  # the memory declared wins
+    ],
+)
+def test_the_limit_follows_from_max_loras_where_it_is_the_memory(fields: str, limit: int) -> None:
+    settings = {
+        "replicas": (replica_flag(f"id=r0,url=http://h:1,model=m,{fields}"),),
+        "adapter_paths": {"x": "/x"},
+    }
+    assert build(settings).replicas[0].limit == limit
+
+
+@pytest.mark.parametrize(
+    ("spec", "complaint"),
+    [
+        ("max_loras=two", "max_loras must be a whole number, not 'two'"),
+        ("limit=2,max_loras=0", "replicas[0] ('r0').max_loras must be at least 1, not 0"),
+        (
+            "max_cpu_loras=2,max_loras=4",
+            "replicas[0] ('r0'): --max-cpu-loras 2 is below --max-loras 4: vLLM does not start so "
+            "(max_cpu_loras must be >= max_loras); declare what the engine runs with",
+        ),
+    ],
+)
+def test_a_max_loras_vllm_would_not_start_with_is_named(
+    spec: str, complaint: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code = lorafleet(["serve", "--replica", f"id=r0,url=http://127.0.0.1:1,model=m,{spec}", "--check"])
+    assert code == 2
+    assert complaint in capsys.readouterr().err
+
+
+def test_an_engine_whose_batch_the_settings_cannot_fill_is_warned_of() -> None:
+    """max_loras 4 over a limit of 2: no batch runs more than 2 adapters; with two routers the same
+    limit can put 3 there, and the warning counts that."""
+    for routers, most in ((1, 2), (2, 3)):
+        replica = ReplicaConfig(
+            id="r0", url="http://h:1", model="llama", limit=2, max_cpu_loras=4, max_loras=4
+        )
+        sized = sizing(Config(replicas=(replica,), adapter_paths={"x": "/x"}, routers=routers))
+        assert sized.warnings[0] == (
+            f"replicas[0] ('r0'): max_loras is 4, but this configuration puts at most {most} adapters on "
+            f"its engine: no batch runs more than {most} distinct adapters, so {4 - most} of the engine's "
+            "LoRA slots stay empty"
+        )
+    full = ReplicaConfig(id="r0", url="http://h:1", model="llama", limit=4, max_cpu_loras=4, max_loras=2)
+    assert sizing(Config(replicas=(full,), adapter_paths={"x": "/x"})).warnings == ()
+
+
+def test_the_file_and_the_discover_flag_take_max_loras(tmp_path: Path) -> None:
+    path = tmp_path / "router.toml"
+    path.write_text(
+        '[[replicas]]\nid = "r0"\nurl = "http://h:1"\nmodel = "m"\nmax_loras = 2\n\n'
+        '[[discover]]\ndns = "vllm.test"\nport = 8000\nmodel = "m"\nmax_loras = 3\nmax_cpu_loras = 2\n'
+    )
+    settings = read_toml(path)
+    assert settings["replicas"][0].max_loras == 2
+    assert (settings["discover"][0].max_loras, settings["discover"][0].memory) == (3, 2)
+    with pytest.raises(
+        ConfigError, match=r"discover\[0\] \('vllm.test'\): --max-cpu-loras 2 is below --max-loras 3"
+    ):
+        build(settings)
+    found = discover_flag("dns=vllm.test,port=8000,model=m,max_loras=5")
+    assert (found.max_loras, found.memory) == (5, 5)
+    assert build({"discover": (found,), "adapter_paths": {"x": "/x"}}).discover[0].limit == 5
 
 
 def test_the_file_takes_max_cpu_loras_and_concurrency(tmp_path: Path) -> None:
@@ -224,3 +294,14 @@ async def test_concurrency_is_passed_to_the_fleet(
             await stream.aread()
     assert hows == ["loaded", "hit", third]
     assert len(where) == (2 if third == "loaded" else 1)
+
+
+def test_engine_refusal_is_vllms_own_check() -> None:
+    """One rule for serve, the simulator and the docs: vLLM starts with --max-cpu-loras at least
+    --max-loras, and says so otherwise."""
+    assert engine_refusal(4, 4) is None
+    assert engine_refusal(8, 2) is None
+    assert engine_refusal(1, 2) == (
+        "--max-cpu-loras 1 is below --max-loras 2: vLLM does not start so "
+        "(max_cpu_loras must be >= max_loras)"
+    )

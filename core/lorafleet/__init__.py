@@ -50,6 +50,7 @@ from ._machine import DEFAULT_REFUSAL as DEFAULT_REFUSAL
 from ._machine import FLEET_DEFAULTS as FLEET_DEFAULTS
 from ._machine import REPLICA_REMOVED as REPLICA_REMOVED
 from ._machine import AdapterStateMachine as AdapterStateMachine
+from ._sizing import engine_refusal as engine_refusal
 from ._sizing import limit_for as limit_for
 from ._sizing import most_held as most_held
 from ._snapshots import Placement as Placement

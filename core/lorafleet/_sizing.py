@@ -39,3 +39,17 @@ def limit_for(memory: int, headroom: int | None, routers: int = 1) -> int:
             f"router(s): even limit 1 puts {most_held(1, headroom, routers)} on it"
         )
     return limit
+
+
+def engine_refusal(max_cpu_loras: int, max_loras: int) -> str | None:
+    """Why vLLM would not start an engine with ``--max-cpu-loras`` and ``--max-loras`` so, or None.
+
+    vLLM keeps every adapter a batch uses among those it holds, so it refuses a memory smaller than a
+    batch ("max_cpu_loras must be >= max_loras"); left out, ``--max-cpu-loras`` is ``--max-loras``.
+    """
+    if max_cpu_loras < max_loras:
+        return (
+            f"--max-cpu-loras {max_cpu_loras} is below --max-loras {max_loras}: vLLM does not start so "
+            "(max_cpu_loras must be >= max_loras)"
+        )
+    return None

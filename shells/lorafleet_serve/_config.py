@@ -18,7 +18,7 @@ from typing import Any
 
 import attrs
 
-from lorafleet import InvalidValueError, limit_for
+from lorafleet import InvalidValueError, engine_refusal, limit_for
 from lorafleet_fleet import HEADROOM, TOP_ADAPTERS, Replica
 
 from ._dns import parse_server
@@ -64,6 +64,15 @@ class ReplicaConfig:
     max_cpu_loras: int | None = None
     """The engine's ``--max-cpu-loras``, when declared: the limit follows from it unless given, and
     the router warns if it can put more there."""
+    max_loras: int | None = None
+    """The engine's ``--max-loras``, when declared: the distinct adapters one batch runs. vLLM's
+    ``--max-cpu-loras`` is at least it, and is it when left out."""
+
+    @property
+    def memory(self) -> int | None:
+        """The adapters the engine keeps in memory, as declared: ``max_cpu_loras``, else ``max_loras``
+        (vLLM's default for it), else None."""
+        return self.max_cpu_loras if self.max_cpu_loras is not None else self.max_loras
 
     @property
     def resolved_limit(self) -> int:
@@ -91,6 +100,15 @@ class DiscoverConfig:
     resolver: str | None = None
     """``host:port`` of the DNS server to ask (None: the system's, as /etc/resolv.conf says)."""
     max_cpu_loras: int | None = None
+    max_loras: int | None = None
+    """The engine's ``--max-loras``, when declared: the distinct adapters one batch runs. vLLM's
+    ``--max-cpu-loras`` is at least it, and is it when left out."""
+
+    @property
+    def memory(self) -> int | None:
+        """The adapters the engine keeps in memory, as declared: ``max_cpu_loras``, else ``max_loras``
+        (vLLM's default for it), else None."""
+        return self.max_cpu_loras if self.max_cpu_loras is not None else self.max_loras
 
     @property
     def resolved_limit(self) -> int:
@@ -183,11 +201,11 @@ class Config:
         by_model: dict[str, list[EngineEntry]] = {}
         for i, replica in enumerate(self.replicas):
             entry = EngineEntry(
-                f"replicas[{i}] ({replica.id!r})", replica.resolved_limit, replica.max_cpu_loras
+                f"replicas[{i}] ({replica.id!r})", replica.resolved_limit, replica.memory, replica.max_loras
             )
             by_model.setdefault(replica.model, []).append(entry)
         for i, found in enumerate(self.discover):
-            entry = EngineEntry(found.label(i), found.resolved_limit, found.max_cpu_loras)
+            entry = EngineEntry(found.label(i), found.resolved_limit, found.memory, found.max_loras)
             by_model.setdefault(found.model, []).append(entry)
         return by_model
 
@@ -199,6 +217,8 @@ class EngineEntry:
     where: str
     limit: int
     max_cpu_loras: int | None
+    """As declared, or ``max_loras`` where only that is (vLLM's default)."""
+    max_loras: int | None
 
 
 # -- the TOML file ---------------------------------------------------------------------------------
@@ -220,8 +240,19 @@ _ADMIN = {"host", "port", "api_key_env"}
 _FLEET = {"headroom", "attempts", "routers", "concurrency", "prewarm"}
 _TIMEOUTS = {"load", "listing", "listing_interval", "connect", "read", "shutdown"}
 _ADAPTERS = {"root", "model", "paths", "refresh"}
-_REPLICA = {"id", "url", "model", "limit", "api_key_env", "max_cpu_loras"}
-_DISCOVER = {"dns", "port", "srv", "model", "limit", "api_key_env", "interval", "resolver", "max_cpu_loras"}
+_REPLICA = {"id", "url", "model", "limit", "api_key_env", "max_cpu_loras", "max_loras"}
+_DISCOVER = {
+    "dns",
+    "port",
+    "srv",
+    "model",
+    "limit",
+    "api_key_env",
+    "interval",
+    "resolver",
+    "max_cpu_loras",
+    "max_loras",
+}
 _SECRET_KEYS = {"api_key", "key", "token", "password"}
 _NO_SECRETS = (
     "a key is never written in the configuration: put it in an environment variable and name that "
@@ -365,6 +396,7 @@ def _replicas(value: object, source: str) -> tuple[ReplicaConfig, ...]:
                 max_cpu_loras=_int(entry["max_cpu_loras"], f"{where}.max_cpu_loras")
                 if "max_cpu_loras" in entry
                 else None,
+                max_loras=_int(entry["max_loras"], f"{where}.max_loras") if "max_loras" in entry else None,
             )
         )
     return tuple(out)
@@ -386,7 +418,7 @@ def _discovers(value: object, source: str) -> tuple[DiscoverConfig, ...]:
         for key in ("dns", "model", "api_key_env", "resolver"):
             if key in entry:
                 fields[key] = _str(entry[key], f"{where}.{key}")
-        for key in ("limit", "port", "max_cpu_loras"):
+        for key in ("limit", "port", "max_cpu_loras", "max_loras"):
             if key in entry:
                 fields[key] = _int(entry[key], f"{where}.{key}")
         if "srv" in entry:
@@ -420,8 +452,8 @@ def _known(table: Mapping[str, Any], known: set[str], source: str, prefix: str) 
 
 
 def replica_flag(text: str) -> ReplicaConfig:
-    """One ``--replica id=gpu-0,url=http://10.0.0.5:8000,model=llama,max_cpu_loras=N[,limit=4][,api_key_env=VAR]``
-    (``limit``, ``max_cpu_loras`` or both)."""
+    """One ``--replica id=gpu-0,url=http://10.0.0.5:8000,model=llama,max_cpu_loras=N[,max_loras=N][,limit=4]
+    [,api_key_env=VAR]`` (``limit``, the engine's memory (``max_cpu_loras``, else ``max_loras``), or both)."""
     fields: dict[str, str] = {}
     for part in text.split(","):
         key, eq, value = part.partition("=")
@@ -439,6 +471,7 @@ def replica_flag(text: str) -> ReplicaConfig:
         if key not in fields:
             raise ConfigError(f"--replica {text!r} needs {key}=")
     cpu = fields.get("max_cpu_loras")
+    batch = fields.get("max_loras")
     limit = fields.get("limit")
     return ReplicaConfig(
         id=fields["id"],
@@ -447,6 +480,7 @@ def replica_flag(text: str) -> ReplicaConfig:
         limit=_whole_field("--replica", text, "limit", limit) if limit is not None else None,
         api_key_env=fields.get("api_key_env"),
         max_cpu_loras=_whole_field("--replica", text, "max_cpu_loras", cpu) if cpu is not None else None,
+        max_loras=_whole_field("--replica", text, "max_loras", batch) if batch is not None else None,
     )
 
 
@@ -459,7 +493,7 @@ def _whole_field(flag: str, text: str, key: str, value: str) -> int:
 
 def discover_flag(text: str) -> DiscoverConfig:
     """One ``--discover dns=NAME,port=8000,model=llama,limit=4[,srv=true][,api_key_env=VAR][,interval=5]
-    [,resolver=HOST:PORT][,max_cpu_loras=N]``."""
+    [,resolver=HOST:PORT][,max_cpu_loras=N][,max_loras=N]``."""
     fields: dict[str, str] = {}
     for part in text.split(","):
         key, eq, value = part.partition("=")
@@ -477,7 +511,7 @@ def discover_flag(text: str) -> DiscoverConfig:
         if key not in fields:
             raise ConfigError(f"--discover {text!r} needs {key}=")
     out: dict[str, Any] = {k: fields[k] for k in ("dns", "model", "api_key_env", "resolver") if k in fields}
-    for key in ("limit", "port", "max_cpu_loras"):
+    for key in ("limit", "port", "max_cpu_loras", "max_loras"):
         if key in fields:
             out[key] = _whole_field("--discover", text, key, fields[key])
     if "srv" in fields:
@@ -526,8 +560,9 @@ def build(settings: Mapping[str, Any]) -> Config:
 
 
 def _limits(config: Config) -> Config:
-    """``config`` with every limit left out set to what fits its engine's ``max_cpu_loras`` with the
-    fleet's headroom and routers (``lorafleet.limit_for``: the sizing rule docs/vllm.md states).
+    """``config`` with every limit left out set to what fits its engine's memory (``max_cpu_loras``, else
+    ``max_loras``) with the fleet's headroom and routers (``lorafleet.limit_for``: the sizing rule
+    docs/vllm.md states).
 
     Raises:
         ConfigError: an entry gives neither, or no limit fits.
@@ -539,25 +574,36 @@ def _limits(config: Config) -> Config:
             return limit
         if memory is None:
             raise ConfigError(
-                f"{where} needs limit or max_cpu_loras: the engine's --max-cpu-loras, from which the "
-                "limit follows (every adapter it keeps in memory, with the default headroom 0)"
+                f"{where} needs limit or max_cpu_loras: the engine's --max-cpu-loras (or its --max-loras, "
+                "when it runs without --max-cpu-loras), from which the limit follows (every adapter it "
+                "keeps in memory, with the default headroom 0)"
             )
         if config.routers < 1 or headroom < 0:
             return memory  # check() says what is wrong with those
         try:
             return limit_for(memory, headroom, config.routers)
         except ValueError as exc:
-            raise ConfigError(f"{where}.max_cpu_loras: {exc}") from None
+            raise ConfigError(f"{where}: {exc}") from None
 
     replicas = tuple(
-        attrs.evolve(r, limit=fill(r.limit, r.max_cpu_loras, f"replicas[{i}] ({r.id!r})"))
+        attrs.evolve(r, limit=fill(r.limit, r.memory, f"replicas[{i}] ({r.id!r})"))
         for i, r in enumerate(config.replicas)
     )
     discover = tuple(
-        attrs.evolve(d, limit=fill(d.limit, d.max_cpu_loras, d.label(i)))
-        for i, d in enumerate(config.discover)
+        attrs.evolve(d, limit=fill(d.limit, d.memory, d.label(i))) for i, d in enumerate(config.discover)
     )
     return attrs.evolve(config, replicas=replicas, discover=discover)
+
+
+def _engine(entry: ReplicaConfig | DiscoverConfig, where: str) -> None:
+    """Raise ConfigError unless the engine's settings, as declared, are ones vLLM starts with."""
+    for key, value in (("max_cpu_loras", entry.max_cpu_loras), ("max_loras", entry.max_loras)):
+        if value is not None and value < 1:
+            raise ConfigError(f"{where}.{key} must be at least 1, not {value}")
+    if entry.max_cpu_loras is not None and entry.max_loras is not None:
+        refused = engine_refusal(entry.max_cpu_loras, entry.max_loras)
+        if refused is not None:
+            raise ConfigError(f"{where}: {refused}; declare what the engine runs with")
 
 
 def check(config: Config) -> None:
@@ -575,8 +621,7 @@ def check(config: Config) -> None:
         ids.add(replica.id)
         if replica.api_key_env is not None:
             _env_name(replica.api_key_env, f"{where}.api_key_env")
-        if replica.max_cpu_loras is not None and replica.max_cpu_loras < 1:
-            raise ConfigError(f"{where}.max_cpu_loras must be at least 1, not {replica.max_cpu_loras}")
+        _engine(replica, where)
         known = limits.setdefault(replica.model, replica.resolved_limit)
         if known != replica.limit:
             raise ConfigError(
@@ -703,8 +748,7 @@ def _check_discover(found: DiscoverConfig, where: str) -> None:
         raise ConfigError(f"{where}.interval must be a positive number of seconds, not {found.interval!r}")
     if found.api_key_env is not None:
         _env_name(found.api_key_env, f"{where}.api_key_env")
-    if found.max_cpu_loras is not None and found.max_cpu_loras < 1:
-        raise ConfigError(f"{where}.max_cpu_loras must be at least 1, not {found.max_cpu_loras}")
+    _engine(found, where)
     if found.resolver is not None:
         try:
             parse_server(found.resolver)

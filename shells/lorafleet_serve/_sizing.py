@@ -3,7 +3,8 @@
 vLLM keeps ``--max-cpu-loras`` adapters ready; past that it evicts on its own and reloads from disk
 inside a generation step. Nothing vLLM serves says what ``--max-cpu-loras`` is (``/metrics`` has
 ``max_lora``, which is ``--max-loras``, the adapters of one batch), so the check is against what the
-configuration declares: ``max_cpu_loras`` on a replica.
+configuration declares: ``max_cpu_loras`` on a replica, or ``max_loras``, which is vLLM's memory when
+it runs without ``--max-cpu-loras``.
 """
 
 from __future__ import annotations
@@ -46,10 +47,17 @@ def sizing(config: Config) -> Sizing:
         declared = [e for e in entries if e.max_cpu_loras is not None]
         if not declared:
             line += (
-                "; no engine of it declares max_cpu_loras (vLLM does not say its --max-cpu-loras), "
-                "so that is not checked"
+                "; no engine of it declares max_cpu_loras or max_loras (vLLM does not say its "
+                "--max-cpu-loras), so that is not checked"
             )
         lines.append(line)
+        for entry in entries:
+            if entry.max_loras is not None and most < entry.max_loras:
+                warnings.append(
+                    f"{entry.where}: max_loras is {entry.max_loras}, but this configuration puts at most "
+                    f"{most} adapters on its engine: no batch runs more than {most} distinct adapters, "
+                    f"so {entry.max_loras - most} of the engine's LoRA slots stay empty"
+                )
         for entry in declared:
             if entry.max_cpu_loras is not None and entry.max_cpu_loras > most:
                 fits = _fits(entry.max_cpu_loras, headroom, routers)

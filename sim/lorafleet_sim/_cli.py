@@ -327,11 +327,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
     if _sizes.swept(args):
         return _sweep_sizes(p, args_list, args)
-    if args.memory < args.max_loras:
-        p.error(
-            f"--max-cpu-loras {args.memory} is below --max-loras {args.max_loras}: vLLM does not start so "
-            "(max_cpu_loras must be >= max_loras)"
-        )
+    refused = lorafleet.engine_refusal(args.memory, args.max_loras)
+    if refused is not None:
+        p.error(refused)
     pyplot = None
     if args.plot is not None:
         try:

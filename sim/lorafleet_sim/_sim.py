@@ -145,12 +145,9 @@ class Fleet:
 
     def __attrs_post_init__(self) -> None:
         for index in range(self.replicas):
-            if self.memory_of(index) < self.batch_of(index):
-                raise ValueError(
-                    f"replica {index}: --max-cpu-loras {self.memory_of(index)} is below --max-loras "
-                    f"{self.batch_of(index)}, and vLLM does not start so "
-                    "(max_cpu_loras must be >= max_loras)"
-                )
+            refused = lorafleet.engine_refusal(self.memory_of(index), self.batch_of(index))
+            if refused is not None:
+                raise ValueError(f"replica {index}: {refused}")
 
     def settings_of(self, policy: Policy) -> dict[str, Any]:
         """A router's machine settings: as its policy's routers ship them (lorafleet's as ``Fleet()``

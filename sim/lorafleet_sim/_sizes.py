@@ -107,12 +107,7 @@ def swept(args: argparse.Namespace) -> bool:
 
 def refusal(size: Size) -> str | None:
     """Why vLLM would not start an engine of ``size``, or None."""
-    if size.memory < size.max_loras:
-        return (
-            f"--max-cpu-loras {size.memory} is below --max-loras {size.max_loras}: vLLM does not start so "
-            "(max_cpu_loras must be >= max_loras)"
-        )
-    return None
+    return lorafleet.engine_refusal(size.memory, size.max_loras)
 
 
 def overfull(size: Size, headroom: int | None, routers: int) -> str | None:
