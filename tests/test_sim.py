@@ -806,3 +806,19 @@ def test_plot_without_matplotlib_says_how_to_get_it(
     assert exited.value.code == 2
     assert "pip install 'lorafleet[plot]'" in capsys.readouterr().err
     assert not (tmp_path / "p.png").exists()
+
+
+@pytest.mark.parametrize(
+    "sweep",
+    [[], ["--replicas", "2,3", "--wait-target", "50"]],
+    ids=["memories per policy", "sizes swept"],
+)
+def test_plot_draws_a_png(sweep: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``--plot`` with matplotlib (dev.py installs lorafleet[plot]): a run sweeps --max-cpu-loras and
+    draws loads and load latency per policy; with sizes swept, it draws the sweep."""
+    plot = tmp_path / "p.png"
+    assert ls.main(["--requests", "200", "--seeds", "1", *sweep, "--plot", str(plot)]) == 0
+    data = plot.read_bytes()
+    assert data.startswith(b"\x89PNG\r\n\x1a\n")
+    assert len(data) > 10_000  # axes, lines and labels, not an empty canvas
+    assert str(plot) in capsys.readouterr().out
