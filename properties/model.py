@@ -929,7 +929,7 @@ class Model:
             return rep.in_flight + rep.others + extra.get(rep.id, 0)
 
         def weight(rep: Replica) -> int:
-            return fnv1a(adapter.encode() + b"\0" + rep.id.encode())
+            return rendezvous_weight(adapter, rep.id)
 
         def saturated(rep: Replica) -> bool:
             capacity = self.capacity(rep)
@@ -1176,9 +1176,16 @@ class Unseen:
         )
 
 
-def fnv1a(data: bytes) -> int:
-    """[place]'s weight: 64-bit FNV-1a."""
-    h = 0xCBF29CE484222325
-    for byte in data:
-        h = ((h ^ byte) * 0x100000001B3) % 2**64
-    return h
+def rendezvous_weight(adapter: str, replica: str) -> int:
+    """[place]'s weight, as SPEC §3.12 writes it: SplitMix64's output from the XOR of the names' FNV-1a."""
+
+    def fnv1a(name: str) -> int:
+        h = 0xCBF29CE484222325
+        for byte in name.encode():
+            h = ((h ^ byte) * 0x100000001B3) % 2**64
+        return h
+
+    z = ((fnv1a(adapter) ^ fnv1a(replica)) + 0x9E3779B97F4A7C15) % 2**64
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) % 2**64
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) % 2**64
+    return z ^ (z >> 31)

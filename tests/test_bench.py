@@ -93,3 +93,38 @@ def test_serve_bench_sweep_and_streams_short(capsys: pytest.CaptureFixture[str])
     streamed = capsys.readouterr().out
     assert "| router |" in streamed
     assert "{'direct': 10, 'router': 10}" in streamed
+
+
+def test_weights_lanes_weigh_as_the_core_and_the_table_is_written(tmp_path: Path) -> None:
+    """bench/weights.py at a small size: it checks its lanes against the core's weight before it counts."""
+    weights = load("weights")
+    out = tmp_path / "weights.md"
+    # 300 adapters over 40 replicas: some may fall outside the bar by chance, so 0 or 1.
+    assert weights.main(
+        ["--adapters", "300", "--replicas", "40", "--shapes", "r,http", "--out", str(out)]
+    ) in (0, 1)
+    table = out.read_text()
+    assert table.count("| FNV-1a, no mixing (before) |") == 2
+    assert table.count("| SplitMix64 of FNV-1a (shipped) |") == 2
+
+
+def test_weights_lanes_give_every_shape_the_cores_first() -> None:
+    from lorafleet._rendezvous import weight
+
+    weights = load("weights")
+    for _, make in weights.SHAPES.values():
+        ids = [make(i) for i in range(60)]
+        fleet = weights.Fleet(ids)
+        for i in range(30):
+            adapter = f"x{i}é"
+            assert ids[fleet.first_shipped(adapter)] == max(ids, key=lambda r, a=adapter: weight(a, r))
+            assert ids[fleet.first_fnv(adapter)] == max(
+                ids, key=lambda r, a=adapter: weights.old_weight(a, r)
+            )
+
+
+@pytest.mark.parametrize("argv", [["--shapes", "nope"], ["--replicas", "1"], ["--adapters", "0"]])
+def test_weights_refuses_bad_arguments(argv: list[str], tmp_path: Path) -> None:
+    with pytest.raises(SystemExit) as exc:
+        load("weights").main([*argv, "--out", str(tmp_path / "x.md")])
+    assert exc.value.code == 2

@@ -1,6 +1,5 @@
-"""[place]'s index over a tie of many replicas: read in the adapter's rendezvous order
-(``lorafleet._rendezvous``, whose properties are in properties/test_weights.py) or weighed replica by
-replica, the same answer."""
+"""[place]'s index over a tie of many replicas: the highest weight among the candidates
+(``lorafleet._rendezvous``, whose properties are in properties/test_weights.py)."""
 
 from __future__ import annotations
 
@@ -13,9 +12,9 @@ from scenario import Scenario
 
 
 @pytest.mark.parametrize(("met", "unmet"), [(60, 0), (20, 10), (17, 300)], ids=["all", "most", "few-of-many"])
-def test_placement_reads_the_order_or_weighs_the_tied_alike(met: int, unmet: int) -> None:
-    """[place]'s index reads a large tie in the adapter's order (``Orders.first``) and weighs a small
-    one replica by replica: either way the highest weight among the candidates."""
+def test_placement_gives_a_tie_to_the_highest_weight_among_the_candidates(met: int, unmet: int) -> None:
+    """[place]'s index weighs a tie's replicas from their ids' hashes, kept with the group: the answer
+    is the scan's, however many replicas are known and not in use."""
     ids = [f"r{i}" for i in range(met - 3)] + ["ré", "replica-a", "replica-b"]
     s = Scenario.with_replicas(*((replica, 2) for replica in ids))
     for i in range(unmet):

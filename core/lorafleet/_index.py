@@ -14,18 +14,15 @@ what a key reads) and listed; ``refresh`` computes those keys again before the n
 from __future__ import annotations
 
 import bisect
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from typing import Generic, Protocol, TypeVar
 
-from ._rendezvous import Orders
-from ._rendezvous import weight as _rendezvous
+from ._rendezvous import GAMMA, M1, M2, name_hash
 
 Key = tuple[int, int, int, int, int]
 """A cold key: (kind, victim's level, victim's idle stamp, busy, served), compared as a tuple."""
 
-TIES = 16
-"""Past this many replicas tied on a cold key, and past the square root of the replicas known (so that
-a walk passes few over), read them in the adapter's rendezvous order rather than weigh each."""
+_MASK = 0xFFFFFFFFFFFFFFFF
 
 
 class Indexed(Protocol):
@@ -44,16 +41,14 @@ R = TypeVar("R", bound=Indexed)
 class ColdIndex(Generic[R]):
     """The replicas in use, grouped by cold key, the keys in order."""
 
-    __slots__ = ("_groups", "_keys", "_orders", "dirty")
+    __slots__ = ("_groups", "_keys", "dirty")
 
     def __init__(self) -> None:
         self._keys: list[Key] = []
         """Every key some replica has, once each, in order."""
-        self._groups: dict[Key, dict[R, None]] = {}
-        """Key to the replicas that have it: ties that the rendezvous weight breaks."""
-        self._orders: Orders[R] | None = None
-        """Every replica known, in an adapter's rendezvous order; None until needed, or when a
-        replica was added or forgotten since."""
+        self._groups: dict[Key, dict[R, int]] = {}
+        """Key to the replicas that have it, each with its id's ``name_hash``: ties that the rendezvous
+        weight breaks."""
         self.dirty: list[R] = []
         """Replicas whose key may have changed since ``refresh``: the machine appends (and sets
         ``dirty``) inline on its hottest paths, where a call would cost a tenth of a hit."""
@@ -86,46 +81,34 @@ class ColdIndex(Generic[R]):
             if key is not None:
                 group = groups.get(key)
                 if group is None:
-                    groups[key] = {rep: None}
+                    groups[key] = {rep: name_hash(rep.id)}
                     bisect.insort(keys, key)
                 else:
-                    group[rep] = None
+                    group[rep] = name_hash(rep.id)
         dirty.clear()
 
-    def replicas_changed(self) -> None:
-        """A replica was added or forgotten: the rendezvous orders, which list every one, go stale."""
-        self._orders = None
-
-    def best(
-        self,
-        adapter: str,
-        accept: Callable[[Key], Callable[[R], bool] | None],
-        known: Mapping[str, R],
-    ) -> tuple[Key, R] | None:
+    def best(self, adapter: str, accept: Callable[[Key], Callable[[R], bool] | None]) -> tuple[Key, R] | None:
         """The replica of least ``(key, -weight for adapter)`` that its key's acceptor takes, and its key.
 
         ``accept(key)`` gives the test for the replicas of that key, or None to look no further; the
-        keys are read in order. ``known`` is every replica known by id, for the rendezvous orders.
+        keys are read in order.
         """
         groups = self._groups
+        mine = name_hash(adapter)
         for key in self._keys:
             take = accept(key)
             if take is None:
                 return None
-            group = groups[key]
             chosen: R | None = None
-            if len(group) > TIES and len(group) * len(group) > len(known):
-                orders = self._orders
-                if orders is None:
-                    orders = self._orders = Orders(known.items())
-                chosen = orders.first(adapter, group, take)
-            else:
-                weight = -1
-                for rep in group:
-                    if take(rep):
-                        mine = _rendezvous(adapter, rep.id)
-                        if mine > weight:
-                            chosen, weight = rep, mine
+            best = -1
+            for rep, theirs in groups[key].items():
+                # mix(mine ^ theirs), inline: a tie of a fleet just listed is every replica, a mix each
+                z = ((mine ^ theirs) + GAMMA) & _MASK
+                z = ((z ^ (z >> 30)) * M1) & _MASK
+                z = ((z ^ (z >> 27)) * M2) & _MASK
+                z ^= z >> 31
+                if z > best and take(rep):  # the weight first: most of a tie weighs less than the best
+                    chosen, best = rep, z
             if chosen is not None:
                 return key, chosen
         return None

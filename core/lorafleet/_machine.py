@@ -1119,7 +1119,6 @@ class AdapterStateMachine:
         """Forget a removed replica once no call to it is out and no request runs on it."""
         if not rep.outstanding and not rep.held and self._replicas.get(rep.id) is rep:
             del self._replicas[rep.id]
-            self._index.replicas_changed()
 
     # -- §3.3 the end of a request: [release], [cancel] ------------------------------------------------
 
@@ -1422,7 +1421,6 @@ class AdapterStateMachine:
         if rep is None:
             rep = _Replica(replica, model, limit, self._clock + self._interval)
             self._replicas[replica] = rep
-            self._index.replicas_changed()
         else:
             # Back while calls or requests from before its removal are still out: keep them, so
             # that a new load never crosses an old one and a running request's adapter stays held.
@@ -2060,7 +2058,7 @@ class AdapterStateMachine:
                 return None  # at its cap: the request would wait for room, while others may have some
             return functools.partial(self._candidate, adapter, model, skip, spread, key[3], clock)
 
-        found = self._index.best(adapter, accept, self._replicas)
+        found = self._index.best(adapter, accept)
         if found is None:
             return Placement(replica=None, placed=None)
         key, chosen = found

@@ -141,9 +141,9 @@ def test_place_compares_how_busy_before_how_many_served() -> None:
 
 def test_place_reads_a_listed_victims_stamp_below_zero_as_zero() -> None:
     """[place] r's victim a (listed: stamp -1) and q's victim b (listed: stamp -2) both read as stamp 0,
-    so y goes where its rendezvous weight does, r (q holds 2 of 2: no free slot there). A misreading
-    that compares -2 with -1 sends y to q."""
+    so w goes where its rendezvous weight does, r (q holds 2 of 2: no free slot there). A misreading
+    that compares -2 with -1 sends w to q."""
     s = Scenario.with_replicas(("r", 1), ("q", 2), listed=False)
     s.expect(ListingReceived(listing=1, adapters=("a",)), MarkMet(replica="r"))
     s.expect(ListingReceived(listing=2, adapters=("b", "c")), MarkMet(replica="q"))
-    assert s.machine.place("y") == Placement(replica="r", placed=Placed.EVICT)
+    assert s.machine.place("w") == Placement(replica="r", placed=Placed.EVICT)

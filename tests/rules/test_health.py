@@ -27,23 +27,23 @@ from scenario import Scenario, loads
 
 def test_health_avoids_a_failing_replica_twice_as_long_each_time_until_it_answers() -> None:
     s = Scenario.with_replicas(("r0", 2), ("r1", 2))
-    assert s.machine.place("a") == Placement(replica="r1", placed=Placed.FREE)  # by rendezvous hash
-    _, commands = s.request("r1", "a")
+    assert s.machine.place("c") == Placement(replica="r1", placed=Placed.FREE)  # by rendezvous hash
+    _, commands = s.request("r1", "c")
     (load,) = loads(commands)
     s.expect(
         LoadFinished(load=load.load, outcome=LoadOutcome.REPLICA_FAULT, message="refused"),
         Fail(ticket=1, fault=Fault.REPLICA, message="refused"),
     )
-    assert s.machine.place("a") == Placement(replica="r0", placed=Placed.FREE)
-    assert s.machine.view(["r0", "r1"], "a").with_room == {"r0"}  # answering nothing is not room
+    assert s.machine.place("c") == Placement(replica="r0", placed=Placed.FREE)
+    assert s.machine.view(["r0", "r1"], "c").with_room == {"r0"}  # answering nothing is not room
     assert s.machine.statistics().replicas["r1"].failing_until == 5.0
     s.expect(TimeAdvanced(now=5.0))
     # Back after 5 s: a candidate again (r0 wins now only because it has served fewer requests).
-    assert s.machine.place("a", exclude={"r0"}) == Placement(replica="r1", placed=Placed.FREE)
+    assert s.machine.place("c", exclude={"r0"}) == Placement(replica="r1", placed=Placed.FREE)
     s.expect(ReplicaFailed(replica="r1", message="no answer to a completion"))
     assert s.machine.statistics().replicas["r1"].failing_until == 15.0  # 10 s this time
     s.expect(ReplicaFailed(replica="r0"))
-    assert s.machine.place("a") == Placement(replica=None, placed=None)
+    assert s.machine.place("c") == Placement(replica=None, placed=None)
     s.expect(
         TimeAdvanced(now=30.0), ReadListing(listing=4, replica="r0"), ReadListing(listing=5, replica="r1")
     )

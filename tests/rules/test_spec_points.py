@@ -392,6 +392,18 @@ def test_place_stays_with_a_busy_holder_unless_another_queue_is_shorter_by_two()
     assert s.machine.place("h") == Placement(replica="r1", placed=Placed.FREE)
 
 
+def test_place_step_3_goes_to_the_least_busy_before_the_cheapest_load() -> None:
+    """[place] step 3 (no replica under three quarters of its capacity) keys a replica by (at its cap,
+    busy, served, -weight): x goes to r1, busy 1, though a load there evicts p, rather than to r0,
+    busy 2, which has free slots. Misreading: step 3 keys by the full cold key, kind first (r0)."""
+    s = Scenario.with_replicas(("r0", 4), ("r1", 2), concurrency=1)
+    s.load("r0", "h")
+    s.hit("r0", "h")  # busy 2, 2 of 4 slots free
+    s.expect(Released(ticket=s.load("r1", "p")))
+    s.load("r1", "o")  # busy 1; p idle, the victim of a load
+    assert s.machine.place("x") == Placement(replica="r1", placed=Placed.EVICT)
+
+
 # -- found open beyond issue 22 ------------------------------------------------------------------
 
 

@@ -1337,11 +1337,23 @@ function compareKeys(a, b) {
   return 0;
 }
 
-// FNV-1a, 64 bits, of the UTF-8 bytes of adapter, a zero byte, and replica.
-function rendezvous(adapter, replica) {
+const MASK = 0xffffffffffffffffn;
+
+// FNV-1a, 64 bits, of the UTF-8 bytes of a name.
+function fnv(name) {
   let h = 0xcbf29ce484222325n;
-  for (const byte of Buffer.from(`${adapter}\0${replica}`, "utf8")) {
-    h = ((h ^ BigInt(byte)) * 0x100000001b3n) & 0xffffffffffffffffn;
-  }
+  for (const byte of Buffer.from(name, "utf8")) h = ((h ^ BigInt(byte)) * 0x100000001b3n) & MASK;
   return h;
+}
+
+// SplitMix64's output from the state x.
+function mix(x) {
+  let z = (x + 0x9e3779b97f4a7c15n) & MASK;
+  z = ((z ^ (z >> 30n)) * 0xbf58476d1ce4e5b9n) & MASK;
+  z = ((z ^ (z >> 27n)) * 0x94d049bb133111ebn) & MASK;
+  return z ^ (z >> 31n);
+}
+
+function rendezvous(adapter, replica) {
+  return mix(fnv(adapter) ^ fnv(replica));
 }
