@@ -6,7 +6,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from lorafleet._rendezvous import fnv, mix, name_hash, weight
+from lorafleet._rendezvous import Lanes, fnv, mix, name_hash, weight
 
 import profiles  # noqa: F401 - registers and loads the Hypothesis profiles
 
@@ -62,3 +62,42 @@ def test_ties_among_ids_that_differ_in_their_last_bytes_spread() -> None:
         firsts[max(replicas, key=lambda replica: weight(f"adapter-{i}", replica))] += 1
     assert min(firsts.values()) >= 1
     assert max(firsts.values()) <= 60
+
+
+@given(
+    ops=st.lists(st.tuples(st.booleans(), st.integers(0, 30)), max_size=80),
+    adapter=names,
+    members=st.sets(st.integers(0, 30)),
+    turned_away=st.sets(st.integers(0, 30)),
+)
+def test_lanes_weigh_as_weight_does_and_offer_the_heaviest_first(
+    ops: list[tuple[bool, int]], adapter: str, members: set[int], turned_away: set[int]
+) -> None:
+    """``Lanes``, after any adds and discards (lanes freed and taken again): each lane's weight is
+    ``weight``'s, and ``first`` offers a mask's members heaviest first, or gives up (None)."""
+    lanes: Lanes[int] = Lanes()
+    present: dict[int, str] = {}
+    for add, item in ops:
+        name = f"r{item}"
+        if add:
+            lanes.add(item, name)
+            present[item] = name
+        else:
+            lanes.discard(item, name)
+            present.pop(item, None)
+    lanes.check(present)
+    inside = [item for item in members if item in present]
+    offered: list[int] = []
+
+    def accept(item: int) -> bool:
+        offered.append(item)
+        return item not in turned_away
+
+    chosen = lanes.first(lanes.weights(adapter), lanes.mask(inside), accept, 4)
+    by_weight = sorted(inside, key=lambda item: weight(adapter, present[item]), reverse=True)
+    assert offered == by_weight[: len(offered)]
+    taken = [item for item in by_weight if item not in turned_away]
+    if chosen is not None:
+        assert chosen == taken[0]
+    else:
+        assert len(offered) == 4 or offered == by_weight  # gave up, or none was taken

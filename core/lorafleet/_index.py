@@ -17,12 +17,19 @@ import bisect
 from collections.abc import Callable, Iterable
 from typing import Generic, Protocol, TypeVar
 
-from ._rendezvous import GAMMA, M1, M2, name_hash
+from ._rendezvous import GAMMA, M1, M2, Lanes, name_hash
 
 Key = tuple[int, int, int, int, int]
 """A cold key: (kind, victim's level, victim's idle stamp, busy, served), compared as a tuple."""
 
 _MASK = 0xFFFFFFFFFFFFFFFF
+
+TIE = 16
+"""Past this many replicas tied on a cold key, and past a quarter of the replicas in use (a pass over
+the lanes weighs every one of them), weigh the tie in its lanes rather than one replica at a time."""
+TRIES = 4
+"""The heaviest replicas of a tie offered before weighing it one at a time: a tie whose replicas the
+acceptor turns away (another model's, excluded) is rare past a few."""
 
 
 class Indexed(Protocol):
@@ -41,7 +48,7 @@ R = TypeVar("R", bound=Indexed)
 class ColdIndex(Generic[R]):
     """The replicas in use, grouped by cold key, the keys in order."""
 
-    __slots__ = ("_groups", "_keys", "dirty")
+    __slots__ = ("_groups", "_keys", "_lanes", "_masks", "dirty")
 
     def __init__(self) -> None:
         self._keys: list[Key] = []
@@ -52,6 +59,10 @@ class ColdIndex(Generic[R]):
         self.dirty: list[R] = []
         """Replicas whose key may have changed since ``refresh``: the machine appends (and sets
         ``dirty``) inline on its hottest paths, where a call would cost a tenth of a hit."""
+        self._lanes: Lanes[R] = Lanes()
+        """Every replica with a key, in a lane: a large tie is weighed in one pass (``best``)."""
+        self._masks: dict[Key, int] = {}
+        """The lanes of a large group, kept while it stays large (``_large``)."""
 
     def touch(self, rep: R) -> None:
         """``rep``'s key may have changed: ``refresh`` computes it again."""
@@ -64,7 +75,7 @@ class ColdIndex(Generic[R]):
         dirty = self.dirty
         if not dirty:
             return
-        keys, groups = self._keys, self._groups
+        keys, groups, lanes, masks = self._keys, self._groups, self._lanes, self._masks
         for rep in dirty:
             rep.dirty = False
             key = key_of(rep)
@@ -74,9 +85,19 @@ class ColdIndex(Generic[R]):
             if old is not None:
                 left = groups[old]
                 del left[rep]
+                mask = masks.get(old)
+                if mask is not None:
+                    if 8 * len(left) < len(lanes):
+                        del masks[old]  # a tie this small is weighed one at a time
+                    else:
+                        masks[old] = mask ^ lanes.lane(rep)
                 if not left:
                     del groups[old]
                     del keys[bisect.bisect_left(keys, old)]
+            if key is None:
+                lanes.discard(rep, rep.id)
+            else:
+                lanes.add(rep, rep.id)
             rep.cold = key
             if key is not None:
                 group = groups.get(key)
@@ -85,6 +106,9 @@ class ColdIndex(Generic[R]):
                     bisect.insort(keys, key)
                 else:
                     group[rep] = name_hash(rep.id)
+                    mask = masks.get(key)
+                    if mask is not None:
+                        masks[key] = mask | lanes.lane(rep)
         dirty.clear()
 
     def best(self, adapter: str, accept: Callable[[Key], Callable[[R], bool] | None]) -> tuple[Key, R] | None:
@@ -93,15 +117,27 @@ class ColdIndex(Generic[R]):
         ``accept(key)`` gives the test for the replicas of that key, or None to look no further; the
         keys are read in order.
         """
-        groups = self._groups
+        groups, lanes = self._groups, self._lanes
         mine = name_hash(adapter)
+        weights: int | None = None
         for key in self._keys:
             take = accept(key)
             if take is None:
                 return None
+            group = groups[key]
             chosen: R | None = None
+            if len(group) > TIE and 4 * len(group) > len(lanes):
+                mask = self._masks.get(key)
+                if mask is None:
+                    mask = self._masks[key] = lanes.mask(group)
+                if weights is None:
+                    weights = lanes.weights(adapter)
+                chosen = lanes.first(weights, mask, take, TRIES)
+                if chosen is not None:
+                    return key, chosen
+                # Several turned away: weigh them one at a time.
             best = -1
-            for rep, theirs in groups[key].items():
+            for rep, theirs in group.items():
                 # mix(mine ^ theirs), inline: a tie of a fleet just listed is every replica, a mix each
                 z = ((mine ^ theirs) + GAMMA) & _MASK
                 z = ((z ^ (z >> 30)) * M1) & _MASK
@@ -125,3 +161,6 @@ class ColdIndex(Generic[R]):
         for rep in replicas:
             assert rep.cold == key_of(rep), rep.id
             assert rep.cold is None or rep in self._groups[rep.cold], rep.id
+        self._lanes.check({rep: rep.id for group in self._groups.values() for rep in group})
+        for key, mask in self._masks.items():
+            assert mask == self._lanes.mask(self._groups[key]), key
