@@ -10,11 +10,11 @@ with no final mixing), over the same adapters and replicas. Issue 36's bar: no r
 half, or more than twice, its share. It writes bench/weights_results.md.
 
 Weighing 200 million pairs one at a time would take Python most of an hour, so each adapter weighs
-every replica at once: the replicas' values sit in lanes of one integer, 192 bits apart, and each step
-of the hash (an XOR, an addition, a shift, a product by a 64-bit constant) is one operation on that
-integer, masked back to 64 bits a lane. No lane's result reaches the next (a 64-bit product has 128
-bits; a right shift brings a neighbour's bits only above bit 64, which the mask clears). The first
-adapters are weighed again by ``lorafleet._rendezvous.weight``, which must agree.
+every replica at once, as [place] weighs a large tie: the replicas' values sit in lanes of one integer
+(``lorafleet._rendezvous.Lanes``, the core's own, for the shipped weight), and each step of the hash
+is one operation on that integer, masked back to 64 bits a lane. The weight it replaced is weighed the
+same way, from tables of FNV-1a's low-byte classes. The first adapters are weighed again one pair at a
+time (``lorafleet._rendezvous.weight``), which must agree.
 """
 
 from __future__ import annotations
@@ -30,10 +30,9 @@ from array import array
 from collections.abc import Callable
 from pathlib import Path
 
-from lorafleet._rendezvous import GAMMA, M1, M2, fnv, weight
+from lorafleet._rendezvous import LANE, Lanes, weight
 
 ROOT = Path(__file__).resolve().parent.parent
-LANE = 192  # bits a replica's value takes: three 64-bit words, the first its value
 MASK = (1 << 64) - 1
 PRIME = 0x100000001B3
 OFFSET = 0xCBF29CE484222325
@@ -70,10 +69,11 @@ class Fleet:
     def __init__(self, ids: list[str]) -> None:
         self.ids = ids
         n = len(ids)
-        self.mask = packed([MASK] * n)
-        self.ones = packed([1] * n)  # times a 64-bit value: that value in every lane
         self.read = lanes(n)
-        self.hashes = packed([fnv(i.encode()) for i in ids])
+        self.lanes: Lanes[int] = Lanes()
+        for index, rid in enumerate(ids):
+            self.lanes.add(index, rid)
+        self.everyone = self.lanes.mask(range(n))
         # FNV-1a over "adapter \0 replica" from the adapter's state s is s * P**n + C_r(s & 255) over a
         # replica's n bytes (the step's XOR moves h by what its low byte fixes): one table of C_r per
         # length and low byte, built when first needed, makes each length two products and a sum.
@@ -106,13 +106,9 @@ class Fleet:
         return found
 
     def first_shipped(self, adapter: str) -> int:
-        z = (fnv(adapter.encode()) * self.ones) ^ self.hashes
-        z = (z + GAMMA * self.ones) & self.mask
-        z = ((z ^ ((z >> 30) & self.mask)) * M1) & self.mask
-        z = ((z ^ ((z >> 27) & self.mask)) * M2) & self.mask
-        z ^= (z >> 31) & self.mask
-        values = self.read(z)
-        return values.index(max(values))
+        first = self.lanes.first(self.lanes.weights(adapter), self.everyone, lambda _: True, 1)
+        assert first is not None  # a weight of exactly 0 is the one way to miss: 1 in 2**64
+        return first
 
     def first_fnv(self, adapter: str) -> int:
         start = OFFSET
