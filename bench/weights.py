@@ -185,10 +185,11 @@ def main(argv: list[str] | None = None) -> int:
                 f"{figures['outside']:4.0f}  ({time.monotonic() - t:.0f} s)",
                 flush=True,
             )
+    command = " ".join(["python bench/weights.py", *(argv if argv is not None else sys.argv[1:])])
     lines = [
         "# How the rendezvous weight spreads a tie",
         "",
-        f"Written by `python bench/weights.py{' ' + ' '.join(argv if argv is not None else sys.argv[1:])}` "
+        f"Written by `{command}` "
         f"on {datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M} UTC, in {time.monotonic() - began:.0f} s "
         f"(load average {load[0]:.2f} at the start).",
         "",
