@@ -61,13 +61,14 @@ import httpx
 HERE = Path(__file__).resolve().parent
 HOOK = HERE / "peer_hook"
 sys.path.insert(0, str(HERE.parent / "tests"))
+sys.path.insert(0, str(HERE))
+
+from serve_bench import vllm_router  # noqa: E402 - one installer of vllm-router for both benches
 
 from real_vllm import MODEL, Engine, VllmServer, free_port, set_up  # noqa: E402
 
 POLICIES = ("consistent_hash", "sticky_least_loaded", "round_robin", "power_of_two", "cache_aware", "random")
 """vllm-router's policies this bench runs; kv_aware needs the engines' KV-cache events (ZMQ) set up."""
-ROUTER_VERSION = "0.1.17"
-ROUTER_VENV = Path.home() / ".cache" / "lorafleet" / f"vllm-router-{ROUTER_VERSION}"
 SESSION_HEADER = "x-session-id"
 
 
@@ -371,27 +372,6 @@ def schedule(
 
 
 # -- processes -------------------------------------------------------------------------------------
-
-
-def vllm_router() -> tuple[Path | None, str]:
-    """vllm-router's command, installed in a venv of its own the first time; or None and why not."""
-    command = ROUTER_VENV / "bin" / "vllm-router"
-    if command.exists():
-        return command, f"vllm-router {ROUTER_VERSION} ({ROUTER_VENV})"
-    try:
-        subprocess.run([sys.executable, "-m", "venv", str(ROUTER_VENV)], check=True, capture_output=True)
-        subprocess.run(
-            [str(ROUTER_VENV / "bin" / "pip"), "install", "--quiet", f"vllm-router=={ROUTER_VERSION}"],
-            check=True,
-            capture_output=True,
-            text=True,
-            timeout=900,
-        )
-    except (subprocess.CalledProcessError, subprocess.TimeoutExpired, OSError) as e:
-        shutil.rmtree(ROUTER_VENV, ignore_errors=True)
-        tail = getattr(e, "stderr", "") or str(e)
-        return None, f"vllm-router {ROUTER_VERSION} could not be installed: {str(tail).strip()[-300:]}"
-    return command, f"vllm-router {ROUTER_VERSION} (installed in {ROUTER_VENV})"
 
 
 @contextmanager
