@@ -52,14 +52,11 @@ class ConfigError(Exception):
 
 
 @attrs.frozen(kw_only=True)
-class ReplicaConfig:
-    """One vLLM replica as configured: its key is named (``api_key_env``), never given."""
+class _Engines:
+    """What a replica and a discovered name say alike of the engines they give."""
 
-    id: str
-    url: str
-    model: str
     limit: int | None = None
-    """The adapters the replica may hold; None: what fits ``max_cpu_loras`` (``build`` sets it)."""
+    """The adapters each engine may hold; None: what fits its memory (``build`` sets it)."""
     api_key_env: str | None = None
     max_cpu_loras: int | None = None
     """The engine's ``--max-cpu-loras``, when declared: the limit follows from it unless given, and
@@ -82,39 +79,29 @@ class ReplicaConfig:
 
 
 @attrs.frozen(kw_only=True)
-class DiscoverConfig:
+class ReplicaConfig(_Engines):
+    """One vLLM replica as configured: its key is named (``api_key_env``), never given."""
+
+    id: str
+    url: str
+    model: str
+
+
+@attrs.frozen(kw_only=True)
+class DiscoverConfig(_Engines):
     """Replicas found by a DNS name, re-resolved every ``interval`` seconds: each address one replica,
     ``ip:port`` its id, ``http://ip:port`` its URL, all of one model and limit."""
 
     dns: str
     """The name: a Kubernetes headless Service, a Consul or Nomad service..."""
     model: str
-    limit: int | None = None
-    """As a replica's: None, what fits ``max_cpu_loras`` (``build`` sets it)."""
     port: int | None = None
     """The replicas' port, for A/AAAA answers (SRV answers carry their own)."""
     srv: bool = False
     """Ask for SRV records (targets and ports) instead of addresses."""
-    api_key_env: str | None = None
     interval: float = DISCOVER_INTERVAL
     resolver: str | None = None
     """``host:port`` of the DNS server to ask (None: the system's, as /etc/resolv.conf says)."""
-    max_cpu_loras: int | None = None
-    max_loras: int | None = None
-    """The engine's ``--max-loras``, when declared: the distinct adapters one batch runs. vLLM's
-    ``--max-cpu-loras`` is at least it, and is it when left out."""
-
-    @property
-    def memory(self) -> int | None:
-        """The adapters the engine keeps in memory, as declared: ``max_cpu_loras``, else ``max_loras``
-        (vLLM's default for it), else None."""
-        return self.max_cpu_loras if self.max_cpu_loras is not None else self.max_loras
-
-    @property
-    def resolved_limit(self) -> int:
-        """The limit, once ``build`` has filled it in."""
-        assert self.limit is not None, "build() sets every limit"
-        return self.limit
 
     def label(self, index: int) -> str:
         """How messages name the entry: ``discover[0] ('vllm.ns.svc')``."""
@@ -595,7 +582,7 @@ def _limits(config: Config) -> Config:
     return attrs.evolve(config, replicas=replicas, discover=discover)
 
 
-def _engine(entry: ReplicaConfig | DiscoverConfig, where: str) -> None:
+def _engine(entry: _Engines, where: str) -> None:
     """Raise ConfigError unless the engine's settings, as declared, are ones vLLM starts with."""
     for key, value in (("max_cpu_loras", entry.max_cpu_loras), ("max_loras", entry.max_loras)):
         if value is not None and value < 1:
