@@ -63,7 +63,7 @@ HOOK = HERE / "peer_hook"
 sys.path.insert(0, str(HERE.parent / "tests"))
 sys.path.insert(0, str(HERE))
 
-from serve_bench import vllm_router  # noqa: E402 - one installer of vllm-router for both benches
+from serve_bench import ended, vllm_router  # noqa: E402 - one of each for both benches
 
 from real_vllm import MODEL, Engine, VllmServer, free_port, set_up  # noqa: E402
 
@@ -394,12 +394,7 @@ def process(command: list[str], log: Path, ready: str, timeout: float = 120) -> 
             time.sleep(0.2)  # a router starts in well under a second: ask often
         yield
     finally:
-        proc.terminate()
-        try:
-            proc.wait(15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        ended(proc, 15)
 
 
 def stop_all(servers: Sequence[VllmServer]) -> None:

@@ -190,6 +190,16 @@ class Process:
         return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def ended(proc: subprocess.Popen[bytes], grace: float) -> None:
+    """Stop ``proc``: SIGTERM, then SIGKILL if it is still there after ``grace`` seconds."""
+    proc.terminate()
+    try:
+        proc.wait(grace)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
 @contextmanager
 def started(command: list[str], log: Path, env: dict[str, str] | None = None) -> Iterator[Process]:
     """Run ``command`` with its stderr in ``log`` until it says "ready on URL"."""
@@ -206,12 +216,7 @@ def started(command: list[str], log: Path, env: dict[str, str] | None = None) ->
                 raise RuntimeError(f"{command[:3]} did not start:\n{text}")
             time.sleep(0.05)
     finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        ended(proc, 10)
 
 
 @contextmanager
@@ -749,12 +754,7 @@ def peer(command: Path, upstream: str, log: Path) -> Iterator[Process]:
             time.sleep(0.1)
         yield Process(url, proc.pid)
     finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        ended(proc, 10)
 
 
 def sweep(args: argparse.Namespace) -> str:
