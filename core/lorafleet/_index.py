@@ -17,12 +17,10 @@ import bisect
 from collections.abc import Callable, Iterable
 from typing import Generic, Protocol, TypeVar
 
-from ._rendezvous import GAMMA, M1, M2, Lanes, name_hash
+from ._rendezvous import Lanes, mix, name_hash
 
 Key = tuple[int, int, int, int, int]
 """A cold key: (kind, victim's level, victim's idle stamp, busy, served), compared as a tuple."""
-
-_MASK = 0xFFFFFFFFFFFFFFFF
 
 TIE = 16
 """Past this many replicas tied on a cold key, and past a quarter of the replicas in use (a pass over
@@ -62,7 +60,8 @@ class ColdIndex(Generic[R]):
         self._lanes: Lanes[R] = Lanes()
         """Every replica with a key, in a lane: a large tie is weighed in one pass (``best``)."""
         self._masks: dict[Key, int] = {}
-        """The lanes of a large group, kept while it stays large (``_large``)."""
+        """The lanes of each group ``best`` weighed in lanes, kept as replicas join and leave it until
+        it is an eighth of the lanes."""
 
     def touch(self, rep: R) -> None:
         """``rep``'s key may have changed: ``refresh`` computes it again."""
@@ -138,11 +137,7 @@ class ColdIndex(Generic[R]):
                 # Several turned away: weigh them one at a time.
             best = -1
             for rep, theirs in group.items():
-                # mix(mine ^ theirs), inline: a tie of a fleet just listed is every replica, a mix each
-                z = ((mine ^ theirs) + GAMMA) & _MASK
-                z = ((z ^ (z >> 30)) * M1) & _MASK
-                z = ((z ^ (z >> 27)) * M2) & _MASK
-                z ^= z >> 31
+                z = mix(mine ^ theirs)
                 if z > best and take(rep):  # the weight first: most of a tie weighs less than the best
                     chosen, best = rep, z
             if chosen is not None:

@@ -21,9 +21,9 @@ T = TypeVar("T")
 _OFFSET = 0xCBF29CE484222325
 _PRIME = 0x100000001B3
 _MASK = 0xFFFFFFFFFFFFFFFF
-GAMMA = 0x9E3779B97F4A7C15
-M1 = 0xBF58476D1CE4E5B9
-M2 = 0x94D049BB133111EB
+_GAMMA = 0x9E3779B97F4A7C15
+_M1 = 0xBF58476D1CE4E5B9
+_M2 = 0x94D049BB133111EB
 
 
 def fnv(data: bytes) -> int:
@@ -36,9 +36,9 @@ def fnv(data: bytes) -> int:
 
 def mix(state: int) -> int:
     """SplitMix64's output from ``state``: add the golden gamma, then its two multiply-xorshift rounds."""
-    z = (state + GAMMA) & _MASK
-    z = ((z ^ (z >> 30)) * M1) & _MASK
-    z = ((z ^ (z >> 27)) * M2) & _MASK
+    z = (state + _GAMMA) & _MASK
+    z = ((z ^ (z >> 30)) * _M1) & _MASK
+    z = ((z ^ (z >> 27)) * _M2) & _MASK
     return z ^ (z >> 31)
 
 
@@ -123,9 +123,9 @@ class Lanes(Generic[T]):
     def weights(self, adapter: str) -> int:
         """Every item's ``weight(adapter, its name)``, each in its lane (garbage in free lanes)."""
         full = self._full
-        z = ((self._hashes ^ (name_hash(adapter) * self._ones)) + GAMMA * self._ones) & full
-        z = ((z ^ ((z >> 30) & full)) * M1) & full
-        z = ((z ^ ((z >> 27) & full)) * M2) & full
+        z = ((self._hashes ^ (name_hash(adapter) * self._ones)) + _GAMMA * self._ones) & full
+        z = ((z ^ ((z >> 30) & full)) * _M1) & full
+        z = ((z ^ ((z >> 27) & full)) * _M2) & full
         return z ^ ((z >> 31) & full)
 
     def first(self, weights: int, mask: int, accept: Callable[[T], bool], tries: int) -> T | None:
