@@ -15,6 +15,7 @@ import ssl
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Protocol
 
+import anyio
 import httpx
 
 from lorafleet_fleet import KEEPALIVE_EXPIRY
@@ -45,7 +46,10 @@ class Answer(Protocol):
         """The body, as it comes, undone of its transfer encoding. Raises ``CutError``."""
         ...
 
-    async def aclose(self) -> None: ...
+    async def aclose(self) -> None:
+        """Let the answer go (its connection back to the pool, or dropped when the body was not read
+        to its end); it finishes even when the caller is being cancelled."""
+        ...
 
 
 class Forwarder(Protocol):
@@ -83,7 +87,8 @@ class _HttpxAnswer:
             raise CutError(_said(exc)) from None
 
     async def aclose(self) -> None:
-        await self._response.aclose()
+        with anyio.CancelScope(shield=True):
+            await self._response.aclose()
 
 
 class HttpxForwarder:
