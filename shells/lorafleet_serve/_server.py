@@ -512,6 +512,8 @@ class RouterServer:
             access_log=False,  # the router logs each request itself, in one line
             log_config=None,
             server_header=False,
+            # The router reads no client address; X-Forwarded-* go to the replica as sent.
+            proxy_headers=False,
             # Typed int, used as asyncio.timeout's seconds: a fraction works.
             timeout_graceful_shutdown=self.config.shutdown_timeout,  # type: ignore[arg-type]
             backlog=1024,
