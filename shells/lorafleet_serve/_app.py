@@ -54,6 +54,7 @@ from ._headers import REQUEST_ID, logfmt, relayed, request_id, upstream_headers
 from ._health import replica_states
 from ._keys import require
 from ._latency import Latency
+from ._lines import Lines
 from ._openai import (
     JSON,
     Receive,
@@ -260,6 +261,8 @@ class Router:
         self._versions: dict[str, Fingerprint] = {}
         """What each adapter's folder held when this router first asked the fleet for it: a folder that
         holds something else since is a new version (``look_at_folders``)."""
+        self.lines = Lines(log)
+        """Each request's log line; ``lines.write()`` writes them in batches while it runs."""
         self._asyncio: bool | None = None
         """Whether the router runs under asyncio (known at its first routed request)."""
         self.drained: Collection[str] = ()
@@ -487,7 +490,7 @@ class Router:
         finally:
             # /metrics and /health are scraped and probed often: not worth a line each.
             if path != "/metrics" and path != "/health" and log.isEnabledFor(logging.INFO):
-                log.info(record.line())
+                self.lines.add(record.line())
 
     # -- routed requests ----------------------------------------------------------------------
 
@@ -553,7 +556,7 @@ class Router:
                 ttft = record.first - record.started if streamed else None
                 latency.observe(None if record.how == "base" else record.model, record.how, ttft, took)
             if log.isEnabledFor(logging.INFO):
-                log.info(record.line())
+                self.lines.add(record.line())
             if watch is not None:
                 self._log_request(watch, record)
             if span is not None:

@@ -433,6 +433,7 @@ class RouterServer:
                 self._loops = loops
                 loops.start_soon(self._recheck, fleet_client)
                 loops.start_soon(self._refresh_adapters)
+                loops.start_soon(self.router.lines.write)
                 if self._watch_path is not None:
                     loops.start_soon(self._watch, self._watch_path, file_state(self._watch_path))
                 for discovery in self._discoveries:

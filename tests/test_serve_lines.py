@@ -1,0 +1,57 @@
+"""The router's line per request, written in batches (``_lines``)."""
+
+from __future__ import annotations
+
+import logging
+import time
+
+import anyio
+import pytest
+
+from lorafleet_serve._lines import Lines
+
+from conftest import eventually
+
+LOG = "lorafleet.serve.lines-test"
+
+
+def said(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.name == LOG]
+
+
+@pytest.mark.anyio
+async def test_lines_wait_for_their_batch_and_keep_the_time_their_request_ended(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.INFO, logger=LOG)
+    lines = Lines(logging.getLogger(LOG), every=0.01)
+    async with anyio.create_task_group() as tasks:
+        tasks.start_soon(lines.write)
+        await anyio.wait_all_tasks_blocked()  # the writer waits for a first line
+        before = time.time()
+        lines.add("method=POST a")
+        lines.add("method=POST b%s")  # a line is not a format string
+        after = time.time()
+        assert said(caplog) == []  # in the batch, not yet written
+        await eventually(lambda: len(said(caplog)) == 2)
+        assert said(caplog) == ["method=POST a", "method=POST b%s"]
+        assert all(before <= r.created <= after for r in caplog.records if r.name == LOG)
+        tasks.cancel_scope.cancel()
+
+
+@pytest.mark.anyio
+async def test_lines_left_when_the_writer_stops_are_written_and_later_ones_at_once(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.INFO, logger=LOG)
+    lines = Lines(logging.getLogger(LOG), every=3600)
+    async with anyio.create_task_group() as tasks:
+        tasks.start_soon(lines.write)
+        await anyio.wait_all_tasks_blocked()
+        lines.add("first")
+        await anyio.wait_all_tasks_blocked()  # the writer sleeps out its batch's hour
+        assert said(caplog) == []
+        tasks.cancel_scope.cancel()
+    assert said(caplog) == ["first"]  # written as the writer stopped
+    lines.add("second")  # no writer: at once
+    assert said(caplog) == ["first", "second"]
