@@ -29,8 +29,8 @@ async def test_lines_wait_for_their_batch_and_keep_the_time_their_request_ended(
         tasks.start_soon(lines.write)
         await anyio.wait_all_tasks_blocked()  # the writer waits for a first line
         before = time.time()
-        lines.add("method=POST a")
-        lines.add("method=POST b%s")  # a line is not a format string
+        lines.add(lambda: "method=POST a")
+        lines.add(lambda: "method=POST b%s")  # a line is not a format string
         after = time.time()
         assert said(caplog) == []  # in the batch, not yet written
         await eventually(lambda: len(said(caplog)) == 2)
@@ -48,10 +48,10 @@ async def test_lines_left_when_the_writer_stops_are_written_and_later_ones_at_on
     async with anyio.create_task_group() as tasks:
         tasks.start_soon(lines.write)
         await anyio.wait_all_tasks_blocked()
-        lines.add("first")
+        lines.add(lambda: "first")
         await anyio.wait_all_tasks_blocked()  # the writer sleeps out its batch's hour
         assert said(caplog) == []
         tasks.cancel_scope.cancel()
     assert said(caplog) == ["first"]  # written as the writer stopped
-    lines.add("second")  # no writer: at once
+    lines.add(lambda: "second")  # no writer: at once
     assert said(caplog) == ["first", "second"]

@@ -144,6 +144,8 @@ class _Record:
     """Why the request was placed again, each time (``replica_failed``, ``server_error``...)."""
     first: float = 0.0
     """``time.perf_counter()`` when the first byte of the answer's body was relayed (0: none yet)."""
+    took: float | None = None
+    """Seconds from arrival to the end, once the request ended."""
 
     def line(self) -> str:
         """The log line: logfmt, ``key=value`` pairs, values a client chose quoted when not plain."""
@@ -157,7 +159,8 @@ class _Record:
         text += f" status={self.status} attempts={self.attempts} stream={'true' if self.stream else 'false'}"
         if self.adapter_ms is not None:
             text += f" adapter_ms={self.adapter_ms:.1f}"
-        text += f" ms={(time.perf_counter() - self.started) * 1000:.1f} end={self.end}"
+        took = self.took if self.took is not None else time.perf_counter() - self.started
+        text += f" ms={took * 1000:.1f} end={self.end}"
         if self.error is not None:
             text += f" error={self.error}"
         return text
@@ -490,7 +493,8 @@ class Router:
         finally:
             # /metrics and /health are scraped and probed often: not worth a line each.
             if path != "/metrics" and path != "/health" and log.isEnabledFor(logging.INFO):
-                self.lines.add(record.line())
+                record.took = time.perf_counter() - record.started
+                self.lines.add(record.line)
 
     # -- routed requests ----------------------------------------------------------------------
 
@@ -546,7 +550,7 @@ class Router:
                         # Else the watcher ends by itself: once the answer is sent, the next message
                         # an ASGI server gives is http.disconnect, at once (cheaper than cancelling).
         finally:
-            took = time.perf_counter() - record.started
+            took = record.took = time.perf_counter() - record.started
             if metrics is not None:
                 metrics.in_flight -= 1
                 metrics.answered(route, record.status, took)
@@ -556,7 +560,7 @@ class Router:
                 ttft = record.first - record.started if streamed else None
                 latency.observe(None if record.how == "base" else record.model, record.how, ttft, took)
             if log.isEnabledFor(logging.INFO):
-                self.lines.add(record.line())
+                self.lines.add(record.line)
             if watch is not None:
                 self._log_request(watch, record)
             if span is not None:

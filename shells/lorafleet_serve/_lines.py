@@ -3,14 +3,16 @@
 Through ``logging``, one line cost the router about 50 µs of CPU a request when requests come one at
 a time (the logging code runs cold between them: a fifth of the router's own work on a hit, and a
 tenth of a hit's latency, in bench/NOTES.md); written a batch at a time it runs warm, for a few µs a
-line. A line keeps the time its request ended, and goes out at most ``FLUSH_SECONDS`` later; where no
-writer runs (a router used on its own, or stopping), at once.
+line. Lines are made when written, for the same reason. A line keeps the time its request ended, and
+goes out at most ``FLUSH_SECONDS`` later; where no writer runs (a router used on its own, or
+stopping), at once.
 """
 
 from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 
 import anyio
 
@@ -24,15 +26,16 @@ class Lines:
     def __init__(self, log: logging.Logger, every: float = FLUSH_SECONDS) -> None:
         self._log = log
         self._every = every
-        self._pending: list[tuple[float, str]] = []
+        self._pending: list[tuple[float, Callable[[], str]]] = []
         self._wake: anyio.Event | None = None
         """Set when a batch's first line comes, while ``write()`` runs (None: it does not)."""
 
-    def add(self, line: str) -> None:
-        """A request ended: its line, in the next batch (at once where no writer runs)."""
+    def add(self, line: Callable[[], str]) -> None:
+        """A request ended: its line (made by ``line()``, which must not change meanwhile), in the next
+        batch (at once where no writer runs)."""
         wake = self._wake
         if wake is None:
-            self._log.info(line)
+            self._log.info(line())
             return
         self._pending.append((time.time(), line))
         if len(self._pending) == 1:
@@ -56,7 +59,7 @@ class Lines:
         pending, self._pending = self._pending, []
         log = self._log
         for ended, line in pending:
-            record = log.makeRecord(log.name, logging.INFO, __file__, 0, line, (), None)
+            record = log.makeRecord(log.name, logging.INFO, __file__, 0, line(), (), None)
             record.relativeCreated -= (record.created - ended) * 1000
             record.created = ended
             record.msecs = (ended - int(ended)) * 1000
