@@ -1257,7 +1257,7 @@ def machine_unseen(m: AdapterStateMachine) -> Unseen:
             for rep in reps
         },
         m._demand,
-        routers=m._routers,
+        routers=m._settings.routers,
     )
 
 

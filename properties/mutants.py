@@ -64,7 +64,7 @@ MUTANTS = [
         "hit",
         "a hit is not counted in the statistics",
         MACHINE,
-        "        held.in_use += 1\n        self._leases[ticket] = held\n        self._hits += 1",
+        "        held.in_use += 1\n        self._leases[ticket] = held\n        self._counts.hits += 1",
         "        held.in_use += 1\n        self._leases[ticket] = held",
     ),
     Mutant(
@@ -335,11 +335,11 @@ MUTANTS = [
         "a removed replica's late answers are not counted in the statistics",
         MACHINE,
         "        key = (rep.model, event.outcome.value)\n"
-        "        self._evictions[key] = self._evictions.get(key, 0) + 1\n"
+        "        self._counts.evictions[key] = self._counts.evictions.get(key, 0) + 1\n"
         "        if self._count_answer(rep):\n            return []",
         "        if self._count_answer(rep):\n            return []\n"
         "        key = (rep.model, event.outcome.value)\n"
-        "        self._evictions[key] = self._evictions.get(key, 0) + 1",
+        "        self._counts.evictions[key] = self._counts.evictions.get(key, 0) + 1",
     ),
     Mutant(
         "removed-forgotten-early",
@@ -371,8 +371,8 @@ MUTANTS = [
         "time",
         "the next listing is due an interval after it was due, not after now",
         MACHINE,
-        "            rep.due = now + self._interval\n",
-        "            rep.due = at + self._interval\n",
+        "            rep.due = now + self._settings.listing_interval\n",
+        "            rep.due = at + self._settings.listing_interval\n",
     ),
     Mutant(
         "view-full-has-room",
@@ -396,8 +396,8 @@ MUTANTS = [
         "health",
         "a replica failing again and again is avoided no longer than the first time",
         MACHINE,
-        "        wait = self._backoff * 2.0 ** min(rep.failures - 1, 32)",
-        "        wait = self._backoff",
+        "        wait = self._settings.backoff * 2.0 ** min(rep.failures - 1, 32)",
+        "        wait = self._settings.backoff",
     ),
     Mutant(
         "cap-counts-idle",
@@ -413,7 +413,7 @@ MUTANTS = [
         "share",
         "each of R routers fills every free slot a listing left, as if it were alone",
         MACHINE,
-        "line = rep.limit if free <= 0 else rep.base + -(-free // self._routers)",
+        "line = rep.limit if free <= 0 else rep.base + -(-free // self._settings.routers)",
         "line = rep.limit",
     ),
     Mutant(
@@ -421,8 +421,8 @@ MUTANTS = [
         "share",
         "a router's share of the free slots a listing left rounds down",
         MACHINE,
-        "rep.base + -(-free // self._routers)",
-        "rep.base + free // self._routers",
+        "rep.base + -(-free // self._settings.routers)",
+        "rep.base + free // self._settings.routers",
     ),
     Mutant(
         "share-line-below-1",
@@ -626,15 +626,15 @@ MUTANTS = [
         "place",
         "kind 1 (over, preferred) while the count is at most line + overflow, not below it",
         MACHINE,
-        "            return (1 if count < line + self._overflow else 3, 0, 0, busy, rep.served)",
-        "            return (1 if count <= line + self._overflow else 3, 0, 0, busy, rep.served)",
+        "            return (1 if count < line + self._settings.overflow else 3, 0, 0, busy, rep.served)",
+        "            return (1 if count <= line + self._settings.overflow else 3, 0, 0, busy, rep.served)",
     ),
     Mutant(
         "overflow-ignored",
         "place",
         "the overflow setting is read as its default, 2 (the index's path)",
         MACHINE,
-        "            return (1 if count < line + self._overflow else 3, 0, 0, busy, rep.served)",
+        "            return (1 if count < line + self._settings.overflow else 3, 0, 0, busy, rep.served)",
         "            return (1 if count < line + 2 else 3, 0, 0, busy, rep.served)",
     ),
     Mutant(
@@ -642,7 +642,7 @@ MUTANTS = [
         "load",
         "the concurrency setting is ignored: capacity is only what readings showed",
         MACHINE,
-        "        return self._concurrency if self._concurrency is not None else rep.seqs",
+        "        return self._settings.concurrency if self._settings.concurrency is not None else rep.seqs",
         "        return rep.seqs",
     ),
     Mutant(
@@ -706,7 +706,7 @@ MUTANTS = [
         "health",
         "the max_backoff setting does not cap the time a failing replica is avoided",
         MACHINE,
-        "        rep.avoid_until = self._clock + min(wait, self._max_backoff)",
+        "        rep.avoid_until = self._clock + min(wait, self._settings.max_backoff)",
         "        rep.avoid_until = self._clock + wait",
     ),
     Mutant(
@@ -714,8 +714,8 @@ MUTANTS = [
         "evict",
         "demand is halved one request after every half_life",
         MACHINE,
-        "        self._half_life = half_life\n",
-        "        self._half_life = half_life + 1\n",
+        "            half_life=half_life,\n",
+        "            half_life=half_life + 1,\n",
     ),
     # -- the wire
     Mutant(
@@ -790,7 +790,7 @@ MUTANTS = [
         "health",
         "a failing replica's backoff doubles past max_backoff",
         MACHINE,
-        "        rep.avoid_until = self._clock + min(wait, self._max_backoff)",
+        "        rep.avoid_until = self._clock + min(wait, self._settings.max_backoff)",
         "        rep.avoid_until = self._clock + wait",
     ),
     Mutant(
@@ -798,16 +798,16 @@ MUTANTS = [
         "health",
         "a failing replica's backoff never doubles",
         MACHINE,
-        "        wait = self._backoff * 2.0 ** min(rep.failures - 1, 32)",
-        "        wait = self._backoff",
+        "        wait = self._settings.backoff * 2.0 ** min(rep.failures - 1, 32)",
+        "        wait = self._settings.backoff",
     ),
     Mutant(
         "halving-late",
         "demand",
         "demand is halved every half_life + 1 requests after the first halving",
         MACHINE,
-        "        self._to_halving = self._half_life\n        self._epoch += 1",
-        "        self._to_halving = self._half_life + 1\n        self._epoch += 1",
+        "        self._to_halving = self._settings.half_life\n        self._epoch += 1",
+        "        self._to_halving = self._settings.half_life + 1\n        self._epoch += 1",
     ),
     Mutant(
         "refused-held-fails",

@@ -468,7 +468,13 @@ def test_every_policy_runs_the_real_machine_with_the_fleets_settings_and_its_own
             "read_engine": False,
             **policy.settings,
         }
-        assert (m._concurrency, m._headroom, m._overflow, m._half_life, m._read_engine) == (
+        assert (
+            m._settings.concurrency,
+            m._settings.headroom,
+            m._settings.overflow,
+            m._settings.half_life,
+            m._settings.read_engine,
+        ) == (
             settings["concurrency"],
             settings["headroom"],
             settings["overflow"],
@@ -484,30 +490,35 @@ def test_settings_left_unset_are_as_each_policys_routers_ship() -> None:
     for policy in [*POLICIES.values(), *VARIANTS.values()]:
         m = fleet.machine(policy)
         shipped = {
-            "headroom": core._headroom,
-            "read_engine": core._read_engine,
-            "overflow": core._overflow,
-            "half_life": core._half_life,
+            "headroom": core._settings.headroom,
+            "read_engine": core._settings.read_engine,
+            "overflow": core._settings.overflow,
+            "half_life": core._settings.half_life,
         }
         if policy.routes:
             shipped.update(lorafleet.FLEET_DEFAULTS)
         shipped.update({k: v for k, v in policy.settings.items() if k in shipped})
-        assert (m._headroom, m._read_engine, m._overflow, m._half_life) == (
+        assert (
+            m._settings.headroom,
+            m._settings.read_engine,
+            m._settings.overflow,
+            m._settings.half_life,
+        ) == (
             shipped["headroom"],
             shipped["read_engine"],
             shipped["overflow"],
             shipped["half_life"],
         ), policy.name
-        assert m._concurrency is None  # a Fleet is told nothing of it; it learns from the engines
+        assert m._settings.concurrency is None  # a Fleet is told nothing of it; it learns from the engines
     assert lorafleet.FLEET_DEFAULTS == {"headroom": 0, "read_engine": True}
-    assert fleet.machine(POLICIES["lorafleet"])._headroom == 0
-    assert fleet.machine(POLICIES["least-loaded"])._headroom is None
+    assert fleet.machine(POLICIES["lorafleet"])._settings.headroom == 0
+    assert fleet.machine(POLICIES["least-loaded"])._settings.headroom is None
 
 
 def test_any_other_machine_setting_reaches_every_routers_machine() -> None:
     fleet = Fleet(replicas=4, memory=3, concurrency=4, load_time=0.2, routers=2, settings={"refusal": 7.0})
     simulation = Simulation(SMALL.generate(1), fleet, POLICIES["lorafleet"])
-    assert [router.view.machine._refusal for router in simulation.routers] == [7.0, 7.0]
+    assert [router.view.machine._settings.refusal for router in simulation.routers] == [7.0, 7.0]
 
 
 def test_lorafleet_sends_each_request_where_the_machine_places_it() -> None:

@@ -388,6 +388,35 @@ class _Replica:
     """Adapters it held that the engine lost since then, not by this router's unload ([share])."""
 
 
+@attrs.frozen(kw_only=True)
+class _Settings:
+    """The machine's settings, as ``AdapterStateMachine`` takes them (checked there)."""
+
+    listing_interval: float
+    headroom: int | None
+    concurrency: int | None
+    overflow: int
+    half_life: int
+    backoff: float
+    max_backoff: float
+    refusal: float
+    routers: int
+    read_engine: bool
+
+
+@attrs.define(eq=False)
+class _Counts:
+    """What ``statistics()`` counts from the start: grants by how, loads and evictions by (replica,
+    adapter), failures by fault."""
+
+    hits: int = 0
+    joined: int = 0
+    loaded: int = 0
+    failures: dict[str, int] = attrs.Factory(dict)
+    loads: dict[tuple[str, str], int] = attrs.Factory(dict)
+    evictions: dict[tuple[str, str], int] = attrs.Factory(dict)
+
+
 class AdapterStateMachine:
     """Decides which replica holds which LoRA adapter, as a sans-IO state machine.
 
@@ -415,21 +444,6 @@ class AdapterStateMachine:
             cold load with no free slot there, and when a release leaves its queue waiting on an
             adapter the last reading named. False: never (the shell reads nothing).
     """
-
-    # Every attribute __init__ sets, as slots: past 30 attributes CPython 3.11 no longer shares an
-    # instance dict's keys, and the hit path's dozen reads and writes of them cost 7 to 13 % more
-    # (measured). __dict__ and __weakref__ keep what an instance allowed before (tests patch
-    # ``handle`` on one); tests/test_hit_grant.py checks that nothing of __init__'s lands there.
-    __slots__ = (
-        *(
-            "_backoff _clock _concurrency _demand _direct _dirty _due _epoch _evictions _failures "
-            "_half_life _headroom _hits _index _interval _joined _last_ticket _leases _loaded "
-            "_loads _logical _max_backoff _next_op _ops _overflow _pins _read_engine _refusal "
-            "_parked _refused _replicas _reweighed _routers _to_halving _waiting _where"
-        ).split(),
-        "__dict__",
-        "__weakref__",
-    )
 
     def __init__(
         self,
@@ -465,17 +479,24 @@ class AdapterStateMachine:
             raise _invalid("routers", routers, "routers must be an int of at least 1")
         if type(read_engine) is not bool:
             raise _invalid("read_engine", read_engine, "read_engine must be a bool")
-        self._read_engine = read_engine
+        self._settings = _Settings(
+            listing_interval=float(listing_interval),
+            headroom=headroom,
+            concurrency=concurrency,
+            overflow=overflow,
+            half_life=half_life,
+            backoff=float(backoff),
+            max_backoff=float(max_backoff),
+            refusal=float(refusal),
+            routers=routers,
+            read_engine=read_engine,
+        )
         # The spellings may skip the event objects only where no subclass watches them go by.
         cls = type(self)
         self._direct = cls.handle is AdapterStateMachine.handle and cls.hit is AdapterStateMachine.hit
-        self._routers = routers
-        self._concurrency = concurrency
-        self._overflow = overflow
-        self._half_life = half_life
         self._demand: dict[str, int] = {}
         """Adapter name to its decayed request count: +1 a request, all halved every half_life."""
-        self._to_halving = self._half_life
+        self._to_halving = self._settings.half_life
         """Requests until the next halving of the demand."""
         self._epoch = 0
         """Halvings of the demand so far: ``_level`` counts from it, so that a halving moves no level."""
@@ -488,11 +509,6 @@ class AdapterStateMachine:
         """Adapters whose demand weight changed since ``_reindex``: the replicas where one is idle may
         have another victim. Read then, not as it changes, so that a hit's count stays apart from
         the fleet's size (a hot adapter may be held on every replica)."""
-        self._interval = float(listing_interval)
-        self._headroom = headroom
-        self._backoff = float(backoff)
-        self._max_backoff = float(max_backoff)
-        self._refusal = float(refusal)
         self._refused: dict[str, tuple[float, str]] = {}
         """Adapters the engine refused as their own fault: until when, and the engine's words."""
         self._pins: dict[str, AdapterPinned] = {}
@@ -509,12 +525,7 @@ class AdapterStateMachine:
         """[renew]: adapter name to the routed requests waiting for a replica to place them on."""
         self._where: dict[str, dict[str, _Replica]] = {}
         """Adapter name to the replicas in use that hold it or are loading it: placement's index."""
-        self._hits = 0
-        self._joined = 0
-        self._loaded = 0
-        self._failures: dict[str, int] = {}
-        self._loads: dict[tuple[str, str], int] = {}
-        self._evictions: dict[tuple[str, str], int] = {}
+        self._counts = _Counts()
 
     # -- the one way in --------------------------------------------------------------------------------
 
@@ -744,10 +755,11 @@ class AdapterStateMachine:
         if rep is None:
             return None  # placement would load it somewhere
         # _saturated, inline, and _stale only where the machine reads engines: every routed hit asks.
-        seqs = self._concurrency if self._concurrency is not None else rep.seqs
+        settings = self._settings
+        seqs = settings.concurrency if settings.concurrency is not None else rep.seqs
         if seqs is not None and rep.in_flight + rep.others > seqs:
             return None  # a full holder: placement may spill elsewhere
-        if self._read_engine and self._stale(rep, coming=1):
+        if settings.read_engine and self._stale(rep, coming=1):
             return None  # one to read: Routed sends the read
         held = rep.held.get(adapter)
         if held is None:
@@ -822,7 +834,7 @@ class AdapterStateMachine:
         levels, and the order of [evict]'s index and of [place]'s, stand. Only a weight of 1 moves (to
         0, where it ties with the others at 0 and the idle stamps decide).
         """
-        self._to_halving = self._half_life
+        self._to_halving = self._settings.half_life
         self._epoch += 1
         demand = self._demand
         for name, count in list(demand.items()):
@@ -857,7 +869,7 @@ class AdapterStateMachine:
                 self._touch(rep)
         held.in_use += 1
         self._leases[ticket] = held
-        self._hits += 1
+        self._counts.hits += 1
 
     def _admit(
         self, ticket: int, rep: _Replica, adapter: str, path: str, *, fresh: bool = True
@@ -967,7 +979,7 @@ class AdapterStateMachine:
         self._unwhere(rep, op.adapter)
         self._touch(rep)
         key = (rep.model, outcome.value)
-        self._loads[key] = self._loads.get(key, 0) + 1
+        self._counts.loads[key] = self._counts.loads.get(key, 0) + 1
         renewal = rep.unloading.get(op.adapter)  # [renew]: the adapter changed while it loaded
         if self._count_answer(rep):
             if renewal is not None:
@@ -980,7 +992,7 @@ class AdapterStateMachine:
             self._replica_ok(rep)
         if outcome is LoadOutcome.ADAPTER_FAULT and renewal is None:  # [renew]: files since replaced
             self._refused[op.adapter] = (
-                self._clock + self._refusal,
+                self._clock + self._settings.refusal,
                 event.message or load_failed_message(op.adapter, rep.id),
             )
         if outcome.succeeded:
@@ -994,10 +1006,10 @@ class AdapterStateMachine:
                 del self._waiting[ticket]
                 self._leases[ticket] = held
                 if ticket == op.starter:
-                    self._loaded += 1
+                    self._counts.loaded += 1
                     commands.append(Grant(ticket=ticket, how=How.LOADED))
                 else:
-                    self._joined += 1
+                    self._counts.joined += 1
                     commands.append(Grant(ticket=ticket, how=How.JOINED))
             commands.extend(self._unload(unload) for unload in op.victims)  # [evict]: room it took
             if renewal is not None:
@@ -1087,13 +1099,13 @@ class AdapterStateMachine:
         rep = op.replica
         del rep.unloading[op.adapter]
         key = (rep.model, event.outcome.value)
-        self._evictions[key] = self._evictions.get(key, 0) + 1
+        self._counts.evictions[key] = self._counts.evictions.get(key, 0) + 1
         if self._count_answer(rep):
             return []
         if rep.listing is not None:
             rep.dropped_while_listing.add(op.adapter)
         commands: list[Command] = []
-        if self._routers > 1 and event.outcome is UnloadOutcome.NOT_FOUND and not op.renew:
+        if self._settings.routers > 1 and event.outcome is UnloadOutcome.NOT_FOUND and not op.renew:
             # [share] Another router unloaded it first, most likely to make room for an adapter this
             # one does not see: count that one until the next listing. (An old copy of a changed
             # adapter every router unloads: no other adapter took its slot.)
@@ -1151,7 +1163,7 @@ class AdapterStateMachine:
         if held.adapter in rep.named:
             # [reading]: the last reading keeps it out of idle. [read]: with requests waiting at the
             # cap, read again, so that the room this request leaves does not wait for the next listing.
-            if self._read_engine and rep.queue is not None and rep.read is None:
+            if self._settings.read_engine and rep.queue is not None and rep.read is None:
                 return [self._start_read(rep)]
             return []
         # Least recently used order is the order in which adapters became idle: any use of an
@@ -1225,7 +1237,7 @@ class AdapterStateMachine:
             rep = self._replicas.get(replica)
             if rep is None or rep.removed or rep.due != at:
                 continue  # left behind by a removal or a re-add
-            rep.due = now + self._interval
+            rep.due = now + self._settings.listing_interval
             heapq.heappush(due, (rep.due, replica))
             if rep.listing is None:
                 commands.append(self._start_listing(rep))
@@ -1320,7 +1332,7 @@ class AdapterStateMachine:
         commands.extend(self._admit_queued(rep))
         if self._pins:
             commands.extend(self._ensure_pins())
-        if self._read_engine and rep.read is None:
+        if self._settings.read_engine and rep.read is None:
             commands.append(self._start_read(rep))  # [read]: what runs there, as of the listing
         return commands
 
@@ -1360,7 +1372,7 @@ class AdapterStateMachine:
         if ticket is not None and self._leases.get(ticket) is not held:
             return []
         self._drop(rep, adapter)
-        if self._routers > 1:
+        if self._settings.routers > 1:
             rep.unseen += 1  # [share]: as an unload another router answered first
             self._touch(rep)
         commands: list[Command] = []
@@ -1419,13 +1431,13 @@ class AdapterStateMachine:
             self._touch(rep)
             return self._admit_queued(rep)
         if rep is None:
-            rep = _Replica(replica, model, limit, self._clock + self._interval)
+            rep = _Replica(replica, model, limit, self._clock + self._settings.listing_interval)
             self._replicas[replica] = rep
         else:
             # Back while calls or requests from before its removal are still out: keep them, so
             # that a new load never crosses an old one and a running request's adapter stays held.
             rep.removed, rep.model, rep.limit, rep.met = False, model, limit, False
-            rep.due = self._clock + self._interval
+            rep.due = self._clock + self._settings.listing_interval
             rep.base, rep.unseen = len(rep.held) + len(rep.loading), 0  # [share]: what it knows
             for name in list(rep.held) + list(rep.loading):
                 if name not in rep.unloading:  # [renew]: an old copy is no holder
@@ -1518,8 +1530,8 @@ class AdapterStateMachine:
     def _replica_fault(self, rep: _Replica) -> None:
         """[health]: avoid ``rep`` for a while, twice as long as last time, up to the longest."""
         rep.failures += 1
-        wait = self._backoff * 2.0 ** min(rep.failures - 1, 32)
-        rep.avoid_until = self._clock + min(wait, self._max_backoff)
+        wait = self._settings.backoff * 2.0 ** min(rep.failures - 1, 32)
+        rep.avoid_until = self._clock + min(wait, self._settings.max_backoff)
 
     def _replica_failed_event(self, event: ReplicaFailed) -> list[Command]:
         """[health]: the router saw the replica fail; placement avoids it for a while."""
@@ -1592,7 +1604,7 @@ class AdapterStateMachine:
         if held.adapter in rep.named:
             # Another router's requests may run on it. [read]: read again, rather than leave the
             # requests that will wait for the unload to wait for the next listing's reading.
-            return [self._start_read(rep)] if self._read_engine and rep.read is None else []
+            return [self._start_read(rep)] if self._settings.read_engine and rep.read is None else []
         self._drop(rep, held.adapter)
         return [self._unload(unload)]
 
@@ -1668,7 +1680,7 @@ class AdapterStateMachine:
     def _fail(self, ticket: int, rep: _Replica, fault: Fault, message: str) -> Fail:
         """End a waiting request (already taken off ``_waiting``) with a ``Fail``."""
         self._ended(rep)
-        self._failures[fault.value] = self._failures.get(fault.value, 0) + 1
+        self._counts.failures[fault.value] = self._counts.failures.get(fault.value, 0) + 1
         return Fail(ticket=ticket, fault=fault, message=message)
 
     # -- §3.9 waiting for room: [cap] ------------------------------------------------------------------
@@ -1680,7 +1692,7 @@ class AdapterStateMachine:
         than one batch of the engine runs, so that one of them may wait in the engine's queue, unused,
         and be what the engine drops instead of the victim (SPEC.md §3.16).
         """
-        headroom = self._headroom
+        headroom = self._settings.headroom
         if headroom is None:
             return False
         count = len(rep.held) + len(rep.loading)
@@ -1775,7 +1787,9 @@ class AdapterStateMachine:
         with_room: list[str] = []
         known = self._replicas
         clock = self._clock
-        alone = self._routers == 1  # _line is the limit: read in place, since a view asks per candidate
+        alone = (
+            self._settings.routers == 1
+        )  # _line is the limit: read in place, since a view asks per candidate
         for replica in replicas:
             rep = known.get(replica)
             if rep is None or rep.removed:
@@ -1844,14 +1858,14 @@ class AdapterStateMachine:
             if not rep.removed
         }
         return Statistics(
-            loads=dict(sorted(self._loads.items())),
-            evictions=dict(sorted(self._evictions.items())),
+            loads=dict(sorted(self._counts.loads.items())),
+            evictions=dict(sorted(self._counts.evictions.items())),
             grants={
-                How.HIT.value: self._hits,
-                How.JOINED.value: self._joined,
-                How.LOADED.value: self._loaded,
+                How.HIT.value: self._counts.hits,
+                How.JOINED.value: self._counts.joined,
+                How.LOADED.value: self._counts.loaded,
             },
-            failures=dict(sorted(self._failures.items())),
+            failures=dict(sorted(self._counts.failures.items())),
             replicas=replicas,
             waiting=len(self._waiting),
             leases=len(self._leases),
@@ -1890,7 +1904,7 @@ class AdapterStateMachine:
 
     def _seqs(self, rep: _Replica) -> int | None:
         """[load]: requests ``rep``'s engine runs at once: the setting, else what a reading showed."""
-        return self._concurrency if self._concurrency is not None else rep.seqs
+        return self._settings.concurrency if self._settings.concurrency is not None else rep.seqs
 
     def _saturated(self, rep: _Replica, extra: Mapping[str, float] | None) -> bool:
         """[load]: a request sent to ``rep`` would queue behind another one there."""
@@ -2009,7 +2023,7 @@ class AdapterStateMachine:
         chosen_key: tuple[Any, ...] = ()
         chosen_kind = 0
         clock = self._clock
-        shared = self._routers > 1
+        shared = self._settings.routers > 1
         for rep in self._replicas.values():
             if rep.removed or not rep.met or rep.id in skip or rep.avoid_until > clock:
                 continue
@@ -2029,7 +2043,7 @@ class AdapterStateMachine:
             elif count < line:
                 kind, cost = 0, (0, 0)
             elif not rep.idle:
-                kind, cost = (1 if count < line + self._overflow else 3), (0, 0)
+                kind, cost = (1 if count < line + self._settings.overflow else 3), (0, 0)
             else:
                 victim = self._victim(rep)
                 kind, cost = 2, (self._weight(victim), max(rep.idle[victim], 0))
@@ -2093,14 +2107,14 @@ class AdapterStateMachine:
         served), ``a`` the victim's level (``_level``: ordered as its weight, and moved by no halving)."""
         count = len(rep.held) + len(rep.loading)
         line = self._line(rep)
-        headroom = self._headroom
+        headroom = self._settings.headroom
         busy = rep.in_flight + rep.others
         if headroom is not None and self._at_cap(rep):
             return (4, 0, 0, busy, rep.served)
         if count < line:
             return (0, 0, 0, busy, rep.served)
         if not rep.idle:
-            return (1 if count < line + self._overflow else 3, 0, 0, busy, rep.served)
+            return (1 if count < line + self._settings.overflow else 3, 0, 0, busy, rep.served)
         victim = self._victim(rep)
         return (2, self._level(victim), max(rep.idle[victim], 0), busy, rep.served)
 
@@ -2237,10 +2251,10 @@ class AdapterStateMachine:
         since without this router's unload (another router's took its slot), and at least 1. With
         one router, the limit.
         """
-        if self._routers == 1:
+        if self._settings.routers == 1:
             return rep.limit
         free = rep.limit - rep.base
-        line = rep.limit if free <= 0 else rep.base + -(-free // self._routers)
+        line = rep.limit if free <= 0 else rep.base + -(-free // self._settings.routers)
         # Never below 1: a line at 0 would close the cap (line + headroom) on a replica whose every
         # adapter is in use until the next listing; the simulator's waits grew a hundredfold without it.
         return max(line - rep.unseen, 1)
@@ -2260,7 +2274,7 @@ class AdapterStateMachine:
         """[read]: whether an eviction on ``rep`` waits for a fresh reading: its last reading named an
         adapter no request of this router runs on there (another router's), or its first reading is
         on its way. A router alone, whose readings name only its own requests, never waits."""
-        if not self._read_engine:
+        if not self._settings.read_engine:
             return False
         return rep.foreign if rep.names_adapters else rep.read is not None
 
@@ -2270,11 +2284,11 @@ class AdapterStateMachine:
         found it carry with no queue (a read may show it full, and a hot adapter needs a copy); or
         other routers use it, and this router has sent it ``REFRESH`` requests since its last reading
         (their load moves too). ``coming``: the request is not counted yet (``place_hit``)."""
-        if not self._read_engine or not rep.names_adapters or rep.read is not None:
+        if not self._settings.read_engine or not rep.names_adapters or rep.read is not None:
             return False
         if rep.foreign and rep.served + coming - rep.read_served >= REFRESH:
             return True
-        if rep.sampled is None or rep.seqs is not None or self._concurrency is not None:
+        if rep.sampled is None or rep.seqs is not None or self._settings.concurrency is not None:
             return False
         return self._load(rep) + coming > rep.calm
 
@@ -2345,14 +2359,14 @@ class AdapterStateMachine:
         ticket, adapter = route.ticket, route.adapter
         placement = self._placement(adapter, route.model, route.exclude, {})
         if placement.replica is None or placement.placed is None:
-            self._failures[Fault.REPLICA.value] = self._failures.get(Fault.REPLICA.value, 0) + 1
+            self._counts.failures[Fault.REPLICA.value] = self._counts.failures.get(Fault.REPLICA.value, 0) + 1
             return [
                 Fail(ticket=ticket, fault=Fault.REPLICA, message=no_replica_message(adapter, route.model))
             ]
         rep = self._replicas[placement.replica]
         refused = self._refused_now(rep, adapter)
         if refused is not None:  # no call, no replica, the engine's words again
-            self._failures[Fault.ADAPTER.value] = self._failures.get(Fault.ADAPTER.value, 0) + 1
+            self._counts.failures[Fault.ADAPTER.value] = self._counts.failures.get(Fault.ADAPTER.value, 0) + 1
             return [Fail(ticket=ticket, fault=Fault.ADAPTER, message=refused)]
         if self._renewing_at(placement, adapter):
             # [renew]: only replicas replacing an old copy are left. Wait for one to be placed on
