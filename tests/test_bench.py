@@ -7,6 +7,7 @@ a timed assertion fails on a busy machine and passes on a quiet one for the same
 from __future__ import annotations
 
 import importlib.util
+import json
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -128,3 +129,64 @@ def test_weights_refuses_bad_arguments(argv: list[str], tmp_path: Path) -> None:
     with pytest.raises(SystemExit) as exc:
         load("weights").main([*argv, "--out", str(tmp_path / "x.md")])
     assert exc.value.code == 2
+
+
+# -- bench/replay.py: what the real-engine replay derives from a run -------------------------------
+
+
+def test_replay_sizes_say_their_max_loras_or_take_the_memory() -> None:
+    replay = load("replay")
+    assert replay._size("2x8") == replay.Size(2, 8, 8)
+    assert replay._size("3x4/2") == replay.Size(3, 4, 2)
+    assert (str(replay.Size(3, 4, 2)), replay.Size(3, 4, 2).slug) == ("3 x 4/2", "3x4-2")
+    for bad in ("2x", "2x4/", "x4", "2x4/8", "0x4"):
+        with pytest.raises(Exception, match=repr(bad)):
+            replay._size(bad)
+
+
+def test_replay_refuses_a_max_loras_the_stand_ins_would_not_hold_to(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    replay = load("replay")
+    assert replay.parse(["--engine", "vllm", "--sizes", "2x4/2"]).sizes == [replay.Size(2, 4, 2)]
+    with pytest.raises(SystemExit):
+        replay.parse(["--sizes", "2x4/2"])
+    assert "never hold a request back for --max-loras" in capsys.readouterr().err
+
+
+def test_replay_load_time_is_the_wait_of_the_requests_that_started_a_load() -> None:
+    replay = load("replay")
+
+    def line(how: str | None, wait: float | None, status: int = 200) -> str:
+        return json.dumps(
+            {"adapter": "a" if how != "base" else None, "how": how, "wait": wait, "status": status}
+        )
+
+    lines = [
+        line("loaded", 0.3),
+        line("hit", 0.0),  # no load: not one
+        line("joined", 0.1),  # waited on another's load, part of it: not one
+        line("loaded", 0.1),
+        line("loaded", 9.0, status=503),  # not answered: not one
+        line("loaded", 0.2),
+        line("base", None),
+        "",
+    ]
+    found = replay.load_time(lines)
+    assert (found.mean, found.median, found.loads) == (pytest.approx(0.2), pytest.approx(0.2), 3)
+    skewed = replay.load_time([line("loaded", 0.01), line("loaded", 0.01), line("loaded", 0.1)])
+    assert (skewed.mean, skewed.median) == (pytest.approx(0.04), pytest.approx(0.01))  # a step waited out
+    assert replay.load_time([line("hit", 0.0)]) is None
+    assert replay.mean_wait(lines) == pytest.approx((0.3 + 0.1 + 0.1 + 9.0 + 0.2) / 6)
+
+
+def test_replay_engine_reads_are_timed_by_the_instrument_or_not_at_all() -> None:
+    replay = load("replay")
+    timed = [
+        json.dumps({"t": 1.0, "ev": "read", "id": 1, "seconds": 0.004}),
+        json.dumps({"t": 2.0, "ev": "drop", "id": 1}),
+        json.dumps({"t": 3.0, "ev": "read", "id": 1, "seconds": 0.002}),
+        json.dumps({"t": 4.0, "ev": "read", "id": 2, "seconds": 0.009}),
+    ]
+    assert replay.read_seconds(timed) == pytest.approx(0.004)
+    assert replay.read_seconds([json.dumps({"t": 1.0, "ev": "read", "id": 1})]) is None

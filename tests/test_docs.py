@@ -64,7 +64,10 @@ HELP_ONLY = {
     "bench/metrics_read.py": "needs the real vLLM, and writes bench/metrics_results.md",
     "bench/headroom.py": "runs the simulator for minutes",
     "bench/weights.py": "weighs 200 million pairs, minutes (tests/test_bench.py runs a small one)",
-    "bench/replay.py": "records a request log through serve for minutes, and writes bench/replay_results.md",
+    "bench/replay.py": (
+        "records a request log through serve for minutes (--engine vllm: in front of real vLLM servers), "
+        "and writes its results with --out"
+    ),
     "bench/peer_bench.py": "starts real vLLM servers for every arm, an hour; writes bench/peer_results.md",
     "bench/peer_logs.py": "reads the logs a peer_bench.py run kept (--keep), which this machine may not have",
     "-m lorafleet_standin": "serves until stopped",

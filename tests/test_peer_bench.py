@@ -384,6 +384,8 @@ def test_the_instrument_logs_reads_drops_and_names_and_changes_no_answer(tmp_pat
     assert "raised /adapters/missing" in answers
     assert {e["pid"] for e in events} == {events[0]["pid"]}
     assert all(isinstance(e["t"], float) for e in events)
+    reads = [e for e in events if e["ev"] == "read"]
+    assert all(isinstance(e.pop("seconds"), float) for e in reads)  # each read timed
     assert [{k: v for k, v in e.items() if k not in ("t", "pid")} for e in events] == [
         {"ev": "read", "id": 1, "name": "a", "path": "/adapters/a", "step": False, "inplace": False},
         {"ev": "read", "id": 1, "name": "a", "path": "/adapters/a", "step": True, "inplace": False},

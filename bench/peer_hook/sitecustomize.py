@@ -5,9 +5,10 @@ server (API server, EngineCore, worker) appends one JSON line to FILE for each o
 clock (``t``) and its pid:
 
 - ``read``: the worker read an adapter from disk (``WorkerLoRAManager._load_adapter``: id, name, path,
-  and whether it happened inside a generation step, ``LRUCacheWorkerLoRAManager._apply_adapters``, or
-  in a runtime load between steps). vLLM 0.32 logs only a name's first load; a registered adapter its
-  CPU cache dropped is read again inside a step with no log line and no metric.
+  the seconds the read took, and whether it happened inside a generation step,
+  ``LRUCacheWorkerLoRAManager._apply_adapters``, or in a runtime load between steps). vLLM 0.32
+  logs only a name's first load; a registered adapter its CPU cache dropped is read again inside a
+  step with no log line and no metric.
 - ``read_failed``: the same read raised.
 - ``drop``: an adapter left the engine's CPU cache (``LRUCacheLoRAModelManager.remove_oldest_adapter``,
   the least recently used one; ``remove_adapter``; ``remove_all_adapters``; or an insert past capacity):
@@ -78,12 +79,13 @@ def _patch_worker_manager(module: types.ModuleType) -> None:
             "step": _stepping(),
             "inplace": bool(getattr(lora_request, "load_inplace", False)),
         }
+        started = time.perf_counter()
         try:
             loaded = load(self, lora_request)
         except BaseException as e:
             _write("read_failed", error=type(e).__name__, **fields)
             raise
-        _write("read", **fields)
+        _write("read", seconds=time.perf_counter() - started, **fields)
         return loaded
 
     @functools.wraps(apply)
