@@ -140,8 +140,8 @@ MUTANTS = [
         "load-outcome",
         "a spared victim is dated anew, as if loaded now, so a listing that started before keeps it",
         MACHINE,
-        "rep.held[unload.adapter] = _Held(rep, unload.adapter, 0, unload.since)",
-        "rep.held[unload.adapter] = _Held(rep, unload.adapter, 0, self._tick())",
+        "rep.held[unload.adapter] = Held(rep, unload.adapter, 0, unload.since)",
+        "rep.held[unload.adapter] = Held(rep, unload.adapter, 0, self._tick())",
     ),
     # -- [settle]
     Mutant(
@@ -766,7 +766,7 @@ MUTANTS = [
         "a dismissed adapter is unloaded but stays held, and is granted",
         MACHINE,
         "        return [self._unload_idle(rep, adapter)]",
-        "        rep.unloading[adapter] = _Unload(rep, adapter, None)\n"
+        "        rep.unloading[adapter] = Unload(rep, adapter, None)\n"
         "        return [self._unload(rep.unloading[adapter])]",
     ),
     Mutant(

@@ -18,7 +18,7 @@ from hypothesis import Phase, settings
 from hypothesis.stateful import run_state_machine_as_test
 
 from lorafleet import AdapterStateMachine, Command, Fault, ListingReceived, ReplicasRemoved, Requested
-from lorafleet._machine import _Load
+from lorafleet._state import Load
 
 from fleet_model import FleetModel
 
@@ -114,7 +114,7 @@ class CancelAbandonsTheLoad(AdapterStateMachine):
     def _cancelled(self, ticket: int) -> list[Command]:
         load = self._waiting.get(ticket)
         commands = super()._cancelled(ticket)
-        if isinstance(load, _Load) and load.starter is None:  # it was the starter, or had gone
+        if isinstance(load, Load) and load.starter is None:  # it was the starter, or had gone
             for joined in load.waiters:
                 del self._waiting[joined]
                 commands.append(self._fail(joined, load.replica, Fault.REPLICA, "the load was abandoned"))

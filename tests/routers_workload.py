@@ -38,7 +38,7 @@ from lorafleet import (
     ReadingReceived,
     Released,
 )
-from lorafleet._machine import _Load
+from lorafleet._state import Load
 from lorafleet_fleet import Fleet, FleetError, LoadError, Replica
 from lorafleet_standin import Call
 
@@ -160,7 +160,7 @@ class Probe:
                     self._reads[command.read] = command.replica
                 elif isinstance(command, IssueLoad):
                     load = machine._ops[command.load]
-                    assert isinstance(load, _Load)
+                    assert isinstance(load, Load)
                     decided = {
                         "replica": command.replica,
                         "adapter": command.adapter,

@@ -8,7 +8,7 @@ shortcut: the path every warm request takes, answered with a bool instead of a `
 Theory of operation
 ===================
 
-One adapter on one replica is in exactly one of these states (``_Replica`` keeps one dict or list for
+One adapter on one replica is in exactly one of these states (``Replica`` keeps one dict or list for
 each). The table is every way out of each state; anything else leaves the state as it is.
 
 ==============  ==========================================  ===================================  ========
@@ -161,6 +161,21 @@ from ._events import (
 from ._index import ColdIndex, Key
 from ._rendezvous import weight as _rendezvous
 from ._snapshots import Placement, Reading, Refusal, ReplicaStatistics, Statistics, View
+from ._state import (
+    Counts,
+    Held,
+    Listing,
+    Load,
+    Operation,
+    Parked,
+    Queue,
+    Read,
+    Replica,
+    Route,
+    Settings,
+    Unload,
+    Wait,
+)
 from ._values import Fault, How, LoadOutcome, Placed, UnloadOutcome
 
 DEFAULT_LISTING_INTERVAL = 30.0
@@ -198,7 +213,7 @@ _PLACED = (Placed.FREE, Placed.OVER, Placed.EVICT, Placed.OVER, Placed.WAIT)
 """[place]: a cold load's placement by its kind (``_cold_key``)."""
 
 _HIT = How.HIT  # looked up once: the hit path is every warm request's
-_NOWHERE: dict[str, _Replica] = {}
+_NOWHERE: dict[str, Replica] = {}
 
 
 def load_failed_message(adapter: str, replica: str) -> str:
@@ -210,211 +225,6 @@ def no_replica_message(adapter: str, model: str | None) -> str:
     """The message of the ``Fail`` of a routed request placement found no replica for ([route])."""
     of = "" if model is None else f" of model '{model}'"
     return f"no replica{of} to place '{adapter}' on: each is failing, excluded, or not in use"
-
-
-@attrs.define(eq=False)
-class _Held:
-    """An adapter a replica holds; leases point at it, so a release never reaches a newer copy."""
-
-    replica: _Replica
-    adapter: str
-    in_use: int
-    since: int
-    """The logical time it became held, which a listing compares with its own start."""
-    current: bool = True
-    """False once dropped: releases of leases on it change nothing any more."""
-
-
-@attrs.define(eq=False)
-class _Load:
-    replica: _Replica
-    adapter: str
-    path: str
-    op: int
-    waiters: list[int]
-    starter: int | None
-    """The ticket granted "loaded"; every other waiter joined."""
-    victims: list[_Unload] = attrs.field(factory=list)
-    """The adapters it takes the room of ([evict]): unloaded once it lands, held again if it fails."""
-
-
-@attrs.define(eq=False)
-class _Unload:
-    replica: _Replica
-    adapter: str
-    op: int | None
-    """None while it waits for the load it makes room for to land: not issued yet ([evict])."""
-    waiters: list[tuple[int, str]] = attrs.field(factory=list)
-    """(ticket, path) of requests to handle afresh when the unload finishes."""
-    since: int = 0
-    """A victim's: when it became held, and (``stamp``) its place in ``idle``, should it be held again."""
-    stamp: int = 0
-    renew: bool = False
-    """The adapter changed ([renew]): this copy is never held again. While the replica still holds it
-    (in use) or loads it, the unload waits (``op`` None) for the last request on it to end."""
-
-
-@attrs.define(eq=False)
-class _Queue:
-    """Requests waiting for room on a replica at its cap, first come first served ([cap])."""
-
-    replica: _Replica
-    waiters: list[tuple[int, str, str]] = attrs.field(factory=list)
-    """(ticket, adapter, path), to be admitted afresh in order once there is room."""
-
-
-@attrs.define(eq=False)
-class _Listing:
-    replica: _Replica
-    op: int
-    started: int
-
-
-@attrs.define(eq=False)
-class _Route:
-    """A routed request not yet assigned to a replica: what placing it again needs ([route])."""
-
-    ticket: int
-    adapter: str
-    path: str
-    model: str | None
-    exclude: frozenset[str]
-    read: set[str] = attrs.field(factory=set)
-    """Replicas read for it already: each is read at most once for one request."""
-
-
-@attrs.define(eq=False)
-class _Read:
-    """A read of a replica's engine ([read]), and the requests that wait for its answer."""
-
-    replica: _Replica
-    op: int
-    in_flight: int
-    """This router's ``in_flight`` on the replica when the read went out."""
-    served: int
-    """And its ``served`` count."""
-    waiters: list[tuple[int, str, str, _Route | None]] = attrs.field(factory=list)
-    """(ticket, adapter, path, route): admitted afresh on the replica once the answer comes (placed
-    afresh, for a routed request not yet assigned)."""
-
-
-_Operation = _Load | _Unload | _Listing | _Read
-
-
-@attrs.define(eq=False)
-class _Parked:
-    """Routed requests for ``adapter`` that found only replicas replacing an old copy of it
-    ([renew]): unassigned, counted on no replica, placed again once [place] finds them another."""
-
-    adapter: str
-    routes: list[_Route] = attrs.field(factory=list)
-    """In ticket order."""
-
-
-_Wait = _Load | _Unload | _Queue | _Read | _Parked
-
-
-@attrs.define(eq=False)
-class _Replica:
-    id: str
-    model: str
-    limit: int
-    due: float
-    held: dict[str, _Held] = attrs.field(factory=dict)
-    idle: OrderedDict[str, int] = attrs.field(factory=OrderedDict)
-    """Held adapters no request runs on, least recently used first: the eviction order.
-
-    Each maps to the logical time it became idle, which placement compares across replicas; an
-    adapter a listing brought in is older than anything: its stamp is 0 or below, counting down from
-    ``front`` so that the stamps rise along the list (placement reads any of them as 0).
-    """
-    front: int = 0
-    """The stamp of the last adapter a listing put at the front of ``idle``."""
-    cold: Key | None = None
-    """Its key in [place]'s index of cold loads (``_cold_key``); None while not in it."""
-    dirty: bool = False
-    """Something its cold key reads changed since ``cold`` was computed: it waits in ``_dirty``."""
-    loading: dict[str, _Load] = attrs.field(factory=dict)
-    unloading: dict[str, _Unload] = attrs.field(factory=dict)
-    listing: _Listing | None = None
-    dropped_while_listing: set[str] = attrs.field(factory=set)
-    """Adapters dropped while ``listing`` was out, so that an older listing does not bring them back."""
-    met: bool = False
-    removed: bool = False
-    outstanding: int = 0
-    """Issued operations not yet answered; a removed replica is kept until they are."""
-    in_flight: int = 0
-    """This router's requests on the replica that have not ended (waiting or granted)."""
-    served: int = 0
-    """Requests this router has sent to the replica, ever: placement's first tie-break."""
-    queue: _Queue | None = None
-    failures: int = 0
-    """Failures in a row ([health]); a success sets it back to 0."""
-    avoid_until: float = 0.0
-    """Placement avoids the replica while the clock is below this."""
-    named: frozenset[str] = frozenset()
-    """Adapters the engine last said have requests on it, any router's ([reading]): never idle."""
-    listed_since_reading: bool = False
-    """A listing of it was received after its last reading: a failed read ends it ([read-failed])."""
-    read: _Read | None = None
-    """Its engine's read in flight ([read]): one at a time."""
-    sampled: tuple[int, int] | None = None
-    """(running, waiting): its engine's requests as its last reading that counted them said ([load])."""
-    others: int = 0
-    """Other routers' requests on its engine, as its last reading showed them: the reading's count
-    less this router's own when the read went out ([load])."""
-    read_served: int = 0
-    """Its ``served`` when the read of its last reading went out."""
-    seqs: int | None = None
-    """Requests its engine runs at once, as a reading showed it (running, when some waited) ([load])."""
-    ran: int = 0
-    """The most requests a reading showed it running: it runs at least that many at once ([load])."""
-    calm: int = 0
-    """The most load a reading found on it with none waiting ([load]): more may fill it ([read])."""
-    max_loras: int | None = None
-    """Distinct adapters one batch of its engine may use (vLLM's ``--max-loras``), None unknown ([cap])."""
-    names_adapters: bool = False
-    """Its engine's last answered read named what runs there: it is read before a cold load with no
-    free slot ([read])."""
-    foreign: bool = False
-    """Its last reading named an adapter no request of this router ran on there: another router's
-    ([reading], [read])."""
-    settle: bool = False
-    """It holds more than its line since a load landed, and unloads the excess when the read in flight
-    is answered ([settle])."""
-    base: int = 0
-    """Its count (held and loading) once its last listing was applied, or when it was added ([share])."""
-    unseen: int = 0
-    """Adapters it held that the engine lost since then, not by this router's unload ([share])."""
-
-
-@attrs.frozen(kw_only=True)
-class _Settings:
-    """The machine's settings, as ``AdapterStateMachine`` takes them (checked there)."""
-
-    listing_interval: float
-    headroom: int | None
-    concurrency: int | None
-    overflow: int
-    half_life: int
-    backoff: float
-    max_backoff: float
-    refusal: float
-    routers: int
-    read_engine: bool
-
-
-@attrs.define(eq=False)
-class _Counts:
-    """What ``statistics()`` counts from the start: grants by how, loads and evictions by (replica,
-    adapter), failures by fault."""
-
-    hits: int = 0
-    joined: int = 0
-    loaded: int = 0
-    failures: dict[str, int] = attrs.Factory(dict)
-    loads: dict[tuple[str, str], int] = attrs.Factory(dict)
-    evictions: dict[tuple[str, str], int] = attrs.Factory(dict)
 
 
 class AdapterStateMachine:
@@ -479,7 +289,7 @@ class AdapterStateMachine:
             raise _invalid("routers", routers, "routers must be an int of at least 1")
         if type(read_engine) is not bool:
             raise _invalid("read_engine", read_engine, "read_engine must be a bool")
-        self._settings = _Settings(
+        self._settings = Settings(
             listing_interval=float(listing_interval),
             headroom=headroom,
             concurrency=concurrency,
@@ -500,7 +310,7 @@ class AdapterStateMachine:
         """Requests until the next halving of the demand."""
         self._epoch = 0
         """Halvings of the demand so far: ``_level`` counts from it, so that a halving moves no level."""
-        self._index: ColdIndex[_Replica] = ColdIndex()
+        self._index: ColdIndex[Replica] = ColdIndex()
         """[place]'s index of cold loads (``_place_indexed``)."""
         self._dirty = self._index.dirty
         """The index's list of replicas whose cold key may have changed, appended to inline where a
@@ -516,16 +326,16 @@ class AdapterStateMachine:
         self._logical = 0
         self._next_op = 1
         self._last_ticket = 0
-        self._replicas: dict[str, _Replica] = {}
+        self._replicas: dict[str, Replica] = {}
         self._due: list[tuple[float, str]] = []
-        self._ops: dict[int, _Operation] = {}
-        self._leases: dict[int, _Held] = {}
-        self._waiting: dict[int, _Wait] = {}
-        self._parked: dict[str, _Parked] = {}
+        self._ops: dict[int, Operation] = {}
+        self._leases: dict[int, Held] = {}
+        self._waiting: dict[int, Wait] = {}
+        self._parked: dict[str, Parked] = {}
         """[renew]: adapter name to the routed requests waiting for a replica to place them on."""
-        self._where: dict[str, dict[str, _Replica]] = {}
+        self._where: dict[str, dict[str, Replica]] = {}
         """Adapter name to the replicas in use that hold it or are loading it: placement's index."""
-        self._counts = _Counts()
+        self._counts = Counts()
 
     # -- the one way in --------------------------------------------------------------------------------
 
@@ -780,7 +590,7 @@ class AdapterStateMachine:
             return [self._fail(ticket, rep, Fault.ADAPTER, refused)]
         return self._admit(ticket, rep, adapter, path, fresh=False)
 
-    def _refused_now(self, rep: _Replica, adapter: str) -> str | None:
+    def _refused_now(self, rep: Replica, adapter: str) -> str | None:
         """[refuse]: the engine's words if a request for ``adapter`` on ``rep`` fails at once, else None.
 
         A replica that holds it took it (a listing named it): that is a hit. A refusal that has run
@@ -794,7 +604,7 @@ class AdapterStateMachine:
         del self._refused[adapter]
         return None
 
-    def _replica_for(self, ticket: int, replica: str) -> _Replica:
+    def _replica_for(self, ticket: int, replica: str) -> Replica:
         """The replica a new request names, once its ticket and replica are known to be good."""
         self._check_ticket(ticket)
         rep = self._replicas.get(replica) if type(replica) is str else None
@@ -810,7 +620,7 @@ class AdapterStateMachine:
                 highest=self._last_ticket,
             )
 
-    def _count(self, rep: _Replica, adapter: str) -> None:
+    def _count(self, rep: Replica, adapter: str) -> None:
         """A new request on ``rep``: in flight there, one more served, one more for the demand."""
         rep.in_flight += 1
         rep.served += 1
@@ -844,24 +654,24 @@ class AdapterStateMachine:
                 del demand[name]
                 self._reweighed.add(name)
 
-    def _hit(self, ticket: int, rep: _Replica, held: _Held) -> None:
+    def _hit(self, ticket: int, rep: Replica, held: Held) -> None:
         """[hit] for a new request, which counts ([place], [evict]'s demand) and then takes the adapter."""
         self._last_ticket = ticket
         self._count(rep, held.adapter)
         self._take(ticket, rep, held)
 
-    def _touch(self, rep: _Replica) -> None:
+    def _touch(self, rep: Replica) -> None:
         """Something ``rep``'s cold key reads changed: [place]'s index reads it again (``_reindex``)."""
         if not rep.dirty:
             rep.dirty = True
             self._dirty.append(rep)
 
-    def _ended(self, rep: _Replica) -> None:
+    def _ended(self, rep: Replica) -> None:
         """A request counted on ``rep`` ended (released, cancelled, failed)."""
         rep.in_flight -= 1
         self._touch(rep)
 
-    def _take(self, ticket: int, rep: _Replica, held: _Held) -> None:
+    def _take(self, ticket: int, rep: Replica, held: Held) -> None:
         """[hit]: the request uses a held adapter, which is then in use and no eviction candidate."""
         if not held.in_use:
             rep.idle.pop(held.adapter, None)  # not there if pinned
@@ -872,7 +682,7 @@ class AdapterStateMachine:
         self._counts.hits += 1
 
     def _admit(
-        self, ticket: int, rep: _Replica, adapter: str, path: str, *, fresh: bool = True
+        self, ticket: int, rep: Replica, adapter: str, path: str, *, fresh: bool = True
     ) -> list[Command]:
         """[hit], [join], [wait-unload] or [cold] for a request on ``rep``.
 
@@ -897,19 +707,19 @@ class AdapterStateMachine:
             return self._park(ticket, rep, adapter, path, None)
         return self._start_load(ticket, rep, adapter, path)
 
-    def _start_load(self, ticket: int | None, rep: _Replica, adapter: str, path: str) -> list[Command]:
+    def _start_load(self, ticket: int | None, rep: Replica, adapter: str, path: str) -> list[Command]:
         """[cold]: start a load, taking the room of the [evict] victims; ``ticket`` None is a [pin]'s."""
         if self._at_cap(rep):
             # [cap] Even with every idle adapter unloaded the load would take the replica past its
             # cap: wait for room, first come first served.
             assert ticket is not None, "a pin is placed only where there is room"
             if rep.queue is None:
-                rep.queue = _Queue(rep)
+                rep.queue = Queue(rep)
             rep.queue.waiters.append((ticket, adapter, path))
             self._waiting[ticket] = rep.queue
             return []
         waiters = [] if ticket is None else [ticket]
-        load = _Load(rep, adapter, path, self._new_op(), waiters, ticket)
+        load = Load(rep, adapter, path, self._new_op(), waiters, ticket)
         # [evict] The engine makes room for the load by dropping the adapter it used least recently,
         # which is the machine's least recently used idle one: that victim takes no request from now
         # on, so that it stays the engine's least recently used, and its name is unloaded once the
@@ -924,28 +734,28 @@ class AdapterStateMachine:
         rep.outstanding += 1
         return [IssueLoad(load=load.op, replica=rep.id, adapter=adapter, path=path)]
 
-    def _doom(self, rep: _Replica, excess: int) -> list[_Unload]:
+    def _doom(self, rep: Replica, excess: int) -> list[Unload]:
         """[evict] Take ``excess`` idle adapters, least recently used first (or as many as are idle),
         out of ``held`` into ``unloading``, their unloads not issued yet."""
-        victims: list[_Unload] = []
+        victims: list[Unload] = []
         while excess > 0 and rep.idle:
             victim, stamp = next(iter(rep.idle.items()))
             since = rep.held[victim].since
             self._drop(rep, victim)
-            unload = _Unload(rep, victim, None, since=since, stamp=stamp)
+            unload = Unload(rep, victim, None, since=since, stamp=stamp)
             rep.unloading[victim] = unload
             victims.append(unload)
             excess -= 1
         return victims
 
-    def _unload(self, unload: _Unload) -> IssueUnload:
+    def _unload(self, unload: Unload) -> IssueUnload:
         """Issue ``unload``: a number, and the command."""
         unload.op = self._new_op()
         unload.replica.outstanding += 1
         self._ops[unload.op] = unload
         return IssueUnload(unload=unload.op, replica=unload.replica.id, adapter=unload.adapter)
 
-    def _evict(self, rep: _Replica, excess: int) -> list[Command]:
+    def _evict(self, rep: Replica, excess: int) -> list[Command]:
         """[settle] Unload ``excess`` idle adapters now, least recently used first, or as many as are idle."""
         commands: list[Command] = []
         while excess > 0 and rep.idle:
@@ -953,10 +763,10 @@ class AdapterStateMachine:
             excess -= 1
         return commands
 
-    def _unload_idle(self, rep: _Replica, name: str) -> IssueUnload:
+    def _unload_idle(self, rep: Replica, name: str) -> IssueUnload:
         """Unload ``name``, idle on ``rep``, now ([settle], [dismiss]): no request may take it."""
         self._drop(rep, name)
-        unload = _Unload(rep, name, None)
+        unload = Unload(rep, name, None)
         rep.unloading[name] = unload
         return self._unload(unload)
 
@@ -965,7 +775,7 @@ class AdapterStateMachine:
     def _load_finished(self, event: LoadFinished) -> list[Command]:
         """[load-outcome]: success grants every waiter; a failure fails every waiter with its fault."""
         op = self._ops.get(event.load) if type(event.load) is int else None
-        if not isinstance(op, _Load):
+        if not isinstance(op, Load):
             raise UnknownOperationError(
                 f"load {event.load!r} is not an issued load awaiting its answer",
                 operation=event.load,
@@ -996,7 +806,7 @@ class AdapterStateMachine:
                 event.message or load_failed_message(op.adapter, rep.id),
             )
         if outcome.succeeded:
-            held = _Held(rep, op.adapter, len(op.waiters), self._tick())
+            held = Held(rep, op.adapter, len(op.waiters), self._tick())
             rep.held[op.adapter] = held
             if renewal is None:
                 self._where.setdefault(op.adapter, {})[rep.id] = rep
@@ -1031,7 +841,7 @@ class AdapterStateMachine:
             commands.extend(self._ensure_pins())
         return commands
 
-    def _spare(self, load: _Load) -> list[Command]:
+    def _spare(self, load: Load) -> list[Command]:
         """[evict]: a load that failed took no room: its victims are held again, idle where they were,
         and the requests that waited for their unloads are admitted afresh."""
         rep = load.replica
@@ -1041,7 +851,7 @@ class AdapterStateMachine:
                 commands.append(self._unload(unload))  # [renew]: an old copy is never held again
                 continue
             del rep.unloading[unload.adapter]
-            rep.held[unload.adapter] = _Held(rep, unload.adapter, 0, unload.since)
+            rep.held[unload.adapter] = Held(rep, unload.adapter, 0, unload.since)
             self._where.setdefault(unload.adapter, {})[rep.id] = rep
             if unload.adapter not in self._pins and unload.adapter not in rep.named:
                 _idle_at(rep.idle, unload.adapter, unload.stamp)
@@ -1051,7 +861,7 @@ class AdapterStateMachine:
                 commands.extend(self._readmit(unload))
         return commands
 
-    def _readmit(self, unload: _Unload) -> list[Command]:
+    def _readmit(self, unload: Unload) -> list[Command]:
         """Admit afresh, in order, the requests that waited for ``unload`` (answered, or not needed)."""
         commands: list[Command] = []
         for ticket, path in unload.waiters:
@@ -1059,7 +869,7 @@ class AdapterStateMachine:
             commands.extend(self._admit(ticket, unload.replica, unload.adapter, path))
         return commands
 
-    def _settle(self, rep: _Replica) -> list[Command]:
+    def _settle(self, rep: Replica) -> list[Command]:
         """[settle]: a replica holding more than its line unloads the excess, idle adapters least
         recently used first, once a reading says which run on the engine ([read]): now, when no
         other router's requests run there. Loads still out are not counted: one that fails evicts
@@ -1071,7 +881,7 @@ class AdapterStateMachine:
             return [] if rep.read is not None else [self._start_read(rep)]
         return self._evict(rep, len(rep.held) - self._line(rep))
 
-    def _settled(self, rep: _Replica) -> list[Command]:
+    def _settled(self, rep: Replica) -> list[Command]:
         """[settle]: the reading a landed load waited for has come: unload the excess now."""
         if not rep.settle:
             return []
@@ -1088,7 +898,7 @@ class AdapterStateMachine:
         afresh.
         """
         op = self._ops.get(event.unload) if type(event.unload) is int else None
-        if not isinstance(op, _Unload):  # an unload not yet issued is not in the operations
+        if not isinstance(op, Unload):  # an unload not yet issued is not in the operations
             raise UnknownOperationError(
                 f"unload {event.unload!r} is not an issued unload awaiting its answer",
                 operation=event.unload,
@@ -1116,7 +926,7 @@ class AdapterStateMachine:
             commands.extend(self._ensure_pins())  # [renew], [pin]: the new files, where placement says
         return commands
 
-    def _count_answer(self, rep: _Replica) -> bool:
+    def _count_answer(self, rep: Replica) -> bool:
         """Count an answered operation of ``rep``; True when ``rep`` was removed, so the answer is ignored.
 
         The last answer a removed replica waited for lets it be forgotten.
@@ -1127,7 +937,7 @@ class AdapterStateMachine:
         self._forget_if_done(rep)
         return True
 
-    def _forget_if_done(self, rep: _Replica) -> None:
+    def _forget_if_done(self, rep: Replica) -> None:
         """Forget a removed replica once no call to it is out and no request runs on it."""
         if not rep.outstanding and not rep.held and self._replicas.get(rep.id) is rep:
             del self._replicas[rep.id]
@@ -1183,24 +993,24 @@ class AdapterStateMachine:
         if waited is None:
             self._check_ended_ticket(ticket, "cancel")
             return []
-        if isinstance(waited, _Parked):  # counted on no replica
+        if isinstance(waited, Parked):  # counted on no replica
             waited.routes = [r for r in waited.routes if r.ticket != ticket]
             if not waited.routes and self._parked.get(waited.adapter) is waited:
                 del self._parked[waited.adapter]
             return []
         rep = waited.replica
-        if isinstance(waited, _Read):
+        if isinstance(waited, Read):
             entry = next(w for w in waited.waiters if w[0] == ticket)
             waited.waiters.remove(entry)
             if entry[3] is None:
                 self._ended(rep)  # a routed request not yet assigned is counted nowhere
             return []
         self._ended(rep)
-        if isinstance(waited, _Load):
+        if isinstance(waited, Load):
             waited.waiters.remove(ticket)
             if waited.starter == ticket:
                 waited.starter = None
-        elif isinstance(waited, _Unload):
+        elif isinstance(waited, Unload):
             waited.waiters = [(t, p) for t, p in waited.waiters if t != ticket]
         else:
             waited.waiters = [w for w in waited.waiters if w[0] != ticket]
@@ -1259,17 +1069,17 @@ class AdapterStateMachine:
             heapq.heappop(due)  # left behind; dropping it changes nothing the caller can see
         return None
 
-    def _start_listing(self, rep: _Replica) -> ReadListing:
-        listing = _Listing(rep, self._new_op(), self._tick())
+    def _start_listing(self, rep: Replica) -> ReadListing:
+        listing = Listing(rep, self._new_op(), self._tick())
         rep.listing = listing
         rep.dropped_while_listing = set()
         rep.outstanding += 1
         self._ops[listing.op] = listing
         return ReadListing(listing=listing.op, replica=rep.id)
 
-    def _listing_op(self, listing: int) -> _Listing:
+    def _listing_op(self, listing: int) -> Listing:
         op = self._ops.get(listing) if type(listing) is int else None
-        if not isinstance(op, _Listing):
+        if not isinstance(op, Listing):
             raise UnknownOperationError(
                 f"listing {listing!r} is not an issued listing awaiting its answer",
                 operation=listing,
@@ -1277,7 +1087,7 @@ class AdapterStateMachine:
             )
         return op
 
-    def _finish_listing(self, op: _Listing) -> bool:
+    def _finish_listing(self, op: Listing) -> bool:
         """Count ``op`` as answered; False when its answer is to be ignored (removed, or abandoned)."""
         del self._ops[op.op]
         rep = op.replica
@@ -1286,7 +1096,7 @@ class AdapterStateMachine:
         rep.listing = None
         return True
 
-    def _met(self, rep: _Replica) -> list[Command]:
+    def _met(self, rep: Replica) -> list[Command]:
         if rep.met:
             return []
         rep.met = True
@@ -1309,7 +1119,7 @@ class AdapterStateMachine:
         self._replica_ok(rep)
         commands = self._met(rep)
         listed = set(names)
-        renewals: list[_Unload] = []
+        renewals: list[Unload] = []
         for name, held in list(rep.held.items()):
             if name not in listed and held.since < finished.started:
                 self._drop(rep, name)
@@ -1318,7 +1128,7 @@ class AdapterStateMachine:
         rep.dropped_while_listing = set()
         since = self._tick()
         for name in sorted(listed - known, reverse=True):
-            rep.held[name] = _Held(rep, name, 0, since)
+            rep.held[name] = Held(rep, name, 0, since)
             self._where.setdefault(name, {})[rep.id] = rep
             if name not in self._pins and name not in rep.named:
                 rep.front -= 1  # older than anything, and the stamps still rise along idle
@@ -1383,7 +1193,7 @@ class AdapterStateMachine:
             commands.extend(self._ensure_pins())
         return commands
 
-    def _drop(self, rep: _Replica, name: str) -> None:
+    def _drop(self, rep: Replica, name: str) -> None:
         """Stop holding ``name`` (leaving ``idle`` too); leases on it go dead."""
         held = rep.held.pop(name)
         held.current = False
@@ -1393,7 +1203,7 @@ class AdapterStateMachine:
         if rep.listing is not None:
             rep.dropped_while_listing.add(name)
 
-    def _unrenew(self, rep: _Replica, name: str) -> list[_Unload]:
+    def _unrenew(self, rep: Replica, name: str) -> list[Unload]:
         """[renew]: ``rep`` no longer holds the old copy of ``name`` (a listing or the engine said so):
         the unload that waited for it is not needed; its waiters are the caller's to admit afresh."""
         unload = rep.unloading.get(name)
@@ -1402,7 +1212,7 @@ class AdapterStateMachine:
         del rep.unloading[name]
         return [unload]
 
-    def _unwhere(self, rep: _Replica, adapter: str) -> None:
+    def _unwhere(self, rep: Replica, adapter: str) -> None:
         where = self._where.get(adapter)
         if where is not None and where.pop(rep.id, None) is not None and not where:
             del self._where[adapter]
@@ -1431,7 +1241,7 @@ class AdapterStateMachine:
             self._touch(rep)
             return self._admit_queued(rep)
         if rep is None:
-            rep = _Replica(replica, model, limit, self._clock + self._settings.listing_interval)
+            rep = Replica(replica, model, limit, self._clock + self._settings.listing_interval)
             self._replicas[replica] = rep
         else:
             # Back while calls or requests from before its removal are still out: keep them, so
@@ -1456,7 +1266,7 @@ class AdapterStateMachine:
         _check_fields(event)
         ids = event.replicas
         failed: list[int] = []
-        rerouted: list[_Route] = []
+        rerouted: list[Route] = []
         for replica in ids:
             rep = self._replicas.get(replica)
             if rep is None or rep.removed:
@@ -1502,7 +1312,7 @@ class AdapterStateMachine:
         commands: list[Command] = []
         for ticket in sorted(failed):
             waited = self._waiting.pop(ticket)
-            assert not isinstance(waited, _Parked)  # on no replica: a removal fails none of them
+            assert not isinstance(waited, Parked)  # on no replica: a removal fails none of them
             commands.append(self._fail(ticket, waited.replica, Fault.REPLICA, REPLICA_REMOVED))
         for route in sorted(rerouted, key=lambda r: r.ticket):
             commands.extend(self._place_route(route))
@@ -1523,11 +1333,11 @@ class AdapterStateMachine:
 
     # -- §3.8 failing replicas and refused adapters: [health], [blame], [refuse] -----------------------
 
-    def _replica_ok(self, rep: _Replica) -> None:
+    def _replica_ok(self, rep: Replica) -> None:
         rep.failures = 0
         rep.avoid_until = 0.0
 
-    def _replica_fault(self, rep: _Replica) -> None:
+    def _replica_fault(self, rep: Replica) -> None:
         """[health]: avoid ``rep`` for a while, twice as long as last time, up to the longest."""
         rep.failures += 1
         wait = self._settings.backoff * 2.0 ** min(rep.failures - 1, 32)
@@ -1586,7 +1396,7 @@ class AdapterStateMachine:
             held = rep.held.get(adapter)
             if held is None and adapter not in rep.loading:
                 continue
-            rep.unloading[adapter] = _Unload(rep, adapter, None, renew=True)
+            rep.unloading[adapter] = Unload(rep, adapter, None, renew=True)
             self._unwhere(rep, adapter)  # no holder any more, for placement
             if held is not None:
                 rep.idle.pop(adapter, None)
@@ -1596,7 +1406,7 @@ class AdapterStateMachine:
             commands.extend(self._ensure_pins())
         return commands
 
-    def _retire(self, rep: _Replica, held: _Held) -> list[Command]:
+    def _retire(self, rep: Replica, held: Held) -> list[Command]:
         """[renew]: unload the old copy ``held`` of a changed adapter if no request runs on it now."""
         unload = rep.unloading[held.adapter]
         if held.in_use or rep.removed:
@@ -1630,7 +1440,7 @@ class AdapterStateMachine:
             )
         return [self._unload_idle(rep, adapter)]
 
-    def _not_idle(self, rep: _Replica, adapter: str) -> str:
+    def _not_idle(self, rep: Replica, adapter: str) -> str:
         """Why ``adapter`` is not idle on ``rep``, in the operator's words."""
         held = rep.held.get(adapter)
         if held is None:
@@ -1654,7 +1464,7 @@ class AdapterStateMachine:
     ) -> Placement:
         """[place]'s last resort: the replica replacing an old copy of ``adapter``, where a request
         waits for that copy to go; the least (busy, served, -weight) of them."""
-        chosen: _Replica | None = None
+        chosen: Replica | None = None
         chosen_key: tuple[float, int, int] = (0, 0, 0)
         clock = self._clock
         for rep in self._replicas.values():
@@ -1677,7 +1487,7 @@ class AdapterStateMachine:
         avoided once another serves the request, ``ServedElsewhere``)."""
         return Fault.REQUEST if any(other != replica for other in failed) else Fault.REPLICA
 
-    def _fail(self, ticket: int, rep: _Replica, fault: Fault, message: str) -> Fail:
+    def _fail(self, ticket: int, rep: Replica, fault: Fault, message: str) -> Fail:
         """End a waiting request (already taken off ``_waiting``) with a ``Fail``."""
         self._ended(rep)
         self._counts.failures[fault.value] = self._counts.failures.get(fault.value, 0) + 1
@@ -1685,7 +1495,7 @@ class AdapterStateMachine:
 
     # -- §3.9 waiting for room: [cap] ------------------------------------------------------------------
 
-    def _at_cap(self, rep: _Replica) -> bool:
+    def _at_cap(self, rep: Replica) -> bool:
         """[cap]: whether a cold load on ``rep`` waits for room: the adapters in use there (held or
         loading, and not idle) fill its line plus the headroom, so that it would pass the cap even
         with every idle one unloaded; or the load would take a victim while more adapters are in use
@@ -1704,7 +1514,7 @@ class AdapterStateMachine:
         # The cap is never below what one batch of the engine can run.
         return in_use >= max(line + headroom, batch) or (count >= line and in_use > batch)
 
-    def _admit_queued(self, rep: _Replica) -> list[Command]:
+    def _admit_queued(self, rep: Replica) -> list[Command]:
         """[cap]: admit the requests waiting for room on ``rep``, in order, while there is room."""
         queue = rep.queue
         if queue is None:
@@ -1877,7 +1687,7 @@ class AdapterStateMachine:
         rep = self._replicas.get(replica)
         return None if rep is None or rep.removed else self._replica_statistics(rep)
 
-    def _replica_statistics(self, rep: _Replica) -> ReplicaStatistics:
+    def _replica_statistics(self, rep: Replica) -> ReplicaStatistics:
         return ReplicaStatistics(
             model=rep.model,
             limit=rep.limit,
@@ -1893,25 +1703,25 @@ class AdapterStateMachine:
     # -- §3.12 placement: [load], [place] --------------------------------------------------------------
 
     @staticmethod
-    def _load(rep: _Replica) -> int:
+    def _load(rep: Replica) -> int:
         """[load]: the requests on ``rep``'s engine from every router: this router's own in flight,
         and the others' as its last reading showed them."""
         return rep.in_flight + rep.others
 
-    def _busy(self, rep: _Replica, extra: Mapping[str, float] | None) -> float:
+    def _busy(self, rep: Replica, extra: Mapping[str, float] | None) -> float:
         """[place]'s busy: the load, plus what the caller reports for the replica."""
         return self._load(rep) + extra.get(rep.id, 0) if extra else self._load(rep)
 
-    def _seqs(self, rep: _Replica) -> int | None:
+    def _seqs(self, rep: Replica) -> int | None:
         """[load]: requests ``rep``'s engine runs at once: the setting, else what a reading showed."""
         return self._settings.concurrency if self._settings.concurrency is not None else rep.seqs
 
-    def _saturated(self, rep: _Replica, extra: Mapping[str, float] | None) -> bool:
+    def _saturated(self, rep: Replica, extra: Mapping[str, float] | None) -> bool:
         """[load]: a request sent to ``rep`` would queue behind another one there."""
         seqs = self._seqs(rep)
         return seqs is not None and self._busy(rep, extra) > seqs
 
-    def _queue(self, rep: _Replica, extra: Mapping[str, float] | None) -> float | None:
+    def _queue(self, rep: Replica, extra: Mapping[str, float] | None) -> float | None:
         """[load]: the requests a new one would wait behind on ``rep``'s engine; None when unknown."""
         seqs = self._seqs(rep)
         return None if seqs is None else max(0.0, self._busy(rep, extra) - seqs)
@@ -1965,17 +1775,17 @@ class AdapterStateMachine:
         return self._at(holder, adapter)
 
     @staticmethod
-    def _at(rep: _Replica, adapter: str) -> Placement:
+    def _at(rep: Replica, adapter: str) -> Placement:
         return Placement(replica=rep.id, placed=Placed.HELD if adapter in rep.held else Placed.LOADING)
 
     def _holder(
         self, adapter: str, model: str | None, skip: Container[str], extra: Mapping[str, float] | None
-    ) -> _Replica | None:
+    ) -> Replica | None:
         """[place]'s first choice: the holder (held or loading) with the least (busy, served, -weight).
 
         The rendezvous weights are computed only for a tie: a warm request's placement is its hot path.
         """
-        best: _Replica | None = None
+        best: Replica | None = None
         best_busy: float = 0
         best_served = 0
         best_weight = -1
@@ -2019,7 +1829,7 @@ class AdapterStateMachine:
         """
         if not least and not extra:
             return self._place_indexed(adapter, model, skip, spread)
-        chosen: _Replica | None = None
+        chosen: Replica | None = None
         chosen_key: tuple[Any, ...] = ()
         chosen_kind = 0
         clock = self._clock
@@ -2067,7 +1877,7 @@ class AdapterStateMachine:
         self._reindex()
         clock = self._clock
 
-        def accept(key: Key) -> Callable[[_Replica], bool] | None:
+        def accept(key: Key) -> Callable[[Replica], bool] | None:
             if spread and key[0] == 4:
                 return None  # at its cap: the request would wait for room, while others may have some
             return functools.partial(self._candidate, adapter, model, skip, spread, key[3], clock)
@@ -2086,7 +1896,7 @@ class AdapterStateMachine:
         spread: bool,
         busy: int,
         clock: float,
-        rep: _Replica,
+        rep: Replica,
     ) -> bool:
         """[place]: whether ``rep`` (in use, in the index) is a candidate for a cold load of ``adapter``.
 
@@ -2102,7 +1912,7 @@ class AdapterStateMachine:
                 return False
         return True
 
-    def _cold_key(self, rep: _Replica) -> Key:
+    def _cold_key(self, rep: Replica) -> Key:
         """[place] What a cold load would cost on ``rep``, whatever the adapter: (kind, a, b, busy,
         served), ``a`` the victim's level (``_level``: ordered as its weight, and moved by no halving)."""
         count = len(rep.held) + len(rep.loading)
@@ -2129,7 +1939,7 @@ class AdapterStateMachine:
             self._reweighed.clear()
         self._index.refresh(self._indexed_key)
 
-    def _indexed_key(self, rep: _Replica) -> Key | None:
+    def _indexed_key(self, rep: Replica) -> Key | None:
         return None if rep.removed else self._cold_key(rep)
 
     def _weight(self, adapter: str) -> int:
@@ -2144,7 +1954,7 @@ class AdapterStateMachine:
         return count.bit_length() + self._epoch if count else 0
 
     @staticmethod
-    def _victim(rep: _Replica) -> str:
+    def _victim(rep: Replica) -> str:
         """[evict] The idle adapter used least recently (``idle`` not empty): the engine's own victim."""
         return next(iter(rep.idle))
 
@@ -2203,7 +2013,7 @@ class AdapterStateMachine:
         return commands
 
     def _new_reading(
-        self, rep: _Replica, names: frozenset[str], *, failed: bool = False, others: bool = False
+        self, rep: Replica, names: frozenset[str], *, failed: bool = False, others: bool = False
     ) -> list[Command]:
         """[reading]: ``names`` replace the replica's last reading.
 
@@ -2243,7 +2053,7 @@ class AdapterStateMachine:
 
     # -- §3.14 limits across routers: [share] ----------------------------------------------------------
 
-    def _line(self, rep: _Replica) -> int:
+    def _line(self, rep: Replica) -> int:
         """[share] How many adapters this router lets ``rep`` hold before a cold load evicts.
 
         Its limit, less the other routers' shares of the ``f`` free slots its last listing left
@@ -2261,7 +2071,7 @@ class AdapterStateMachine:
 
     # -- §3.15 reading engines, and routed requests: [read], [route] -----------------------------------
 
-    def _needs_read(self, rep: _Replica) -> bool:
+    def _needs_read(self, rep: Replica) -> bool:
         """[read]: whether a cold load on ``rep`` waits for a reading of its engine first.
 
         When it has no free slot (the load would evict, go over its limit or wait at its cap) and its
@@ -2270,7 +2080,7 @@ class AdapterStateMachine:
         """
         return self._wants_reading(rep) and len(rep.held) + len(rep.loading) + 1 > self._line(rep)
 
-    def _wants_reading(self, rep: _Replica) -> bool:
+    def _wants_reading(self, rep: Replica) -> bool:
         """[read]: whether an eviction on ``rep`` waits for a fresh reading: its last reading named an
         adapter no request of this router runs on there (another router's), or its first reading is
         on its way. A router alone, whose readings name only its own requests, never waits."""
@@ -2278,7 +2088,7 @@ class AdapterStateMachine:
             return False
         return rep.foreign if rep.names_adapters else rep.read is not None
 
-    def _stale(self, rep: _Replica, coming: int = 0) -> bool:
+    def _stale(self, rep: Replica, coming: int = 0) -> bool:
         """[read]: whether a request placed on ``rep`` asks for a fresh reading (nothing waits for it):
         its engine counts its requests, its capacity is unknown, and its load is above any a reading
         found it carry with no queue (a read may show it full, and a hot adapter needs a copy); or
@@ -2292,9 +2102,7 @@ class AdapterStateMachine:
             return False
         return self._load(rep) + coming > rep.calm
 
-    def _park(
-        self, ticket: int, rep: _Replica, adapter: str, path: str, route: _Route | None
-    ) -> list[Command]:
+    def _park(self, ticket: int, rep: Replica, adapter: str, path: str, route: Route | None) -> list[Command]:
         """[read]: the request waits for the read of ``rep`` in flight, or for one started now."""
         commands: list[Command] = []
         if rep.read is None:
@@ -2304,22 +2112,22 @@ class AdapterStateMachine:
         self._waiting[ticket] = rep.read
         return commands
 
-    def _start_read(self, rep: _Replica) -> ReadEngine:
-        read = _Read(rep, self._new_op(), rep.in_flight, rep.served)
+    def _start_read(self, rep: Replica) -> ReadEngine:
+        read = Read(rep, self._new_op(), rep.in_flight, rep.served)
         rep.read = read
         rep.outstanding += 1
         self._ops[read.op] = read
         return ReadEngine(read=read.op, replica=rep.id)
 
-    def _read_op(self, read: int) -> _Read:
+    def _read_op(self, read: int) -> Read:
         op = self._ops.get(read) if type(read) is int else None
-        if not isinstance(op, _Read):
+        if not isinstance(op, Read):
             raise UnknownOperationError(
                 f"read {read!r} is not an issued read awaiting its answer", operation=read, kind="read"
             )
         return op
 
-    def _finish_read(self, op: _Read) -> bool:
+    def _finish_read(self, op: Read) -> bool:
         """Count ``op`` as answered; False when its answer is to be ignored (removed, or abandoned)."""
         del self._ops[op.op]
         rep = op.replica
@@ -2328,7 +2136,7 @@ class AdapterStateMachine:
         rep.read = None
         return True
 
-    def _unpark(self, op: _Read) -> list[Command]:
+    def _unpark(self, op: Read) -> list[Command]:
         """[read]: admit afresh the requests that waited for ``op``, in order; routed ones placed afresh."""
         commands: list[Command] = []
         rep = op.replica
@@ -2352,9 +2160,9 @@ class AdapterStateMachine:
         self._check_ticket(ticket)
         _check_fields(event)
         self._last_ticket = ticket
-        return self._place_route(_Route(ticket, adapter, path, model, frozenset(exclude)))
+        return self._place_route(Route(ticket, adapter, path, model, frozenset(exclude)))
 
-    def _place_route(self, route: _Route) -> list[Command]:
+    def _place_route(self, route: Route) -> list[Command]:
         """[route]: place the request, read the replica first if [read] asks, then assign and admit it."""
         ticket, adapter = route.ticket, route.adapter
         placement = self._placement(adapter, route.model, route.exclude, {})
@@ -2371,7 +2179,7 @@ class AdapterStateMachine:
         if self._renewing_at(placement, adapter):
             # [renew]: only replicas replacing an old copy are left. Wait for one to be placed on
             # (one whose old copy has gone, or a holder), rather than behind one copy's requests.
-            parked = self._parked.setdefault(adapter, _Parked(adapter))
+            parked = self._parked.setdefault(adapter, Parked(adapter))
             parked.routes.append(route)
             self._waiting[ticket] = parked
             return []
@@ -2425,16 +2233,16 @@ class AdapterStateMachine:
             uses[id(held)] = uses.get(id(held), 0) + 1
         for ticket, waited in self._waiting.items():
             assert 0 < ticket <= self._last_ticket, ticket
-            if isinstance(waited, _Load):
+            if isinstance(waited, Load):
                 assert ticket in waited.waiters, ticket
                 assert waited.replica.loading.get(waited.adapter) is waited, ticket
-            elif isinstance(waited, _Unload):
+            elif isinstance(waited, Unload):
                 assert ticket in [t for t, _ in waited.waiters], ticket
                 assert waited.replica.unloading.get(waited.adapter) is waited, ticket
-            elif isinstance(waited, _Read):
+            elif isinstance(waited, Read):
                 assert [w[0] for w in waited.waiters].count(ticket) == 1, ticket
                 assert waited.replica.read is waited, ticket
-            elif isinstance(waited, _Parked):
+            elif isinstance(waited, Parked):
                 assert [r.ticket for r in waited.routes].count(ticket) == 1, ticket
                 assert self._parked.get(waited.adapter) is waited, ticket
             else:
@@ -2451,9 +2259,9 @@ class AdapterStateMachine:
         for held in self._leases.values():
             in_flight[id(held.replica)] = in_flight.get(id(held.replica), 0) + 1
         for ticket, waited in self._waiting.items():
-            if isinstance(waited, _Parked):
+            if isinstance(waited, Parked):
                 continue  # [renew]: a parked routed request is counted on no replica
-            if isinstance(waited, _Read) and next(w for w in waited.waiters if w[0] == ticket)[3] is not None:
+            if isinstance(waited, Read) and next(w for w in waited.waiters if w[0] == ticket)[3] is not None:
                 continue  # a routed request not yet assigned is counted on no replica
             in_flight[id(waited.replica)] = in_flight.get(id(waited.replica), 0) + 1
         where = {
