@@ -120,12 +120,9 @@ from collections.abc import Callable, Container, Iterable, Mapping
 from types import MappingProxyType
 from typing import Any, assert_never
 
-import attrs
-
 from ._commands import Assign, Command, Fail, Grant, IssueLoad, IssueUnload, MarkMet, ReadEngine, ReadListing
 from ._errors import (
     ClockWentBackwardsError,
-    InvalidValueError,
     NotIdleError,
     ReplicaConflictError,
     TicketOrderError,
@@ -158,6 +155,7 @@ from ._events import (
     TimeAdvanced,
     UnloadFinished,
 )
+from ._fields import ADAPTER, check_fields, invalid, is_number
 from ._index import ColdIndex, Key
 from ._rendezvous import weight as _rendezvous
 from ._snapshots import Placement, Reading, Refusal, ReplicaStatistics, Statistics, View
@@ -275,20 +273,20 @@ class AdapterStateMachine:
             ("max_backoff", max_backoff),
             ("refusal", refusal),
         ):
-            if not (_is_number(seconds) and 0 < seconds < math.inf):
-                raise _invalid(name, seconds, f"{name} must be a positive number of seconds")
+            if not (is_number(seconds) and 0 < seconds < math.inf):
+                raise invalid(name, seconds, f"{name} must be a positive number of seconds")
         if headroom is not None and (type(headroom) is not int or headroom < 0):
-            raise _invalid("headroom", headroom, "headroom must be an int of at least 0, or None")
+            raise invalid("headroom", headroom, "headroom must be an int of at least 0, or None")
         if concurrency is not None and (type(concurrency) is not int or concurrency < 1):
-            raise _invalid("concurrency", concurrency, "concurrency must be an int of at least 1, or None")
+            raise invalid("concurrency", concurrency, "concurrency must be an int of at least 1, or None")
         if type(overflow) is not int or overflow < 0:
-            raise _invalid("overflow", overflow, "overflow must be an int of at least 0")
+            raise invalid("overflow", overflow, "overflow must be an int of at least 0")
         if type(half_life) is not int or half_life < 1:
-            raise _invalid("half_life", half_life, "half_life must be an int of at least 1")
+            raise invalid("half_life", half_life, "half_life must be an int of at least 1")
         if type(routers) is not int or routers < 1:
-            raise _invalid("routers", routers, "routers must be an int of at least 1")
+            raise invalid("routers", routers, "routers must be an int of at least 1")
         if type(read_engine) is not bool:
-            raise _invalid("read_engine", read_engine, "read_engine must be a bool")
+            raise invalid("read_engine", read_engine, "read_engine must be a bool")
         self._settings = Settings(
             listing_interval=float(listing_interval),
             headroom=headroom,
@@ -537,7 +535,7 @@ class AdapterStateMachine:
         if rep is None or rep.removed or type(ticket) is not int or ticket <= self._last_ticket:
             rep = self._replica_for(ticket, replica)  # raises the error Requested would
         if type(adapter) is not str or not adapter:
-            raise _ADAPTER.error("adapter", adapter)
+            raise ADAPTER.error("adapter", adapter)
         held = rep.held.get(adapter)
         if held is None or (rep.unloading and adapter in rep.unloading):
             return False  # not held, or an old copy ([renew])
@@ -558,7 +556,7 @@ class AdapterStateMachine:
             UsageError: as ``hit`` would for the ticket, and ``place`` for the adapter name.
         """
         if type(adapter) is not str or not adapter:
-            raise _ADAPTER.error("adapter", adapter)
+            raise ADAPTER.error("adapter", adapter)
         if type(ticket) is not int or ticket <= self._last_ticket:
             self._check_ticket(ticket)
         rep = self._holder(adapter, model, (), None)
@@ -582,7 +580,7 @@ class AdapterStateMachine:
         ticket, adapter, path = event.ticket, event.adapter, event.path
         rep = self._replica_for(ticket, event.replica)
         if type(adapter) is not str or not adapter or type(path) is not str or not path:
-            _check_fields(event)  # the error of the first wrong one (as fast as can be when none is)
+            check_fields(event)  # the error of the first wrong one (as fast as can be when none is)
         self._last_ticket = ticket
         self._count(rep, adapter)
         refused = self._refused_now(rep, adapter)
@@ -781,7 +779,7 @@ class AdapterStateMachine:
                 operation=event.load,
                 kind="load",
             )
-        _check_fields(event)
+        check_fields(event)
         outcome = event.outcome
         del self._ops[event.load]
         rep = op.replica
@@ -904,7 +902,7 @@ class AdapterStateMachine:
                 operation=event.unload,
                 kind="unload",
             )
-        _check_fields(event)
+        check_fields(event)
         del self._ops[event.unload]
         rep = op.replica
         del rep.unloading[op.adapter]
@@ -1033,7 +1031,7 @@ class AdapterStateMachine:
 
     def _time_advanced(self, event: TimeAdvanced) -> list[Command]:
         """[time]: the shell's clock reads ``now``; start the listings that are due."""
-        _check_fields(event)
+        check_fields(event)
         now = event.now
         if now < self._clock:
             raise ClockWentBackwardsError(
@@ -1112,7 +1110,7 @@ class AdapterStateMachine:
         """
         names = event.adapters
         finished = self._listing_op(event.listing)
-        _check_fields(event)
+        check_fields(event)
         if not self._finish_listing(finished):
             return []
         rep = finished.replica
@@ -1149,7 +1147,7 @@ class AdapterStateMachine:
     def _listing_failed(self, event: ListingFailed) -> list[Command]:
         """[listing]: the listing could not be read: nothing changes but that the replica is met."""
         finished = self._listing_op(event.listing)
-        _check_fields(event)
+        check_fields(event)
         if not self._finish_listing(finished):
             return []
         finished.replica.dropped_while_listing = set()
@@ -1169,7 +1167,7 @@ class AdapterStateMachine:
         (an older copy, or the lease has ended) is stale and changes nothing. Adapters being loaded
         or unloaded are left to their outcome.
         """
-        _check_fields(event)
+        check_fields(event)
         replica, adapter, ticket = event.replica, event.adapter, event.ticket
         if ticket is not None and not 0 < ticket <= self._last_ticket:
             raise UnknownTicketError(f"no request ever had ticket {ticket}", ticket=ticket)
@@ -1225,7 +1223,7 @@ class AdapterStateMachine:
         Raises:
             ReplicaConflictError: the replica is known with another model.
         """
-        _check_fields(event)
+        check_fields(event)
         replica, model, limit = event.replica, event.model, event.limit
         rep = self._replicas.get(replica)
         if rep is not None and not rep.removed:
@@ -1263,7 +1261,7 @@ class AdapterStateMachine:
         forgotten, adapters requests still run on are kept (unseen) until those end; answers to
         calls already made are ignored. Unknown ids are passed over.
         """
-        _check_fields(event)
+        check_fields(event)
         ids = event.replicas
         failed: list[int] = []
         rerouted: list[Route] = []
@@ -1322,7 +1320,7 @@ class AdapterStateMachine:
 
     def _limit_set(self, event: LimitSet) -> list[Command]:
         """[limit]: every replica of ``model`` may hold ``limit`` adapters, from its next load on."""
-        _check_fields(event)
+        check_fields(event)
         commands: list[Command] = []
         for rep in sorted(self._replicas.values(), key=lambda r: r.id):
             if rep.model == event.model and not rep.removed:
@@ -1345,7 +1343,7 @@ class AdapterStateMachine:
 
     def _replica_failed_event(self, event: ReplicaFailed) -> list[Command]:
         """[health]: the router saw the replica fail; placement avoids it for a while."""
-        _check_fields(event)
+        check_fields(event)
         rep = self._replicas.get(event.replica)
         if rep is not None and not rep.removed:
             self._replica_fault(rep)
@@ -1354,7 +1352,7 @@ class AdapterStateMachine:
     def _served_elsewhere(self, event: ServedElsewhere) -> list[Command]:
         """[blame]: each replica that answered the request with a server error, where another then
         served it, failed; placement avoids it for a while."""
-        _check_fields(event)
+        check_fields(event)
         for replica in sorted(set(event.failed) - {event.replica}):
             rep = self._replicas.get(replica)
             if rep is not None and not rep.removed:
@@ -1364,7 +1362,7 @@ class AdapterStateMachine:
     def _refusal_forgotten(self, event: RefusalForgotten) -> list[Command]:
         """[forgive]: the next request for the adapter asks an engine again, and a pin waiting out
         the refusal loads now."""
-        _check_fields(event)
+        check_fields(event)
         if event.adapter is None:
             forgot = bool(self._refused)
             self._refused.clear()
@@ -1383,7 +1381,7 @@ class AdapterStateMachine:
         A victim whose load is out is never held again. The refusal is forgotten, and a pinned
         adapter gets its copies of the new files where placement puts them.
         """
-        _check_fields(event)
+        check_fields(event)
         adapter = event.adapter
         self._refused.pop(adapter, None)
         commands: list[Command] = []
@@ -1428,7 +1426,7 @@ class AdapterStateMachine:
             raise UnknownReplicaError(
                 f"replica {event.replica!r} was never added, or was removed", replica=event.replica
             )
-        _check_fields(event)
+        check_fields(event)
         adapter = event.adapter
         if adapter not in rep.idle:
             reason = self._not_idle(rep, adapter)
@@ -1536,7 +1534,7 @@ class AdapterStateMachine:
 
     def _adapter_pinned(self, event: AdapterPinned) -> list[Command]:
         """[pin]: keep the adapter loaded on ``copies`` replicas, chosen by placement, never evicted."""
-        _check_fields(event)
+        check_fields(event)
         adapter = event.adapter
         self._pins[adapter] = event
         for rep in self._where.get(adapter, {}).values():
@@ -1546,7 +1544,7 @@ class AdapterStateMachine:
 
     def _adapter_unpinned(self, event: AdapterUnpinned) -> list[Command]:
         """[pin]: the adapter's copies no request runs on become idle, most recently used."""
-        _check_fields(event)
+        check_fields(event)
         adapter = event.adapter
         if self._pins.pop(adapter, None) is None:
             return []
@@ -1748,7 +1746,7 @@ class AdapterStateMachine:
                 added to this router's own requests in flight there.
         """
         if type(adapter) is not str or not adapter:
-            raise _ADAPTER.error("adapter", adapter)
+            raise ADAPTER.error("adapter", adapter)
         skip = exclude if isinstance(exclude, set | frozenset | dict) else set(exclude)
         return self._placement(adapter, model, skip, load or {})
 
@@ -1963,7 +1961,7 @@ class AdapterStateMachine:
     def _reading_received(self, event: ReadingReceived) -> list[Command]:
         """[read], [reading]: the engine's figures replace the last reading; waiting requests go on."""
         op = self._read_op(event.read)
-        _check_fields(event)
+        check_fields(event)
         names = event.adapters
         running, waiting, max_loras = event.running, event.waiting, event.max_loras
         if not self._finish_read(op):
@@ -2003,7 +2001,7 @@ class AdapterStateMachine:
         read go on with what the machine knows.
         """
         op = self._read_op(event.read)
-        _check_fields(event)
+        check_fields(event)
         if not self._finish_read(op):
             return []
         rep = op.replica
@@ -2158,7 +2156,7 @@ class AdapterStateMachine:
             event.exclude,
         )
         self._check_ticket(ticket)
-        _check_fields(event)
+        check_fields(event)
         self._last_ticket = ticket
         return self._place_route(Route(ticket, adapter, path, model, frozenset(exclude)))
 
@@ -2350,132 +2348,3 @@ def _idle_at(idle: OrderedDict[str, int], name: str, stamp: int) -> None:
     later = [other for other, at in idle.items() if at > stamp]
     for other in later:
         idle.move_to_end(other)
-
-
-def _is_finite(value: float) -> bool:
-    try:
-        return math.isfinite(value)
-    except OverflowError:  # an int too large for a float
-        return False
-
-
-def _is_number(value: Any) -> bool:
-    if type(value) is bool or not isinstance(value, int | float):
-        return False
-    return isinstance(value, int) or not math.isnan(value)
-
-
-def _invalid(field: str, value: Any, what: str) -> InvalidValueError:
-    return InvalidValueError(f"{what}, not {value!r}", field=field, value=value)
-
-
-# -- the fields of the events: SPEC.md §2.1 -------------------------------------------------------
-
-
-def _is_name(value: Any) -> bool:
-    return type(value) is str and value != ""
-
-
-def _is_list(value: Any) -> bool:
-    return isinstance(value, tuple | list)
-
-
-@attrs.frozen
-class _Kind:
-    """A kind of field (§2.1): which values are of it, and what a wrong one's InvalidValueError says.
-
-    ``what`` and ``items`` may name the field as ``{field}``. A list of names has ``items``, what a
-    wrong item's error says (the list was right: the error names the item).
-    """
-
-    ok: Callable[[Any], bool]
-    what: str
-    items: str | None = None
-
-    def error(self, field: str, value: Any) -> InvalidValueError:
-        return _invalid(field, value, self.what.format(field=field))
-
-
-_ADAPTER = _Kind(_is_name, "adapter name must be a non-empty str")
-_PATH = _Kind(_is_name, "adapter path must be a non-empty str")
-_REPLICA = _Kind(_is_name, "replica id must be a non-empty str")
-_MODEL = _Kind(_is_name, "model must be a non-empty str")
-_ADAPTER_OR_NONE = _Kind(lambda v: v is None or _is_name(v), "adapter must be a non-empty str or absent")
-_MODEL_OR_NONE = _Kind(lambda v: v is None or _is_name(v), "model must be a non-empty str or absent")
-_TICKET_OR_NONE = _Kind(lambda v: v is None or type(v) is int, "ticket must be an int or absent")
-_AT_LEAST_1 = _Kind(lambda v: type(v) is int and v >= 1, "{field} must be an int of at least 1")
-_AT_LEAST_0_OR_NONE = _Kind(
-    lambda v: v is None or (type(v) is int and v >= 0), "{field} must be an int of at least 0, or null"
-)
-_TEXT = _Kind(lambda v: type(v) is str, "{field} must be a str")
-_NOW = _Kind(lambda v: _is_number(v) and _is_finite(v), "{field} must be a finite number")
-_LOAD_OUTCOME = _Kind(lambda v: isinstance(v, LoadOutcome), "{field} must be a LoadOutcome")
-_UNLOAD_OUTCOME = _Kind(lambda v: isinstance(v, UnloadOutcome), "{field} must be an UnloadOutcome")
-_LISTED = _Kind(
-    _is_list, "adapters must be a list of adapter names", "listed adapter names must be non-empty strs"
-)
-_READ_NAMES = _Kind(
-    lambda v: v is None or _is_list(v),
-    "adapters must be a list of adapter names, or null",
-    "the adapter names of a reading must be non-empty strs",
-)
-_REMOVED = _Kind(_is_list, "replicas must be a list of replica ids", "replica ids must be non-empty strs")
-_FAILED = _Kind(_is_list, "failed must be a list of replica ids", "failed replica ids must be non-empty strs")
-_EXCLUDED = _Kind(
-    _is_list, "exclude must be a list of replica ids", "excluded replica ids must be non-empty strs"
-)
-
-_FIELDS: dict[type, tuple[tuple[str, _Kind], ...]] = {
-    ReplicaAdded: (("replica", _REPLICA), ("model", _MODEL), ("limit", _AT_LEAST_1)),
-    ReplicasRemoved: (("replicas", _REMOVED),),
-    LimitSet: (("model", _MODEL), ("limit", _AT_LEAST_1)),
-    TimeAdvanced: (("now", _NOW),),
-    Requested: (("adapter", _ADAPTER), ("path", _PATH)),
-    Released: (),
-    Cancelled: (),
-    LoadFinished: (("outcome", _LOAD_OUTCOME), ("message", _TEXT)),
-    UnloadFinished: (("outcome", _UNLOAD_OUTCOME), ("message", _TEXT)),
-    ListingReceived: (("adapters", _LISTED),),
-    ListingFailed: (("message", _TEXT),),
-    AdapterMissing: (("replica", _REPLICA), ("adapter", _ADAPTER), ("ticket", _TICKET_OR_NONE)),
-    ReplicaFailed: (("replica", _REPLICA), ("message", _TEXT)),
-    ServedElsewhere: (("replica", _REPLICA), ("failed", _FAILED)),
-    AdapterPinned: (
-        ("adapter", _ADAPTER),
-        ("path", _PATH),
-        ("copies", _AT_LEAST_1),
-        ("model", _MODEL_OR_NONE),
-    ),
-    AdapterUnpinned: (("adapter", _ADAPTER),),
-    RefusalForgotten: (("adapter", _ADAPTER_OR_NONE),),
-    Routed: (("adapter", _ADAPTER), ("path", _PATH), ("model", _MODEL_OR_NONE), ("exclude", _EXCLUDED)),
-    ReadingReceived: (
-        ("adapters", _READ_NAMES),
-        ("running", _AT_LEAST_0_OR_NONE),
-        ("waiting", _AT_LEAST_0_OR_NONE),
-        ("max_loras", _AT_LEAST_0_OR_NONE),
-    ),
-    ReadingFailed: (("message", _TEXT),),
-    AdapterChanged: (("adapter", _ADAPTER),),
-    AdapterDismissed: (("adapter", _ADAPTER),),
-}
-"""SPEC.md §2.1, the fields whose wrong values are an InvalidValueError: each event's, in its order.
-
-A field that names a ticket, an operation, or (in ``requested``) a replica in use is the handler's
-to check, first (its wrong values get other errors, §4); these come after it.
-"""
-
-
-def _check_fields(event: Event) -> None:
-    """Raise the InvalidValueError of ``event``'s first field not of its kind (SPEC.md §2.1)."""
-    fields = _FIELDS.get(type(event))
-    if fields is None:  # a subclass of an event
-        fields = next(f for cls, f in _FIELDS.items() if isinstance(event, cls))
-    for field, kind in fields:
-        value = getattr(event, field)
-        if not kind.ok(value):
-            raise kind.error(field, value)
-        if kind.items is not None and value is not None:
-            for item in value:
-                if type(item) is not str or not item:
-                    raise _invalid(field, item, kind.items.format(field=field))
