@@ -1,11 +1,11 @@
 """The router's line per request, written in batches, as nginx's ``access_log ... buffer= flush=``.
 
-Through ``logging``, one line cost the router about 50 µs of CPU a request when requests come one at
-a time (the logging code runs cold between them: a fifth of the router's own work on a hit, and a
+Through ``logging``, one line cost the router 50 to 70 µs of CPU a request when requests come one at a
+time (the logging code runs cold between them: a seventh to a fifth of the router's CPU on a hit, and a
 tenth of a hit's latency, in bench/NOTES.md); written a batch at a time it runs warm, for a few µs a
-line. Lines are made when written, for the same reason. A line keeps the time its request ended, and
-goes out at most ``FLUSH_SECONDS`` later; where no writer runs (a router used on its own, or
-stopping), at once.
+line. Lines are made when written, for the same reason (0.96x the CPU of making each as its request
+ends). A line keeps the time its request ended, and goes out at most ``FLUSH_SECONDS`` later; where no
+writer runs (a router used on its own, or stopping), at once.
 """
 
 from __future__ import annotations
