@@ -578,6 +578,37 @@ async def test_names_outside_the_adapters_fail_without_a_load_call(
     assert [c.body["lora_path"] for c in standin.app.calls_to("load")] == [str(adapter_dir / "a0")]
 
 
+async def test_a_path_the_caller_gives_is_the_one_loaded_and_no_source_is_asked(
+    fleet_type: type[Fleet], standin: StandInServer, adapter_dir: Path
+) -> None:
+    asked: list[str] = []
+
+    def source(name: str) -> str | None:
+        asked.append(name)
+        return str(adapter_dir / "a0")
+
+    async with fleet_type(replicas=replicas([standin])) as fleet:  # no adapters: the caller knows
+        async with fleet.route("a1", path=str(adapter_dir / "a1")) as lease:
+            assert lease.how is How.LOADED
+        for path in ("", 7):
+            with pytest.raises(InvalidValueError, match="adapter path"):
+                await fleet.route("a1", path=path)  # type: ignore[arg-type]
+        with pytest.raises(InvalidValueError, match="adapter name"):
+            await fleet.route("", path=str(adapter_dir / "a1"))
+        quiet(fleet)
+    async with fleet_type(replicas=replicas([standin]), adapters=source) as fleet:
+        async with fleet.route("a2", path=str(adapter_dir / "a2")) as lease:
+            assert lease.how is How.LOADED
+        async with fleet.route("a2", path=str(adapter_dir / "a2")) as lease:
+            assert lease.how is How.HIT
+        quiet(fleet)
+    assert asked == []
+    assert [c.body["lora_path"] for c in standin.app.calls_to("load")] == [
+        str(adapter_dir / "a1"),
+        str(adapter_dir / "a2"),
+    ]
+
+
 async def test_a_folder_source_sees_adapters_added_later(
     fleet_type: type[Fleet], standin: StandInServer, tmp_path: Path
 ) -> None:

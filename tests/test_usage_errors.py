@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import math
 from collections.abc import Callable
 
 import pytest
@@ -151,6 +152,16 @@ CASES: list[tuple[type[lf.UsageError], str, Callable[[AdapterStateMachine], obje
     (lf.InvalidValueError, "failed replica ids", lambda m: m.served_elsewhere("r", ["r", 5])),  # type: ignore[list-item]
     (lf.InvalidValueError, "adapter must be", lambda m: m.forget_refusal("")),
     (lf.InvalidValueError, "adapter must be", lambda m: m.forget_refusal(5)),  # type: ignore[arg-type]
+    # A routed request's clock (SPEC.md [route]): checked after the other fields, the time unmoved.
+    (lf.ClockWentBackwardsError, "before 5.0", lambda m: m.route(9, adapter="c", path="/c", now=4.0)),
+    (lf.InvalidValueError, "finite number or null", lambda m: m.route(9, adapter="c", path="/c", now=True)),
+    (
+        lf.InvalidValueError,
+        "finite number or null",
+        lambda m: m.route(9, adapter="c", path="/c", now=math.inf),
+    ),
+    (lf.TicketOrderError, "above 2", lambda m: m.route(2, adapter="c", path="/c", now=4.0)),
+    (lf.InvalidValueError, "adapter name", lambda m: m.route(9, adapter="", path="/c", now=4.0)),
 ]
 
 

@@ -36,10 +36,17 @@ const FINISH = { load_finished: ["load", "issue_load"], unload_finished: ["unloa
   listing_received: ["listing", "read_listing"], listing_failed: ["listing", "read_listing"],
   reading_received: ["read", "read_engine"], reading_failed: ["read", "read_engine"] };
 
+// Fields an event may leave out (SPEC.md 6.3), each with the check a written one must pass.
+const OPTIONAL = { routed: { now: (v) => v === null || typeof v === "number" } };
+
 function fields(kind, object, table) {
   const want = table[object.type];
   if (!want) throw new Error(`unknown ${kind} type ${JSON.stringify(object.type)}`);
-  const keys = Object.keys(object).filter((k) => k !== "type").sort();
+  const optional = (kind === "event" && OPTIONAL[object.type]) || {};
+  for (const [name, ok] of Object.entries(optional)) {
+    if (name in object && !ok(object[name])) throw new Error(`${object.type} has ${name} ${JSON.stringify(object[name])}`);
+  }
+  const keys = Object.keys(object).filter((k) => k !== "type" && !(k in optional)).sort();
   if (JSON.stringify(keys) !== JSON.stringify([...want].sort())) {
     throw new Error(`${object.type} has fields ${keys}, wants ${want}`);
   }

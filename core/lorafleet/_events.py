@@ -188,7 +188,9 @@ class Routed:
     """A request wants ``adapter`` (stored at ``path``) wherever placement puts it ([route]).
 
     Of ``model``'s replicas when it is given, never one of ``exclude`` (the replicas this request
-    tried before). ``ticket`` names the request, as in ``Requested``.
+    tried before). ``ticket`` names the request, as in ``Requested``. ``now``, when given, is the
+    shell's clock: the event is then ``TimeAdvanced(now)`` and the request in one, so that placement
+    reads a clock as fresh as the request (a replica's backoff may be over).
     """
 
     ticket: int
@@ -196,6 +198,8 @@ class Routed:
     path: str
     model: str | None = None
     exclude: tuple[str, ...] = ()
+    # Left out of a vector while null: vectors from before it replay as they were written.
+    now: float | None = attrs.field(default=None, metadata={"omit_null": True})
 
 
 @attrs.frozen(kw_only=True)

@@ -92,6 +92,9 @@ _AT_LEAST_0_OR_NONE = _Kind(
 )
 _TEXT = _Kind(lambda v: type(v) is str, "{field} must be a str")
 _NOW = _Kind(lambda v: is_number(v) and _is_finite(v), "{field} must be a finite number")
+_NOW_OR_NONE = _Kind(
+    lambda v: v is None or (is_number(v) and _is_finite(v)), "{field} must be a finite number or null"
+)
 _LOAD_OUTCOME = _Kind(lambda v: isinstance(v, LoadOutcome), "{field} must be a LoadOutcome")
 _UNLOAD_OUTCOME = _Kind(lambda v: isinstance(v, UnloadOutcome), "{field} must be an UnloadOutcome")
 _LISTED = _Kind(
@@ -131,7 +134,13 @@ _FIELDS: dict[type, tuple[tuple[str, _Kind], ...]] = {
     ),
     AdapterUnpinned: (("adapter", ADAPTER),),
     RefusalForgotten: (("adapter", _ADAPTER_OR_NONE),),
-    Routed: (("adapter", ADAPTER), ("path", _PATH), ("model", _MODEL_OR_NONE), ("exclude", _EXCLUDED)),
+    Routed: (
+        ("adapter", ADAPTER),
+        ("path", _PATH),
+        ("model", _MODEL_OR_NONE),
+        ("exclude", _EXCLUDED),
+        ("now", _NOW_OR_NONE),
+    ),
     ReadingReceived: (
         ("adapters", _READ_NAMES),
         ("running", _AT_LEAST_0_OR_NONE),

@@ -41,7 +41,9 @@ def encode(value: Event | Command) -> dict[str, Any]:
     """An event or a command as a JSON object."""
     out: dict[str, Any] = {"type": snake(type(value).__name__)}
     for field in attrs.fields(type(value)):
-        out[field.name] = _plain(getattr(value, field.name))
+        plain = _plain(getattr(value, field.name))
+        if plain is not None or not field.metadata.get("omit_null"):
+            out[field.name] = plain
     return out
 
 

@@ -465,12 +465,19 @@ class AdapterStateMachine:
         return self.handle(AdapterDismissed(replica=replica, adapter=adapter))
 
     def route(
-        self, ticket: int, *, adapter: str, path: str, model: str | None = None, exclude: Iterable[str] = ()
+        self,
+        ticket: int,
+        *,
+        adapter: str,
+        path: str,
+        model: str | None = None,
+        exclude: Iterable[str] = (),
+        now: float | None = None,
     ) -> list[Command]:
-        """``handle(Routed(...))``: a request wants ``adapter`` wherever placement puts it."""
+        """``handle(Routed(...))``: a request wants ``adapter`` wherever placement puts it (at ``now``)."""
         skip = exclude if isinstance(exclude, str) else tuple(exclude)
         return self.handle(
-            Routed(ticket=ticket, adapter=adapter, path=path, model=model, exclude=skip)  # type: ignore[arg-type]
+            Routed(ticket=ticket, adapter=adapter, path=path, model=model, exclude=skip, now=now)  # type: ignore[arg-type]
         )
 
     def reading_received(
@@ -1032,11 +1039,17 @@ class AdapterStateMachine:
     def _time_advanced(self, event: TimeAdvanced) -> list[Command]:
         """[time]: the shell's clock reads ``now``; start the listings that are due."""
         check_fields(event)
-        now = event.now
+        self._check_clock(event.now)
+        return self._advance(event.now)
+
+    def _check_clock(self, now: float) -> None:
         if now < self._clock:
             raise ClockWentBackwardsError(
                 f"now {now} is before {self._clock}, given earlier", now=now, last=self._clock
             )
+
+    def _advance(self, now: float) -> list[Command]:
+        """[time], its checks passed."""
         self._clock = float(now)
         commands: list[Command] = []
         due = self._due
@@ -2148,17 +2161,17 @@ class AdapterStateMachine:
 
     def _routed(self, event: Routed) -> list[Command]:
         """[route]: a request for ``adapter`` wherever placement puts it."""
-        ticket, adapter, path, model, exclude = (
-            event.ticket,
-            event.adapter,
-            event.path,
-            event.model,
-            event.exclude,
-        )
+        ticket = event.ticket
         self._check_ticket(ticket)
         check_fields(event)
+        commands: list[Command] = []
+        if event.now is not None:
+            self._check_clock(event.now)
+            commands = self._advance(event.now)  # [time] first: the clock placement reads
         self._last_ticket = ticket
-        return self._place_route(Route(ticket, adapter, path, model, frozenset(exclude)))
+        route = Route(ticket, event.adapter, event.path, event.model, frozenset(event.exclude))
+        commands.extend(self._place_route(route))
+        return commands
 
     def _place_route(self, route: Route) -> list[Command]:
         """[route]: place the request, read the replica first if [read] asks, then assign and admit it."""

@@ -407,11 +407,14 @@ class Fleet:
         lease._after = after
         return lease
 
-    def route(self, adapter: str, *, model: str | None = None, after: Lease | None = None) -> Route:
+    def route(
+        self, adapter: str, *, model: str | None = None, path: str | None = None, after: Lease | None = None
+    ) -> Route:
         """A lease on ``adapter`` wherever placement puts it: the replica, loaded if need be.
 
         Await it (``lease = await fleet.route("sql")``) and call ``lease.release()`` when the request
-        is done, or hold it for an ``async with`` block. The path comes from the fleet's ``adapters``.
+        is done, or hold it for an ``async with`` block. The path comes from the fleet's ``adapters``,
+        unless the caller, having looked it up already, gives it as ``path``.
         Placement chooses among the replicas in use (of ``model``, when given); when a replica fails
         before the lease is granted, the next placement is tried, at most ``attempts`` replicas and
         never one twice. An adapter's fault ends the request at once.
@@ -428,13 +431,13 @@ class Fleet:
                 was asked, and ``replica`` is None); no replica would take it.
             ReplicaError: no healthy replica was left to try; ``tried`` holds each one's error.
             FleetClosedError: the fleet is closed, or closed while the request waited.
-            InvalidValueError: ``adapter`` or ``model`` is not a non-empty str, or ``after`` is not
-                a lease of this fleet.
-            UsageError: the fleet has no ``adapters`` to find the path in.
+            InvalidValueError: ``adapter``, ``model`` or ``path`` is not a non-empty str (``model``
+                and ``path`` may be None), or ``after`` is not a lease of this fleet.
+            UsageError: no ``path``, and the fleet has no ``adapters`` to find it in.
             OutsideBlockError: the fleet was never entered.
             EnteredTwiceError: the route was awaited or entered before.
         """
-        return Route(self, adapter, model, after)
+        return Route(self, adapter, model, after, path)
 
     async def prewarm(self, adapters: Iterable[str], *, model: str | None = None) -> dict[str, LoadError]:
         """Load each of ``adapters`` where placement puts it, all at once, before taking traffic.
@@ -873,10 +876,16 @@ class Fleet:
             raise EnteredTwiceError("a route is awaited or entered once: call fleet.route() for each request")
         lease._entered = True
         adapter = lease.adapter
-        known = self._known
-        path = known.get(adapter) if known is not None and type(adapter) is str else None
+        path = lease._given
         if path is None:
-            path = self._path_of(adapter)
+            known = self._known
+            path = known.get(adapter) if known is not None and type(adapter) is str else None
+            if path is None:
+                path = self._path_of(adapter)
+        elif type(adapter) is not str or not adapter:
+            raise _invalid("adapter", adapter, "adapter name must be a non-empty str")
+        elif type(path) is not str or not path:
+            raise _invalid("path", path, "adapter path must be a non-empty str or None")
         model = lease._model
         if model is not None and (type(model) is not str or not model):
             raise _invalid("model", model, "model must be a non-empty str or None")
@@ -908,11 +917,15 @@ class Fleet:
         tried: list[ReplicaError] = []
         exclude = list(lease._tried)  # a retry's: the replicas its request tried before
         while len(exclude) < self._attempts:
-            # Placement reads the machine's clock: a failed replica's backoff may be over by now.
-            self._send(TimeAdvanced(now=anyio.current_time()))
             ticket = lease.ticket = machine.next_ticket
+            # The clock rides with the request: a failed replica's backoff may be over by now.
             event = Routed(
-                ticket=ticket, adapter=adapter, path=lease._path, model=model, exclude=tuple(exclude)
+                ticket=ticket,
+                adapter=adapter,
+                path=lease._path,
+                model=model,
+                exclude=tuple(exclude),
+                now=anyio.current_time(),
             )
             waiter = await self._wait(ticket, event)
             assigned = waiter.assigned
@@ -1477,13 +1490,22 @@ class Route(Lease):
     ``replica``, ``how``, ``placed`` and ``ticket`` are set once granted.
     """
 
-    __slots__ = ("_entered", "_model", "placed")
+    __slots__ = ("_entered", "_given", "_model", "placed")
 
-    def __init__(self, fleet: Fleet, adapter: str, model: str | None, after: Lease | None = None) -> None:
+    def __init__(
+        self,
+        fleet: Fleet,
+        adapter: str,
+        model: str | None,
+        after: Lease | None = None,
+        path: str | None = None,
+    ) -> None:
         self._fleet = fleet
         self.adapter = adapter
         self._model = model
         self._path = ""
+        self._given = path
+        """The caller's path (``Fleet.route(path=...)``); None: the fleet's adapters have it."""
         self._how = None
         self._left = False
         self._entered = False

@@ -630,7 +630,8 @@ class Router:
             asked = time.perf_counter()
             try:
                 # A retry carries its previous attempt: the replicas tried, and those that failed it.
-                lease = await self.fleet.route(name, model=model, after=lease)
+                # The folder is the catalog's answer above: the fleet need not ask it again.
+                lease = await self.fleet.route(name, model=model, path=folder, after=lease)
             except AdapterError as refused:
                 if name not in self._refused:
                     self._refused[name] = fingerprint(folder)

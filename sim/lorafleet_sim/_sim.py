@@ -3,11 +3,12 @@
 Virtual time only. Each router runs its own machine (the fleet's settings, with the policy's over
 them), fed ``TimeAdvanced`` with the virtual clock, ``hit`` on the warm path and ``handle`` for
 everything else. A baseline policy picks each request's replica and sends ``Requested``; lorafleet's
-sends ``Routed`` and the machine places it (``Assign``); the limit, the eviction, the cap and when to
-read an engine are the machine's alone. A policy over vLLM's own loading (``engine_loads``) runs no
-machine's loads: it only picks the replica, and the engine loads what it lacks itself (vLLM's
-filesystem resolver). The simulator plays the shell (it carries out every command as a shell would,
-and decides nothing) and the engines, each a vLLM replica as ``_engine.Engine`` describes it:
+sends ``Routed`` with the virtual clock and the machine places it (``Assign``); the limit, the
+eviction, the cap and when to read an engine are the machine's alone. A policy over vLLM's own
+loading (``engine_loads``) runs no machine's loads: it only picks the replica, and the engine loads
+what it lacks itself (vLLM's filesystem resolver). The simulator plays the shell (it carries out
+every command as a shell would, and decides nothing) and the engines, each a vLLM replica as
+``_engine.Engine`` describes it:
 
 - every engine has the same memory for every policy (``--max-cpu-loras``), dropping its least recently
   used adapter when a load finds it full; an unload forgets the name and frees nothing (unless the
@@ -454,7 +455,14 @@ class Simulation:
             self._commands(
                 router,
                 m.handle(
-                    Routed(ticket=attempt.ticket, adapter=adapter, path=adapter, model=MODEL, exclude=exclude)
+                    Routed(
+                        ticket=attempt.ticket,
+                        adapter=adapter,
+                        path=adapter,
+                        model=MODEL,
+                        exclude=exclude,
+                        now=self.now,
+                    )
                 ),
             )
             return

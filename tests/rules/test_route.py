@@ -17,9 +17,12 @@ from lorafleet import (
     Placed,
     Placement,
     ReadEngine,
+    ReadListing,
     Released,
+    ReplicaFailed,
     ReplicasRemoved,
     Routed,
+    TimeAdvanced,
 )
 from lorafleet._machine import no_replica_message
 
@@ -42,6 +45,38 @@ def test_route_places_assigns_and_admits() -> None:
         Assign(ticket=again, replica=placement.replica, placed=Placed.HELD),
         Grant(ticket=again, how=How.HIT),
     ]
+
+
+def test_route_with_now_is_the_time_then_the_request() -> None:
+    """[route] A routed request may carry the shell's clock: the event is [time] first, its commands
+    first, so that placement sees a replica whose backoff that time ended."""
+    s = Scenario.with_replicas(("r0", 2), ("r1", 2))
+    s.expect(ReplicaFailed(replica="r1"))  # avoided until 5 s
+    ticket, commands = routed(s, "a", now=4.0)
+    assert commands[0] == Assign(ticket=ticket, replica="r0", placed=Placed.FREE)
+    ticket, commands = routed(s, "b", exclude=("r0",), now=5.0)  # r1 is back
+    assert commands[0] == Assign(ticket=ticket, replica="r1", placed=Placed.FREE)
+    ticket, commands = routed(s, "c", exclude=("r0",), now=30.0)  # listings fall due: they go first
+    assert commands[:3] == [
+        ReadListing(listing=5, replica="r0"),  # loads of a and b took 3 and 4
+        ReadListing(listing=6, replica="r1"),
+        Assign(ticket=ticket, replica="r1", placed=Placed.FREE),
+    ]
+    assert s.machine.next_due() == 60.0
+
+
+def test_route_with_now_is_time_advanced_and_routed_in_one() -> None:
+    """[route] The same events with the time on its own give the same commands, in the same order."""
+    one = Scenario.with_replicas(("r0", 1), ("r1", 1))
+    two = Scenario.with_replicas(("r0", 1), ("r1", 1))
+    for s in (one, two):
+        s.expect(ReplicaFailed(replica="r0"))
+    for adapter, now in (("a", 1.0), ("b", 5.0), ("c", 30.0), ("d", 30.0)):
+        _, together = routed(one, adapter, now=now)
+        apart = two(TimeAdvanced(now=now))
+        _, routed_apart = routed(two, adapter)
+        assert together == apart + routed_apart
+    assert one.machine.statistics() == two.machine.statistics()
 
 
 def test_route_excluded_replicas_and_none_left() -> None:

@@ -936,7 +936,7 @@ export class Machine {
   }
 
   // [route]
-  routed({ ticket, adapter, path, model = null, exclude = [] }) {
+  routed({ ticket, adapter, path, model = null, exclude = [], now = null }) {
     if (!isInteger(ticket) || ticket <= this.highest) {
       throw new UsageError("TicketOrderError", `ticket ${ticket} is not an integer above ${this.highest}`);
     }
@@ -945,8 +945,11 @@ export class Machine {
     if (model !== null && !isName(model)) throw invalid("model", model);
     if (!Array.isArray(exclude)) throw invalid("exclude", exclude);
     for (const id of exclude) if (!isName(id)) throw invalid("exclude", id);
+    if (now !== null && !isNumber(now)) throw invalid("now", now);
+    // [time] first, when the request carries the clock: its checks before any change.
+    const commands = now === null ? [] : this.timeAdvanced({ now });
     this.highest = ticket;
-    return this.placeRoute({ ticket, adapter, path, model, exclude, read: new Set() });
+    return [...commands, ...this.placeRoute({ ticket, adapter, path, model, exclude, read: new Set() })];
   }
 
   placeRoute(route) {

@@ -279,6 +279,11 @@ export const MUTANTS = [
     "if (!rep.foreign) names = new Set();", ""),
   m("read-failed-kept", "read-failed", "a failed read after a listing keeps the last reading",
     "const commands = rep.listedSinceReading ? this.newReading(rep, [], true) : [];", "const commands = [];"),
+  m("route-now-after", "route", "a routed request's clock is set after it is placed, not before",
+    ["const commands = now === null ? [] : this.timeAdvanced({ now });\n    this.highest = ticket;\n    return [...commands, ...this.placeRoute({ ticket, adapter, path, model, exclude, read: new Set() })];"],
+    ["this.highest = ticket;\n    const placed = this.placeRoute({ ticket, adapter, path, model, exclude, read: new Set() });\n    return [...(now === null ? [] : this.timeAdvanced({ now })), ...placed];"]),
+  m("route-now-ignored", "route", "a routed request's clock is not read",
+    "const commands = now === null ? [] : this.timeAdvanced({ now });", "const commands = [];"),
   m("route-stale-not-read", "route", "a routed request on a replica with a stale reading does not ask for one",
     "if (this.stale(rep)) commands.push(this.startRead(rep)); // [read]: nothing waits for it", ""),
   // -- §3.8 queries
