@@ -559,19 +559,10 @@ MUTANTS = [
     Mutant(
         "place-burst-bound-full",
         "place",
-        "a cold load may go to an engine at three quarters of its capacity or more (the index's path)",
+        "a cold load may go to an engine at three quarters of its capacity or more",
         MACHINE,
         "            if seqs is not None and busy >= max(1, 3 * seqs // 4):\n                return False",
         "            if seqs is not None and busy >= max(1, seqs):\n                return False",
-    ),
-    Mutant(
-        "place-scan-burst-bound-full",
-        "place",
-        "the same, on the scan's path (a caller's load figures, or step 3)",
-        MACHINE,
-        "                if seqs is not None and busy >= max(1, 3 * seqs // 4):\n"
-        "                    continue",
-        "                if seqs is not None and busy >= max(1, seqs):\n                    continue",
     ),
     Mutant(
         "place-victim-weight-ignored",
@@ -594,8 +585,8 @@ MUTANTS = [
         "place",
         "step 3 picks by the full cold key, not by (kind = 4, busy, served, -weight)",
         MACHINE,
-        "key = (kind == 4, *last) if least else (kind, *cost, *last)",
-        "key = (kind, *cost, *last)",
+        "key = (kind == 4, *last) if least else (kind, a, b, *last)",
+        "key = (kind, a, b, *last)",
     ),
     Mutant(
         "place-burst-bound-no-floor",

@@ -114,7 +114,6 @@ from __future__ import annotations
 
 import functools
 import heapq
-import math
 from collections import OrderedDict
 from collections.abc import Callable, Container, Iterable, Mapping
 from types import MappingProxyType
@@ -155,10 +154,12 @@ from ._events import (
     TimeAdvanced,
     UnloadFinished,
 )
-from ._fields import ADAPTER, check_fields, invalid, is_number
+from ._fields import ADAPTER, check_fields
 from ._index import ColdIndex, Key
+from ._invariants import check_invariants
 from ._rendezvous import weight as _rendezvous
 from ._snapshots import Placement, Reading, Refusal, ReplicaStatistics, Statistics, View
+from ._spellings import Spellings
 from ._state import (
     Counts,
     Held,
@@ -225,7 +226,7 @@ def no_replica_message(adapter: str, model: str | None) -> str:
     return f"no replica{of} to place '{adapter}' on: each is failing, excluded, or not in use"
 
 
-class AdapterStateMachine:
+class AdapterStateMachine(Spellings):
     """Decides which replica holds which LoRA adapter, as a sans-IO state machine.
 
     Feed it events with ``handle`` (or the methods that spell it: ``request``, ``release``,
@@ -267,35 +268,15 @@ class AdapterStateMachine:
         routers: int = 1,
         read_engine: bool = False,
     ) -> None:
-        for name, seconds in (
-            ("listing_interval", listing_interval),
-            ("backoff", backoff),
-            ("max_backoff", max_backoff),
-            ("refusal", refusal),
-        ):
-            if not (is_number(seconds) and 0 < seconds < math.inf):
-                raise invalid(name, seconds, f"{name} must be a positive number of seconds")
-        if headroom is not None and (type(headroom) is not int or headroom < 0):
-            raise invalid("headroom", headroom, "headroom must be an int of at least 0, or None")
-        if concurrency is not None and (type(concurrency) is not int or concurrency < 1):
-            raise invalid("concurrency", concurrency, "concurrency must be an int of at least 1, or None")
-        if type(overflow) is not int or overflow < 0:
-            raise invalid("overflow", overflow, "overflow must be an int of at least 0")
-        if type(half_life) is not int or half_life < 1:
-            raise invalid("half_life", half_life, "half_life must be an int of at least 1")
-        if type(routers) is not int or routers < 1:
-            raise invalid("routers", routers, "routers must be an int of at least 1")
-        if type(read_engine) is not bool:
-            raise invalid("read_engine", read_engine, "read_engine must be a bool")
-        self._settings = Settings(
-            listing_interval=float(listing_interval),
+        self._settings = Settings.checked(
+            listing_interval=listing_interval,
             headroom=headroom,
             concurrency=concurrency,
             overflow=overflow,
             half_life=half_life,
-            backoff=float(backoff),
-            max_backoff=float(max_backoff),
-            refusal=float(refusal),
+            backoff=backoff,
+            max_backoff=max_backoff,
+            refusal=refusal,
             routers=routers,
             read_engine=read_engine,
         )
@@ -397,11 +378,7 @@ class AdapterStateMachine:
             case _:
                 assert_never(event)
 
-    # -- spellings of handle, one per event ------------------------------------------------------------
-
-    def request(self, ticket: int, *, replica: str, adapter: str, path: str) -> list[Command]:
-        """``handle(Requested(...))``: a request wants ``adapter`` on ``replica``."""
-        return self.handle(Requested(ticket=ticket, replica=replica, adapter=adapter, path=path))
+    # -- spellings of handle: the one with a path of its own (the rest: _spellings.Spellings) ----------
 
     def release(self, ticket: int) -> list[Command]:
         """``handle(Released(...))``: the request is done with its adapter (straight to [release],
@@ -409,117 +386,6 @@ class AdapterStateMachine:
         if self._direct and not self._parked:
             return self._released(ticket)
         return self.handle(Released(ticket=ticket))
-
-    def cancel(self, ticket: int) -> list[Command]:
-        """``handle(Cancelled(...))``: the request went away."""
-        return self.handle(Cancelled(ticket=ticket))
-
-    def load_finished(self, load: int, outcome: LoadOutcome, message: str = "") -> list[Command]:
-        """``handle(LoadFinished(...))``: the engine answered a load."""
-        return self.handle(LoadFinished(load=load, outcome=outcome, message=message))
-
-    def unload_finished(self, unload: int, outcome: UnloadOutcome, message: str = "") -> list[Command]:
-        """``handle(UnloadFinished(...))``: the engine answered an unload."""
-        return self.handle(UnloadFinished(unload=unload, outcome=outcome, message=message))
-
-    def listing_received(self, listing: int, adapters: Iterable[str]) -> list[Command]:
-        """``handle(ListingReceived(...))``: the replica's listing named ``adapters``."""
-        names = adapters if isinstance(adapters, str) else tuple(adapters)
-        return self.handle(ListingReceived(listing=listing, adapters=names))  # type: ignore[arg-type]
-
-    def listing_failed(self, listing: int, message: str = "") -> list[Command]:
-        """``handle(ListingFailed(...))``: the replica's listing could not be read."""
-        return self.handle(ListingFailed(listing=listing, message=message))
-
-    def adapter_missing(self, *, replica: str, adapter: str, ticket: int | None = None) -> list[Command]:
-        """``handle(AdapterMissing(...))``: the replica said it does not have ``adapter``."""
-        return self.handle(AdapterMissing(replica=replica, adapter=adapter, ticket=ticket))
-
-    def replica_failed(self, replica: str, message: str = "") -> list[Command]:
-        """``handle(ReplicaFailed(...))``: the router saw ``replica`` fail."""
-        return self.handle(ReplicaFailed(replica=replica, message=message))
-
-    def served_elsewhere(self, replica: str, failed: Iterable[str]) -> list[Command]:
-        """``handle(ServedElsewhere(...))``: ``replica`` served what ``failed`` answered with a 5xx."""
-        names = failed if isinstance(failed, str) else tuple(failed)
-        return self.handle(ServedElsewhere(replica=replica, failed=names))  # type: ignore[arg-type]
-
-    def pin(self, adapter: str, *, path: str, copies: int = 1, model: str | None = None) -> list[Command]:
-        """``handle(AdapterPinned(...))``: keep ``adapter`` loaded on ``copies`` replicas."""
-        return self.handle(AdapterPinned(adapter=adapter, path=path, copies=copies, model=model))
-
-    def unpin(self, adapter: str) -> list[Command]:
-        """``handle(AdapterUnpinned(...))``: ``adapter`` may be evicted again."""
-        return self.handle(AdapterUnpinned(adapter=adapter))
-
-    def forget_refusal(self, adapter: str | None = None) -> list[Command]:
-        """``handle(RefusalForgotten(...))``: the engine may take ``adapter`` now (None: every adapter)."""
-        return self.handle(RefusalForgotten(adapter=adapter))
-
-    def adapter_changed(self, adapter: str) -> list[Command]:
-        """``handle(AdapterChanged(...))``: the files behind ``adapter`` changed."""
-        return self.handle(AdapterChanged(adapter=adapter))
-
-    def dismiss(self, replica: str, adapter: str) -> list[Command]:
-        """``handle(AdapterDismissed(...))``: an operator asks ``replica`` to unload idle ``adapter``."""
-        return self.handle(AdapterDismissed(replica=replica, adapter=adapter))
-
-    def route(
-        self,
-        ticket: int,
-        *,
-        adapter: str,
-        path: str,
-        model: str | None = None,
-        exclude: Iterable[str] = (),
-        now: float | None = None,
-    ) -> list[Command]:
-        """``handle(Routed(...))``: a request wants ``adapter`` wherever placement puts it (at ``now``)."""
-        skip = exclude if isinstance(exclude, str) else tuple(exclude)
-        return self.handle(
-            Routed(ticket=ticket, adapter=adapter, path=path, model=model, exclude=skip, now=now)  # type: ignore[arg-type]
-        )
-
-    def reading_received(
-        self,
-        read: int,
-        adapters: Iterable[str] | None,
-        *,
-        running: int | None = None,
-        waiting: int | None = None,
-        max_loras: int | None = None,
-    ) -> list[Command]:
-        """``handle(ReadingReceived(...))``: the engine's figures, ``adapters`` None without the gauge."""
-        names = adapters if adapters is None or isinstance(adapters, str) else tuple(adapters)
-        event = ReadingReceived(
-            read=read,
-            adapters=names,  # type: ignore[arg-type]
-            running=running,
-            waiting=waiting,
-            max_loras=max_loras,
-        )
-        return self.handle(event)
-
-    def reading_failed(self, read: int, message: str = "") -> list[Command]:
-        """``handle(ReadingFailed(...))``: the read of an engine got no usable answer."""
-        return self.handle(ReadingFailed(read=read, message=message))
-
-    def add_replica(self, replica: str, *, model: str, limit: int) -> list[Command]:
-        """``handle(ReplicaAdded(...))``: the router will use ``replica``."""
-        return self.handle(ReplicaAdded(replica=replica, model=model, limit=limit))
-
-    def remove_replicas(self, replicas: Iterable[str]) -> list[Command]:
-        """``handle(ReplicasRemoved(...))``: the router no longer uses these replicas."""
-        ids = replicas if isinstance(replicas, str) else tuple(replicas)
-        return self.handle(ReplicasRemoved(replicas=ids))  # type: ignore[arg-type]
-
-    def set_limit(self, model: str, limit: int) -> list[Command]:
-        """``handle(LimitSet(...))``: every replica of ``model`` may hold ``limit`` adapters."""
-        return self.handle(LimitSet(model=model, limit=limit))
-
-    def advance(self, now: float) -> list[Command]:
-        """``handle(TimeAdvanced(...))``: the shell's clock reads ``now``."""
-        return self.handle(TimeAdvanced(now=now))
 
     # -- §3.1 requests: [hit], [join], [wait-unload], [read], [cold], [evict] --------------------------
 
@@ -1608,9 +1474,8 @@ class AdapterStateMachine:
         with_room: list[str] = []
         known = self._replicas
         clock = self._clock
-        alone = (
-            self._settings.routers == 1
-        )  # _line is the limit: read in place, since a view asks per candidate
+        # With one router _line is the limit: read in place, since a view asks per candidate.
+        alone = self._settings.routers == 1
         for replica in replicas:
             rep = known.get(replica)
             if rep is None or rep.removed:
@@ -1844,32 +1709,17 @@ class AdapterStateMachine:
         chosen_key: tuple[Any, ...] = ()
         chosen_kind = 0
         clock = self._clock
-        shared = self._settings.routers > 1
         for rep in self._replicas.values():
-            if rep.removed or not rep.met or rep.id in skip or rep.avoid_until > clock:
-                continue
-            if (model is not None and rep.model != model) or adapter in rep.held or adapter in rep.loading:
+            if rep.removed:
                 continue
             busy = self._busy(rep, extra)
-            if spread:
-                seqs = self._seqs(rep)
-                if seqs is not None and busy >= max(1, 3 * seqs // 4):
-                    continue
-            count = len(rep.held) + len(rep.loading)
-            line = self._line(rep) if shared else rep.limit
-            if self._at_cap(rep):
-                if spread:
-                    continue  # at its cap: the request would wait for room, while others may have some
-                kind, cost = 4, (0, 0)
-            elif count < line:
-                kind, cost = 0, (0, 0)
-            elif not rep.idle:
-                kind, cost = (1 if count < line + self._settings.overflow else 3), (0, 0)
-            else:
-                victim = self._victim(rep)
-                kind, cost = 2, (self._weight(victim), max(rep.idle[victim], 0))
+            if not self._candidate(adapter, model, skip, spread, busy, clock, rep):
+                continue
+            kind, a, b, *_ = self._cold_key(rep)
+            if spread and kind == 4:
+                continue  # at its cap: the request would wait for room, while others may have some
             last = (busy, rep.served, -_rendezvous(adapter, rep.id))
-            key = (kind == 4, *last) if least else (kind, *cost, *last)
+            key = (kind == 4, *last) if least else (kind, a, b, *last)
             if chosen is None or key < chosen_key:
                 chosen, chosen_key, chosen_kind = rep, key, kind
         if chosen is None:
@@ -1905,11 +1755,12 @@ class AdapterStateMachine:
         model: str | None,
         skip: Container[str],
         spread: bool,
-        busy: int,
+        busy: float,
         clock: float,
         rep: Replica,
     ) -> bool:
-        """[place]: whether ``rep`` (in use, in the index) is a candidate for a cold load of ``adapter``.
+        """[place]: whether ``rep`` (in use) is a candidate for a cold load of ``adapter``, the scan's
+        and the index's alike (a candidate at its cap is the caller's to pass over or not).
 
         The replica comes last, so that a ``functools.partial`` binds the rest for a walk (``_first``).
         """
@@ -2237,113 +2088,7 @@ class AdapterStateMachine:
         It checks what ``statistics`` cannot show: every operation, lease and waiter is accounted
         for exactly once, and a removed replica is kept exactly as long as it must be.
         """
-        uses: dict[int, int] = {}
-        for ticket, held in self._leases.items():
-            assert 0 < ticket <= self._last_ticket, ticket
-            assert ticket not in self._waiting, ticket
-            uses[id(held)] = uses.get(id(held), 0) + 1
-        for ticket, waited in self._waiting.items():
-            assert 0 < ticket <= self._last_ticket, ticket
-            if isinstance(waited, Load):
-                assert ticket in waited.waiters, ticket
-                assert waited.replica.loading.get(waited.adapter) is waited, ticket
-            elif isinstance(waited, Unload):
-                assert ticket in [t for t, _ in waited.waiters], ticket
-                assert waited.replica.unloading.get(waited.adapter) is waited, ticket
-            elif isinstance(waited, Read):
-                assert [w[0] for w in waited.waiters].count(ticket) == 1, ticket
-                assert waited.replica.read is waited, ticket
-            elif isinstance(waited, Parked):
-                assert [r.ticket for r in waited.routes].count(ticket) == 1, ticket
-                assert self._parked.get(waited.adapter) is waited, ticket
-            else:
-                assert ticket in [w[0] for w in waited.waiters], ticket
-                assert waited.replica.queue is waited, ticket
-        outstanding: dict[str, int] = {}
-        for op, operation in self._ops.items():
-            assert 0 < op < self._next_op, op
-            assert operation.op == op, op
-            rep = operation.replica
-            assert self._replicas.get(rep.id) is rep, f"operation {op} of a forgotten replica"
-            outstanding[rep.id] = outstanding.get(rep.id, 0) + 1
-        in_flight: dict[int, int] = {}  # by the replica object: a forgotten one's id can come back
-        for held in self._leases.values():
-            in_flight[id(held.replica)] = in_flight.get(id(held.replica), 0) + 1
-        for ticket, waited in self._waiting.items():
-            if isinstance(waited, Parked):
-                continue  # [renew]: a parked routed request is counted on no replica
-            if isinstance(waited, Read) and next(w for w in waited.waiters if w[0] == ticket)[3] is not None:
-                continue  # a routed request not yet assigned is counted on no replica
-            in_flight[id(waited.replica)] = in_flight.get(id(waited.replica), 0) + 1
-        where = {
-            (name, rep.id)
-            for rep in self._replicas.values()
-            if not rep.removed
-            for name in rep.held.keys() | rep.loading.keys()
-            if name not in rep.unloading  # [renew]: an old copy is no holder
-        }
-        assert where == {(name, rid) for name, reps in self._where.items() for rid in reps}, "index"
-        assert all(self._where.values()), "empty index entry"
-        # [place]'s index of cold keys: up to date once the replicas touched are read again, so that a
-        # change that touched no replica shows here.
-        self._reindex()
-        self._index.check(self._replicas.values(), self._indexed_key)
-        for rid, rep in self._replicas.items():
-            assert rep.id == rid
-            assert rep.in_flight == in_flight.get(id(rep), 0), (rid, rep.in_flight)
-            assert rep.outstanding == outstanding.get(rid, 0), (rid, rep.outstanding)
-            # An adapter is held, loading or unloading, except an old copy of a changed one ([renew]):
-            # held or loading, and its unload waiting for it.
-            assert not rep.held.keys() & rep.loading.keys(), rid
-            old = rep.unloading.keys() & (rep.held.keys() | rep.loading.keys())
-            assert all(rep.unloading[n].renew and rep.unloading[n].op is None for n in old), rid
-            idle = {
-                n
-                for n, h in rep.held.items()
-                if not h.in_use and n not in self._pins and n not in rep.named and n not in old
-            }
-            assert set(rep.idle) == (set() if rep.removed else idle), rid
-            for name, held in rep.held.items():
-                assert held.current, (rid, name)
-                assert held.replica is rep, (rid, name)
-                assert held.adapter == name, (rid, name)
-                assert held.in_use == uses.get(id(held), 0), (rid, name, held.in_use)
-            doomed = [u for load in rep.loading.values() for u in load.victims]
-            for name, load in rep.loading.items():
-                assert self._ops.get(load.op) is load, (rid, name)
-                assert load.adapter == name, (rid, name)
-                assert all(self._waiting.get(t) is load for t in load.waiters), (rid, name)
-                assert all(rep.unloading.get(u.adapter) is u for u in load.victims), (rid, name)
-            for name, unload in rep.unloading.items():
-                if name in old:
-                    assert all(u is not unload for u in doomed), (rid, name)
-                    if name in rep.held and not rep.removed:  # it goes once nothing runs on it
-                        assert rep.held[name].in_use or name in rep.named, (rid, name)
-                elif unload.op is None:  # a victim: its load still out ([evict])
-                    assert sum(u is unload for u in doomed) == 1, (rid, name)
-                else:
-                    assert self._ops.get(unload.op) is unload, (rid, name)
-                assert unload.adapter == name, (rid, name)
-                assert all(self._waiting.get(t) is unload for t, _ in unload.waiters), (rid, name)
-            assert len(doomed) == sum(u.op is None and n not in old for n, u in rep.unloading.items()), rid
-            stamps = list(rep.idle.values())
-            assert stamps == sorted(set(stamps)), rid  # they rise along idle: a victim goes back by it
-            if rep.listing is None:
-                assert not rep.dropped_while_listing, rid
-            else:
-                assert self._ops.get(rep.listing.op) is rep.listing, rid
-            if rep.read is not None:
-                assert self._ops.get(rep.read.op) is rep.read, rid
-                assert all(self._waiting.get(w[0]) is rep.read for w in rep.read.waiters), rid
-            if rep.removed:
-                assert rep.outstanding or rep.held, f"removed replica {rid} kept for nothing"
-                assert not rep.idle, rid
-                assert all(not load.waiters and not load.victims for load in rep.loading.values()), rid
-                assert all(u.op is not None or n in old for n, u in rep.unloading.items()), rid
-                assert rep.listing is None, rid
-                assert rep.read is None, rid
-            else:
-                assert (rep.due, rid) in self._due, rid
+        check_invariants(self)
 
     def _new_op(self) -> int:
         op = self._next_op

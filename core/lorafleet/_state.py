@@ -4,10 +4,12 @@ changes them is in ``_machine``."""
 
 from __future__ import annotations
 
+import math
 from collections import OrderedDict
 
 import attrs
 
+from ._fields import invalid, is_number
 from ._index import Key
 
 
@@ -189,7 +191,7 @@ class Replica:
 
 @attrs.frozen(kw_only=True)
 class Settings:
-    """The machine's settings, as ``AdapterStateMachine`` takes them (checked there)."""
+    """The machine's settings, as ``AdapterStateMachine`` takes them."""
 
     listing_interval: float
     headroom: int | None
@@ -201,6 +203,55 @@ class Settings:
     refusal: float
     routers: int
     read_engine: bool
+
+    @classmethod
+    def checked(
+        cls,
+        *,
+        listing_interval: float,
+        headroom: int | None,
+        concurrency: int | None,
+        overflow: int,
+        half_life: int,
+        backoff: float,
+        max_backoff: float,
+        refusal: float,
+        routers: int,
+        read_engine: bool,
+    ) -> Settings:
+        """The settings, each of its kind (SPEC.md §1.4); else the first wrong one's InvalidValueError."""
+        for name, seconds in (
+            ("listing_interval", listing_interval),
+            ("backoff", backoff),
+            ("max_backoff", max_backoff),
+            ("refusal", refusal),
+        ):
+            if not (is_number(seconds) and 0 < seconds < math.inf):
+                raise invalid(name, seconds, f"{name} must be a positive number of seconds")
+        if headroom is not None and (type(headroom) is not int or headroom < 0):
+            raise invalid("headroom", headroom, "headroom must be an int of at least 0, or None")
+        if concurrency is not None and (type(concurrency) is not int or concurrency < 1):
+            raise invalid("concurrency", concurrency, "concurrency must be an int of at least 1, or None")
+        if type(overflow) is not int or overflow < 0:
+            raise invalid("overflow", overflow, "overflow must be an int of at least 0")
+        if type(half_life) is not int or half_life < 1:
+            raise invalid("half_life", half_life, "half_life must be an int of at least 1")
+        if type(routers) is not int or routers < 1:
+            raise invalid("routers", routers, "routers must be an int of at least 1")
+        if type(read_engine) is not bool:
+            raise invalid("read_engine", read_engine, "read_engine must be a bool")
+        return cls(
+            listing_interval=float(listing_interval),
+            headroom=headroom,
+            concurrency=concurrency,
+            overflow=overflow,
+            half_life=half_life,
+            backoff=float(backoff),
+            max_backoff=float(max_backoff),
+            refusal=float(refusal),
+            routers=routers,
+            read_engine=read_engine,
+        )
 
 
 @attrs.define(eq=False)
