@@ -557,6 +557,22 @@ MUTANTS = [
         "theirs + 1 <= mine",
     ),
     Mutant(
+        "place-base-no-turn",
+        "place-base",
+        "equal replicas do not take turns: the first in id order takes every tie",
+        MACHINE,
+        "key = (self._busy(rep, extra), (i - turn) % len(ids))",
+        "key = (self._busy(rep, extra), i)",
+    ),
+    Mutant(
+        "place-base-healthy-ignored",
+        "place-base",
+        "a replica the router knows healthy is passed over while avoided",
+        MACHINE,
+        "(rep.avoid_until > self._clock and rid not in allowed)",
+        "rep.avoid_until > self._clock",
+    ),
+    Mutant(
         "place-burst-bound-full",
         "place",
         "a cold load may go to an engine at three quarters of its capacity or more",

@@ -609,6 +609,22 @@ async def test_a_path_the_caller_gives_is_the_one_loaded_and_no_source_is_asked(
     ]
 
 
+async def test_place_base_is_the_machines_answer_for_the_base_model(
+    fleet_type: type[Fleet], serve: Callable[..., StandInServer], adapter_dir: Path
+) -> None:
+    servers = [serve(), serve()]
+    reps = replicas(servers)
+    async with fleet_type(replicas=reps, adapters=adapter_dir) as fleet:
+        assert [fleet.place_base("tiny", turn=t) for t in range(3)] == [reps[0], reps[1], reps[0]]
+        async with fleet.route("a0") as lease:  # an adapter request in flight counts too
+            other = reps[1] if lease.replica is reps[0] else reps[0]
+            assert fleet.place_base("tiny", turn=0) is other
+            assert fleet.place_base("tiny", turn=0, load={other.id: 2}) is lease.replica
+        assert fleet.place_base("tiny", exclude=[r.id for r in reps]) is None
+        assert fleet.place_base("nope") is None
+        quiet(fleet)
+
+
 async def test_a_folder_source_sees_adapters_added_later(
     fleet_type: type[Fleet], standin: StandInServer, tmp_path: Path
 ) -> None:

@@ -27,7 +27,7 @@ const COMMANDS = {
 // The queries of each format: /1, still accepted, called `named` "reported" (SPEC.md §6.3).
 const QUERIES = {
   "lorafleet-vector/2": [
-    "view", "statistics", "next_due", "is_met", "named", "reading", "demand", "refusal", "blame", "place",
+    "view", "statistics", "next_due", "is_met", "named", "reading", "demand", "refusal", "blame", "place", "place_base",
   ],
   "lorafleet-vector/1": ["view", "statistics", "next_due", "is_met", "reported", "reading", "blame", "place"],
 };

@@ -80,6 +80,7 @@ RULES_BY_NAME = [
     ("forget", ["forget"]),
     ("replicas", ["replicas"]),
     ("view", ["view"]),
+    ("place_base", ["place-base", "load"]),
     ("place", ["place"]),
     ("health", ["health", "place"]),
     ("blame", ["blame", "health"]),
@@ -655,6 +656,8 @@ STEP_ORDER = (
     "model",
     "exclude",
     "load",
+    "turn",
+    "healthy",
     "result",
 )
 

@@ -107,6 +107,30 @@ class Recorder(AdapterStateMachine):
         self.steps.append(step)
         return result
 
+    def place_base(
+        self,
+        model: str,
+        *,
+        exclude: Iterable[str] = (),
+        load: Mapping[str, float] | None = None,
+        turn: int = 0,
+        healthy: Iterable[str] = (),
+    ) -> str | None:
+        skip, ok = sorted(exclude), sorted(healthy)
+        result = super().place_base(model, exclude=skip, load=load, turn=turn, healthy=ok)
+        step: dict[str, Any] = {"query": "place_base", "model": model}
+        if skip:
+            step["exclude"] = skip
+        if load:
+            step["load"] = dict(sorted(load.items()))
+        if turn:
+            step["turn"] = turn
+        if ok:
+            step["healthy"] = ok
+        step["result"] = result
+        self.steps.append(step)
+        return result
+
     def next_due(self) -> float | None:
         result = super().next_due()
         self.steps.append({"query": "next_due", "result": result})

@@ -154,7 +154,7 @@ from ._events import (
     TimeAdvanced,
     UnloadFinished,
 )
-from ._fields import ADAPTER, check_fields
+from ._fields import ADAPTER, check_fields, invalid
 from ._index import ColdIndex, Key
 from ._invariants import check_invariants
 from ._rendezvous import weight as _rendezvous
@@ -1649,6 +1649,45 @@ class AdapterStateMachine(Spellings):
             if mine is not None and theirs is not None and theirs + SPILL_MARGIN <= mine:
                 return other
         return self._at(holder, adapter)
+
+    def place_base(
+        self,
+        model: str,
+        *,
+        exclude: Iterable[str] = (),
+        load: Mapping[str, float] | None = None,
+        turn: int = 0,
+        healthy: Iterable[str] = (),
+    ) -> str | None:
+        """Where a request for the base model ``model`` itself should go ([place-base]): pure.
+
+        The least busy of ``model``'s replicas in use, less ``exclude``, and less those placement
+        avoids ([health]) unless the caller knows them ``healthy`` for the base model; ties go round,
+        from the replica ``turn`` places first (the caller moves ``turn`` on at each request). None
+        when no replica is left.
+
+        Args:
+            load: a figure per replica id the router reports (e.g. its base-model requests there),
+                added to its [load].
+        """
+        if type(model) is not str or not model:
+            raise invalid("model", model, "model must be a non-empty str")
+        if type(turn) is not int:
+            raise invalid("turn", turn, "turn must be an int")
+        ids = sorted(rid for rid, rep in self._replicas.items() if not rep.removed and rep.model == model)
+        skip = set(exclude)
+        allowed = set(healthy)
+        extra = load or {}
+        best: str | None = None
+        best_key: tuple[float, int] = (0.0, 0)
+        for i, rid in enumerate(ids):
+            rep = self._replicas[rid]
+            if rid in skip or (rep.avoid_until > self._clock and rid not in allowed):
+                continue
+            key = (self._busy(rep, extra), (i - turn) % len(ids))
+            if best is None or key < best_key:
+                best, best_key = rid, key
+        return best
 
     @staticmethod
     def _at(rep: Replica, adapter: str) -> Placement:

@@ -11,8 +11,9 @@ the rule identifiers it exercises (SPEC.md), the machine's configuration and its
 - ``{"query": "view", "replicas": [...], "adapter": "a", "result": {...}}``, and likewise
   ``"statistics"`` (no arguments), ``"next_due"``, ``"is_met"``, ``"named"`` and ``"reading"``
   (``"replica"``), ``"demand"`` and ``"refusal"`` (``"adapter"``), ``"blame"`` (``"replica"``, ``"failed"``),
-  and ``"place"`` (``"adapter"``, and optionally ``"model"``, ``"exclude"``, ``"load"``): what the
-  machine answers at that point.
+  ``"place"`` (``"adapter"``, and optionally ``"model"``, ``"exclude"``, ``"load"``) and
+  ``"place_base"`` (``"model"``, and optionally ``"exclude"``, ``"load"``, ``"turn"``, ``"healthy"``):
+  what the machine answers at that point.
 
 Format ``lorafleet-vector/1`` is still replayed. It differs only in a query's name: its ``"reported"``
 is ``"named"`` (SPEC.md 6.3), a name a ``/2`` vector may not use.
@@ -154,6 +155,14 @@ def _query(machine: AdapterStateMachine, step: dict[str, Any]) -> Any:
                 load=step.get("load"),
             )
             return encode_placement(placement)
+        case "place_base":
+            return machine.place_base(
+                step["model"],
+                exclude=step.get("exclude", ()),
+                load=step.get("load"),
+                turn=step.get("turn", 0),
+                healthy=step.get("healthy", ()),
+            )
     raise ValueError(f"unknown query {step['query']!r}")
 
 

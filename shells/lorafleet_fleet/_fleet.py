@@ -739,6 +739,22 @@ class Fleet:
         """The machine's frozen snapshot: counts, and what every replica holds with its in-use counts."""
         return self._machine.statistics()
 
+    def place_base(
+        self,
+        model: str,
+        *,
+        exclude: Iterable[str] = (),
+        load: Mapping[str, float] | None = None,
+        turn: int = 0,
+        healthy: Iterable[str] = (),
+    ) -> Replica | None:
+        """The replica a request for the base model ``model`` itself should go to ([place-base]), or
+        None: the least busy of its replicas (``load``, the caller's own requests there, added),
+        equal ones in turn as ``turn`` moves on; one placement avoids only if it is in ``healthy``.
+        ``AdapterStateMachine.place_base`` says the rest."""
+        rid = self._machine.place_base(model, exclude=exclude, load=load, turn=turn, healthy=healthy)
+        return None if rid is None else self._replicas[rid]
+
     def replica_statistics(self, replica: str) -> ReplicaStatistics | None:
         """One replica's part of ``statistics()`` (held, in use, in flight, failing), None if not in use."""
         return self._machine.replica_statistics(replica)

@@ -727,30 +727,16 @@ class Router:
         return bool(upstreams) and all(u.replica.id in held for u in upstreams)
 
     def _least_busy(self, model: str, tried: Collection[str]) -> _Upstream | None:
-        """The healthy replica of ``model`` with the fewest requests in flight, not tried yet.
-
-        Busy counts this router's adapter requests (the fleet's) and base-model requests (its own);
-        ties take turns, so that equal replicas share the base model's traffic.
-        """
-        candidates = self._by_model.get(model, ())
-        count = len(candidates)
+        """The replica of ``model`` the machine places a base-model request on ([place-base]), not
+        tried yet: the least busy, counting this router's base-model requests (its own) beside its
+        adapter requests (the fleet's); equal ones take turns. A replica avoided for its adapters alone
+        (its runtime LoRA routes or LoRA off) still serves its base model."""
         self._turn += 1
-        best: _Upstream | None = None
-        best_key = (0, 0)
-        for i, upstream in enumerate(candidates):
-            rid = upstream.replica.id
-            if rid in tried:
-                continue
-            stats = self.fleet.replica_statistics(rid)
-            if stats is None:
-                continue
-            # A replica avoided for a misconfiguration of LoRA alone still serves the base model.
-            if stats.failing_until is not None and not self.readiness.lora_only(rid):
-                continue
-            key = (stats.in_flight + upstream.base, (i - self._turn) % count)
-            if best is None or key < best_key:
-                best, best_key = upstream, key
-        return best
+        own = {up.replica.id: up.base for up in self._by_model.get(model, ()) if up.base}
+        replica = self.fleet.place_base(
+            model, exclude=tried, load=own, turn=self._turn, healthy=self.readiness.lora_only()
+        )
+        return None if replica is None else self._upstreams.get(replica.id)
 
     async def _forward(
         self,

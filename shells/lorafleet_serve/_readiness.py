@@ -80,10 +80,10 @@ class Readiness:
         problem = self._problems.get(replica)
         return None if problem is None else self._words(replica, problem)
 
-    def lora_only(self, replica: str) -> bool:
-        """Whether what ``replica`` cannot do is adapters alone (its routes or LoRA are off): its base
-        model it serves still."""
-        return self._problems.get(replica) in (Problem.ROUTES, Problem.LORA)
+    def lora_only(self) -> frozenset[str]:
+        """The replicas whose only fault is adapters (their routes or LoRA are off): their base
+        model they serve still."""
+        return frozenset(rid for rid, p in self._problems.items() if p in (Problem.ROUTES, Problem.LORA))
 
     def not_ready(self, problem: Problem | None = None) -> list[str]:
         """The replicas held not ready (for ``problem``, or any), by id."""

@@ -1252,6 +1252,25 @@ export class Machine {
     return atHolder(holder);
   }
 
+  // [place-base]: the least busy replica of the model, equal ones in turn from `turn`.
+  place_base(model, { exclude = [], load = {}, turn = 0, healthy = [] } = {}) {
+    const ids = [...this.replicas.values()].filter((rep) => !rep.removed && rep.model === model)
+      .map((rep) => rep.id).sort(byName);
+    const first = Number(turn); // integers may come as BigInt
+    let chosen = null;
+    let chosenKey = null;
+    ids.forEach((id, i) => {
+      const rep = this.replicas.get(id);
+      if (exclude.includes(id) || (this.avoided(rep) && !healthy.includes(id))) return;
+      const key = [this.load(rep) + Number(load[id] ?? 0), (((i - first) % ids.length) + ids.length) % ids.length];
+      if (chosen === null || key[0] < chosenKey[0] || (key[0] === chosenKey[0] && key[1] < chosenKey[1])) {
+        chosen = id;
+        chosenKey = key;
+      }
+    });
+    return chosen;
+  }
+
   // [load]: this router's requests on the replica, and the others' as its last reading showed them.
   load(rep) {
     return rep.inFlight + rep.others;

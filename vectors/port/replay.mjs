@@ -79,6 +79,10 @@ function query(machine, step) {
     case "blame": return machine.blame(step.replica, step.failed);
     case "place":
       return machine.place(step.adapter, { model: step.model, exclude: step.exclude, load: step.load });
+    case "place_base":
+      return machine.place_base(step.model, {
+        exclude: step.exclude, load: step.load, turn: step.turn, healthy: step.healthy,
+      });
     default: throw new Error(`unknown query ${step.query}`);
   }
 }
