@@ -156,7 +156,7 @@ from ._events import (
 )
 from ._fields import ADAPTER, check_fields, invalid
 from ._index import ColdIndex, Key
-from ._invariants import check_invariants
+from ._invariants import Invariants
 from ._rendezvous import weight as _rendezvous
 from ._snapshots import Placement, Reading, Refusal, ReplicaStatistics, Statistics, View
 from ._spellings import Spellings
@@ -226,7 +226,7 @@ def no_replica_message(adapter: str, model: str | None) -> str:
     return f"no replica{of} to place '{adapter}' on: each is failing, excluded, or not in use"
 
 
-class AdapterStateMachine(Spellings):
+class AdapterStateMachine(Spellings, Invariants):
     """Decides which replica holds which LoRA adapter, as a sans-IO state machine.
 
     Feed it events with ``handle`` (or the methods that spell it: ``request``, ``release``,
@@ -2119,15 +2119,7 @@ class AdapterStateMachine(Spellings):
                 del self._parked[adapter]
         return commands
 
-    # -- invariants, numbers and ticks -----------------------------------------------------------------
-
-    def check_invariants(self) -> None:
-        """Raise AssertionError if the machine's state contradicts itself (for tests and fuzzing).
-
-        It checks what ``statistics`` cannot show: every operation, lease and waiter is accounted
-        for exactly once, and a removed replica is kept exactly as long as it must be.
-        """
-        check_invariants(self)
+    # -- numbers and ticks (the invariants: _invariants.Invariants) ------------------------------------
 
     def _new_op(self) -> int:
         op = self._next_op
