@@ -906,6 +906,11 @@ class Model:
         victim = rep.lru[0]
         return 2, self.demand.get(victim, 0).bit_length(), max(rep.stamps[victim], 0)
 
+    def cold_key(self, rep: Replica, adapter: str, busy: float, weight: int) -> tuple[float, ...]:
+        """[place] step 2's key: (kind, busy, a, b, served, -weight)."""
+        kind, a, b = self.kind(rep, adapter)
+        return (kind, busy, a, b, rep.served, weight)
+
     def place(
         self,
         adapter: str,
@@ -958,7 +963,7 @@ class Model:
             ):
                 room.append(rep)
         if room:
-            return cold(min(room, key=lambda r: (*self.kind(r, adapter), busy(r), r.served, -weight(r))))
+            return cold(min(room, key=lambda r: self.cold_key(r, adapter, busy(r), -weight(r))))
         other = min(  # 3
             others, key=lambda r: (self.kind(r, adapter)[0] == 4, busy(r), r.served, -weight(r)), default=None
         )

@@ -20,7 +20,7 @@ from typing import Generic, Protocol, TypeVar
 from ._rendezvous import Lanes, mix, name_hash
 
 Key = tuple[int, int, int, int, int]
-"""A cold key: (kind, victim's level, victim's idle stamp, busy, served), compared as a tuple."""
+"""A cold key: (kind, busy, victim's level, victim's idle stamp, served), compared as a tuple."""
 
 TIE = 16
 """Past this many replicas tied on a cold key, and past a quarter of the replicas in use (a pass over

@@ -1615,8 +1615,9 @@ class AdapterStateMachine(Spellings, Invariants):
         Candidates are the replicas in use (of ``model`` when given), not avoided, less ``exclude``
         (replicas this request already tried). The least busy holder takes it unless it is busy (past
         ``concurrency``); else a cold load goes where it costs least: a free slot, a replica whose
-        adapters are all in use (a little over its limit evicts nothing), else the replica whose
-        victim is in least demand and idle longest. Ties go to the replica that has served fewest,
+        adapters are all in use (a little over its limit evicts nothing), else the least busy replica
+        with an adapter to evict, the one whose victim is in least demand and idle longest among
+        equally busy ones. Ties go to the replica that has served fewest,
         then to the highest rendezvous hash, so that routers with the same view choose alike.
 
         Args:
@@ -1754,11 +1755,11 @@ class AdapterStateMachine(Spellings, Invariants):
             busy = self._busy(rep, extra)
             if not self._candidate(adapter, model, skip, spread, busy, clock, rep):
                 continue
-            kind, a, b, *_ = self._cold_key(rep)
+            kind, _, a, b, served = self._cold_key(rep)
             if spread and kind == 4:
                 continue  # at its cap: the request would wait for room, while others may have some
-            last = (busy, rep.served, -_rendezvous(adapter, rep.id))
-            key = (kind == 4, *last) if least else (kind, a, b, *last)
+            weight = -_rendezvous(adapter, rep.id)
+            key = (kind == 4, busy, served, weight) if least else (kind, busy, a, b, served, weight)
             if chosen is None or key < chosen_key:
                 chosen, chosen_key, chosen_kind = rep, key, kind
         if chosen is None:
@@ -1770,7 +1771,7 @@ class AdapterStateMachine(Spellings, Invariants):
     ) -> Placement:
         """[place], a cold load, from the index: the same answer as the scan of ``_place_cold``.
 
-        The key ``(kind, a, b, busy, served, -weight)`` of a candidate is its cold key (``_cold_key``,
+        The key ``(kind, busy, a, b, served, -weight)`` of a candidate is its cold key (``_cold_key``,
         the same for every adapter) and the rendezvous weight: the index reads the cold keys in order
         and answers with the heaviest candidate of the first that has one.
         """
@@ -1780,7 +1781,7 @@ class AdapterStateMachine(Spellings, Invariants):
         def accept(key: Key) -> Callable[[Replica], bool] | None:
             if spread and key[0] == 4:
                 return None  # at its cap: the request would wait for room, while others may have some
-            return functools.partial(self._candidate, adapter, model, skip, spread, key[3], clock)
+            return functools.partial(self._candidate, adapter, model, skip, spread, key[1], clock)
 
         found = self._index.best(adapter, accept)
         if found is None:
@@ -1814,20 +1815,20 @@ class AdapterStateMachine(Spellings, Invariants):
         return True
 
     def _cold_key(self, rep: Replica) -> Key:
-        """[place] What a cold load would cost on ``rep``, whatever the adapter: (kind, a, b, busy,
+        """[place] What a cold load would cost on ``rep``, whatever the adapter: (kind, busy, a, b,
         served), ``a`` the victim's level (``_level``: ordered as its weight, and moved by no halving)."""
         count = len(rep.held) + len(rep.loading)
         line = self._line(rep)
         headroom = self._settings.headroom
         busy = rep.in_flight + rep.others
         if headroom is not None and self._at_cap(rep):
-            return (4, 0, 0, busy, rep.served)
+            return (4, busy, 0, 0, rep.served)
         if count < line:
-            return (0, 0, 0, busy, rep.served)
+            return (0, busy, 0, 0, rep.served)
         if not rep.idle:
-            return (1 if count < line + self._settings.overflow else 3, 0, 0, busy, rep.served)
+            return (1 if count < line + self._settings.overflow else 3, busy, 0, 0, rep.served)
         victim = self._victim(rep)
-        return (2, self._level(victim), max(rep.idle[victim], 0), busy, rep.served)
+        return (2, busy, self._level(victim), max(rep.idle[victim], 0), rep.served)
 
     def _reindex(self) -> None:
         """Bring [place]'s index up to date: the cold key of each replica touched since (``_touch``),

@@ -118,6 +118,21 @@ def test_place_a_cold_load_where_the_victim_is_in_least_demand_before_the_oldest
     assert s.machine.place("c") == Placement(replica="r1", placed=Placed.EVICT)
 
 
+def test_place_a_cold_load_on_the_least_busy_before_the_victim_in_least_demand() -> None:
+    """[place] Among replicas that would evict, the least busy comes first: the load and its request
+    wait out that engine's queue. The victims' demand only chooses among replicas as busy."""
+    s = Scenario.with_replicas(("r0", 2), ("r1", 2))
+    s.expect(Released(ticket=s.load("r0", "a")))  # a: 1 request, r0's victim
+    s.load("r0", "c")
+    s.hit("r0", "c")  # two requests run on r0
+    s.expect(Released(ticket=s.load("r1", "d")))
+    for _ in range(3):
+        s.expect(Released(ticket=s.hit("r1", "d")))  # d: 4 requests, r1's victim
+    s.expect(Released(ticket=s.load("r1", "b")))
+    assert s.machine.place("x") == Placement(replica="r1", placed=Placed.EVICT)
+    assert s.machine.place("x", load={"r1": 2}) == Placement(replica="r0", placed=Placed.EVICT)
+
+
 def test_place_over_the_limit_only_where_every_adapter_is_in_use() -> None:
     s = Scenario.with_replicas(("r0", 1), ("r1", 1))
     s.load("r0", "a")

@@ -1318,11 +1318,11 @@ export class Machine {
     const last = [busy, rep.served, -rendezvous(adapter, rep.id)];
     const kind = this.coldKind(rep);
     if (least) return [kind === 4, ...last];
-    if (kind !== 2) return [kind, 0, 0, ...last];
-    // The victim's demand weight, then its idle stamp (a listed adapter's, below 0, read as 0: every router
-    // reads a listed adapter alike).
+    if (kind !== 2) return [kind, busy, 0, 0, ...last.slice(1)];
+    // The least busy first, then the victim's demand weight, then its idle stamp (a listed adapter's,
+    // below 0, read as 0: every router reads a listed adapter alike).
     const victim = this.victim(rep);
-    return [2, this.weight(victim), Math.max(0, rep.idle.get(victim)), ...last];
+    return [2, busy, this.weight(victim), Math.max(0, rep.idle.get(victim)), ...last.slice(1)];
   }
 
   // -- helpers ------------------------------------------------------------------------------------
