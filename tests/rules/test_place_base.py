@@ -6,6 +6,7 @@ import pytest
 
 from lorafleet import InvalidValueError, ReplicaAdded, ReplicaFailed, TimeAdvanced
 
+from .helpers import read_each
 from scenario import Scenario
 
 
@@ -43,6 +44,15 @@ def test_place_base_needs_no_listing() -> None:
     s(ReplicaAdded(replica="r2", model="base", limit=2))
     assert not s.machine.is_met("r2")
     assert s.machine.place_base("base", load={"r0": 1, "r1": 1}) == "r2"
+
+
+def test_place_base_counts_the_other_routers_requests_as_the_last_reading_showed_them() -> None:
+    """[place-base] Busy is [load]'s: the engine's running and waiting, this router's own less."""
+    s = Scenario.reading(("r0", 2), ("r1", 2))
+    assert s.machine.place_base("base", turn=0) == "r0"
+    read_each(s, 30.0, r0={"adapters": [], "running": 2, "waiting": 0})
+    assert s.machine.place_base("base", turn=0) == "r1"
+    assert s.machine.place_base("base", turn=0, load={"r1": 3}) == "r0"
 
 
 def test_place_base_checks_its_model_and_turn() -> None:
