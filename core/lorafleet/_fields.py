@@ -82,7 +82,7 @@ class _Kind:
 ADAPTER = _Kind(_is_name, "adapter name must be a non-empty str")
 _PATH = _Kind(_is_name, "adapter path must be a non-empty str")
 _REPLICA = _Kind(_is_name, "replica id must be a non-empty str")
-_MODEL = _Kind(_is_name, "model must be a non-empty str")
+MODEL = _Kind(_is_name, "model must be a non-empty str")
 _ADAPTER_OR_NONE = _Kind(lambda v: v is None or _is_name(v), "adapter must be a non-empty str or absent")
 _MODEL_OR_NONE = _Kind(lambda v: v is None or _is_name(v), "model must be a non-empty str or absent")
 _TICKET_OR_NONE = _Kind(lambda v: v is None or type(v) is int, "ticket must be an int or absent")
@@ -112,9 +112,9 @@ _EXCLUDED = _Kind(
 )
 
 _FIELDS: dict[type, tuple[tuple[str, _Kind], ...]] = {
-    ReplicaAdded: (("replica", _REPLICA), ("model", _MODEL), ("limit", _AT_LEAST_1)),
+    ReplicaAdded: (("replica", _REPLICA), ("model", MODEL), ("limit", _AT_LEAST_1)),
     ReplicasRemoved: (("replicas", _REMOVED),),
-    LimitSet: (("model", _MODEL), ("limit", _AT_LEAST_1)),
+    LimitSet: (("model", MODEL), ("limit", _AT_LEAST_1)),
     TimeAdvanced: (("now", _NOW),),
     Requested: (("adapter", ADAPTER), ("path", _PATH)),
     Released: (),
@@ -173,4 +173,4 @@ def check_fields(event: Event) -> None:
                     raise invalid(field, item, kind.items.format(field=field))
 
 
-__all__ = ["ADAPTER", "check_fields", "invalid", "is_number"]
+__all__ = ["ADAPTER", "MODEL", "check_fields", "invalid", "is_number"]

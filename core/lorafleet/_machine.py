@@ -154,7 +154,7 @@ from ._events import (
     TimeAdvanced,
     UnloadFinished,
 )
-from ._fields import ADAPTER, check_fields, invalid
+from ._fields import ADAPTER, MODEL, check_fields, invalid
 from ._index import ColdIndex, Key
 from ._invariants import Invariants
 from ._rendezvous import weight as _rendezvous
@@ -1672,7 +1672,7 @@ class AdapterStateMachine(Spellings, Invariants):
                 added to its [load].
         """
         if type(model) is not str or not model:
-            raise invalid("model", model, "model must be a non-empty str")
+            raise MODEL.error("model", model)
         if type(turn) is not int:
             raise invalid("turn", turn, "turn must be an int")
         ids = sorted(rid for rid, rep in self._replicas.items() if not rep.removed and rep.model == model)
