@@ -9,32 +9,8 @@ from typing import Any
 
 import attrs
 
+from . import _events as ev
 from ._errors import InvalidValueError
-from ._events import (
-    AdapterChanged,
-    AdapterDismissed,
-    AdapterMissing,
-    AdapterPinned,
-    AdapterUnpinned,
-    Cancelled,
-    Event,
-    LimitSet,
-    ListingFailed,
-    ListingReceived,
-    LoadFinished,
-    ReadingFailed,
-    ReadingReceived,
-    RefusalForgotten,
-    Released,
-    ReplicaAdded,
-    ReplicaFailed,
-    ReplicasRemoved,
-    Requested,
-    Routed,
-    ServedElsewhere,
-    TimeAdvanced,
-    UnloadFinished,
-)
 from ._values import LoadOutcome, UnloadOutcome
 
 
@@ -112,44 +88,44 @@ _EXCLUDED = _Kind(
 )
 
 _FIELDS: dict[type, tuple[tuple[str, _Kind], ...]] = {
-    ReplicaAdded: (("replica", _REPLICA), ("model", MODEL), ("limit", _AT_LEAST_1)),
-    ReplicasRemoved: (("replicas", _REMOVED),),
-    LimitSet: (("model", MODEL), ("limit", _AT_LEAST_1)),
-    TimeAdvanced: (("now", _NOW),),
-    Requested: (("adapter", ADAPTER), ("path", _PATH)),
-    Released: (),
-    Cancelled: (),
-    LoadFinished: (("outcome", _LOAD_OUTCOME), ("message", _TEXT)),
-    UnloadFinished: (("outcome", _UNLOAD_OUTCOME), ("message", _TEXT)),
-    ListingReceived: (("adapters", _LISTED),),
-    ListingFailed: (("message", _TEXT),),
-    AdapterMissing: (("replica", _REPLICA), ("adapter", ADAPTER), ("ticket", _TICKET_OR_NONE)),
-    ReplicaFailed: (("replica", _REPLICA), ("message", _TEXT)),
-    ServedElsewhere: (("replica", _REPLICA), ("failed", _FAILED)),
-    AdapterPinned: (
+    ev.ReplicaAdded: (("replica", _REPLICA), ("model", MODEL), ("limit", _AT_LEAST_1)),
+    ev.ReplicasRemoved: (("replicas", _REMOVED),),
+    ev.LimitSet: (("model", MODEL), ("limit", _AT_LEAST_1)),
+    ev.TimeAdvanced: (("now", _NOW),),
+    ev.Requested: (("adapter", ADAPTER), ("path", _PATH)),
+    ev.Released: (),
+    ev.Cancelled: (),
+    ev.LoadFinished: (("outcome", _LOAD_OUTCOME), ("message", _TEXT)),
+    ev.UnloadFinished: (("outcome", _UNLOAD_OUTCOME), ("message", _TEXT)),
+    ev.ListingReceived: (("adapters", _LISTED),),
+    ev.ListingFailed: (("message", _TEXT),),
+    ev.AdapterMissing: (("replica", _REPLICA), ("adapter", ADAPTER), ("ticket", _TICKET_OR_NONE)),
+    ev.ReplicaFailed: (("replica", _REPLICA), ("message", _TEXT)),
+    ev.ServedElsewhere: (("replica", _REPLICA), ("failed", _FAILED)),
+    ev.AdapterPinned: (
         ("adapter", ADAPTER),
         ("path", _PATH),
         ("copies", _AT_LEAST_1),
         ("model", _MODEL_OR_NONE),
     ),
-    AdapterUnpinned: (("adapter", ADAPTER),),
-    RefusalForgotten: (("adapter", _ADAPTER_OR_NONE),),
-    Routed: (
+    ev.AdapterUnpinned: (("adapter", ADAPTER),),
+    ev.RefusalForgotten: (("adapter", _ADAPTER_OR_NONE),),
+    ev.Routed: (
         ("adapter", ADAPTER),
         ("path", _PATH),
         ("model", _MODEL_OR_NONE),
         ("exclude", _EXCLUDED),
         ("now", _NOW_OR_NONE),
     ),
-    ReadingReceived: (
+    ev.ReadingReceived: (
         ("adapters", _READ_NAMES),
         ("running", _AT_LEAST_0_OR_NONE),
         ("waiting", _AT_LEAST_0_OR_NONE),
         ("max_loras", _AT_LEAST_0_OR_NONE),
     ),
-    ReadingFailed: (("message", _TEXT),),
-    AdapterChanged: (("adapter", ADAPTER),),
-    AdapterDismissed: (("adapter", ADAPTER),),
+    ev.ReadingFailed: (("message", _TEXT),),
+    ev.AdapterChanged: (("adapter", ADAPTER),),
+    ev.AdapterDismissed: (("adapter", ADAPTER),),
 }
 """SPEC.md §2.1, the fields whose wrong values are an InvalidValueError: each event's, in its order.
 
@@ -158,7 +134,7 @@ to check, first (its wrong values get other errors, §4); these come after it.
 """
 
 
-def check_fields(event: Event) -> None:
+def check_fields(event: ev.Event) -> None:
     """Raise the InvalidValueError of ``event``'s first field not of its kind (SPEC.md §2.1)."""
     fields = _FIELDS.get(type(event))
     if fields is None:  # a subclass of an event

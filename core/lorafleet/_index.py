@@ -18,9 +18,13 @@ from collections.abc import Callable, Iterable
 from typing import Generic, Protocol, TypeVar
 
 from ._rendezvous import Lanes, mix, name_hash
+from ._values import Placed
 
 Key = tuple[int, int, int, int, int]
 """A cold key: (kind, busy, victim's level, victim's idle stamp, served), compared as a tuple."""
+
+PLACED = (Placed.FREE, Placed.OVER, Placed.EVICT, Placed.OVER, Placed.WAIT)
+"""A cold load's placement by its key's kind."""
 
 TIE = 16
 """Past this many replicas tied on a cold key, and past a quarter of the replicas in use (a pass over

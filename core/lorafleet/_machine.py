@@ -112,12 +112,11 @@ a removal and a re-add.
 
 from __future__ import annotations
 
-import functools
 import heapq
 from collections import OrderedDict
-from collections.abc import Callable, Container, Iterable, Mapping
+from collections.abc import Container, Iterable, Mapping
 from types import MappingProxyType
-from typing import Any, assert_never
+from typing import Any, TypeVar, assert_never
 
 from ._commands import Assign, Command, Fail, Grant, IssueLoad, IssueUnload, MarkMet, ReadEngine, ReadListing
 from ._errors import (
@@ -155,10 +154,12 @@ from ._events import (
     UnloadFinished,
 )
 from ._fields import ADAPTER, MODEL, check_fields, invalid
-from ._index import ColdIndex, Key
+from ._index import PLACED, ColdIndex, Key
+from ._indexing import Indexing
 from ._invariants import Invariants
+from ._queries import Queries
 from ._rendezvous import weight as _rendezvous
-from ._snapshots import Placement, Reading, Refusal, ReplicaStatistics, Statistics, View
+from ._snapshots import Placement
 from ._spellings import Spellings
 from ._state import (
     Counts,
@@ -208,11 +209,10 @@ least this many fewer requests there than on the holder (a load costs a wait of 
 _FULL = frozenset({Placed.EVICT, Placed.OVER, Placed.WAIT})
 """Placements where a cold load finds no free slot: it would evict, go over the limit, or wait."""
 
-_PLACED = (Placed.FREE, Placed.OVER, Placed.EVICT, Placed.OVER, Placed.WAIT)
-"""[place]: a cold load's placement by its kind (``_cold_key``)."""
 
 _HIT = How.HIT  # looked up once: the hit path is every warm request's
 _NOWHERE: dict[str, Replica] = {}
+_Op = TypeVar("_Op", Load, Unload, Listing, Read)
 
 
 def load_failed_message(adapter: str, replica: str) -> str:
@@ -226,7 +226,7 @@ def no_replica_message(adapter: str, model: str | None) -> str:
     return f"no replica{of} to place '{adapter}' on: each is failing, excluded, or not in use"
 
 
-class AdapterStateMachine(Spellings, Invariants):
+class AdapterStateMachine(Spellings, Queries, Indexing, Invariants):
     """Decides which replica holds which LoRA adapter, as a sans-IO state machine.
 
     Feed it events with ``handle`` (or the methods that spell it: ``request``, ``release``,
@@ -531,12 +531,6 @@ class AdapterStateMachine(Spellings, Invariants):
         self._count(rep, held.adapter)
         self._take(ticket, rep, held)
 
-    def _touch(self, rep: Replica) -> None:
-        """Something ``rep``'s cold key reads changed: [place]'s index reads it again (``_reindex``)."""
-        if not rep.dirty:
-            rep.dirty = True
-            self._dirty.append(rep)
-
     def _ended(self, rep: Replica) -> None:
         """A request counted on ``rep`` ended (released, cancelled, failed)."""
         rep.in_flight -= 1
@@ -645,13 +639,7 @@ class AdapterStateMachine(Spellings, Invariants):
 
     def _load_finished(self, event: LoadFinished) -> list[Command]:
         """[load-outcome]: success grants every waiter; a failure fails every waiter with its fault."""
-        op = self._ops.get(event.load) if type(event.load) is int else None
-        if not isinstance(op, Load):
-            raise UnknownOperationError(
-                f"load {event.load!r} is not an issued load awaiting its answer",
-                operation=event.load,
-                kind="load",
-            )
+        op = self._issued(event.load, Load, "load")
         check_fields(event)
         outcome = event.outcome
         del self._ops[event.load]
@@ -768,13 +756,7 @@ class AdapterStateMachine(Spellings, Invariants):
         it goes out once no other unload holds it back, and requests waiting for it are handled
         afresh.
         """
-        op = self._ops.get(event.unload) if type(event.unload) is int else None
-        if not isinstance(op, Unload):  # an unload not yet issued is not in the operations
-            raise UnknownOperationError(
-                f"unload {event.unload!r} is not an issued unload awaiting its answer",
-                operation=event.unload,
-                kind="unload",
-            )
+        op = self._issued(event.unload, Unload, "unload")  # one not yet issued is not in the operations
         check_fields(event)
         del self._ops[event.unload]
         rep = op.replica
@@ -954,23 +936,27 @@ class AdapterStateMachine(Spellings, Invariants):
         self._ops[listing.op] = listing
         return ReadListing(listing=listing.op, replica=rep.id)
 
-    def _listing_op(self, listing: int) -> Listing:
-        op = self._ops.get(listing) if type(listing) is int else None
-        if not isinstance(op, Listing):
+    def _issued(self, number: int, kind: type[_Op], noun: str) -> _Op:
+        """The operation ``number`` names, of ``kind``, issued and awaiting its answer."""
+        op = self._ops.get(number) if type(number) is int else None
+        if not isinstance(op, kind):
             raise UnknownOperationError(
-                f"listing {listing!r} is not an issued listing awaiting its answer",
-                operation=listing,
-                kind="listing",
+                f"{noun} {number!r} is not an issued {noun} awaiting its answer", operation=number, kind=noun
             )
         return op
 
-    def _finish_listing(self, op: Listing) -> bool:
+    def _finish(self, op: Listing | Read) -> bool:
         """Count ``op`` as answered; False when its answer is to be ignored (removed, or abandoned)."""
         del self._ops[op.op]
         rep = op.replica
-        if self._count_answer(rep) or rep.listing is not op:
+        if self._count_answer(rep):
             return False
-        rep.listing = None
+        if rep.listing is op:
+            rep.listing = None
+        elif rep.read is op:
+            rep.read = None
+        else:
+            return False  # abandoned: a newer one went out
         return True
 
     def _met(self, rep: Replica) -> list[Command]:
@@ -988,9 +974,9 @@ class AdapterStateMachine(Spellings, Invariants):
         their outcome, and adapters dropped since the listing started stay dropped.
         """
         names = event.adapters
-        finished = self._listing_op(event.listing)
+        finished = self._issued(event.listing, Listing, "listing")
         check_fields(event)
-        if not self._finish_listing(finished):
+        if not self._finish(finished):
             return []
         rep = finished.replica
         self._replica_ok(rep)
@@ -1025,9 +1011,9 @@ class AdapterStateMachine(Spellings, Invariants):
 
     def _listing_failed(self, event: ListingFailed) -> list[Command]:
         """[listing]: the listing could not be read: nothing changes but that the replica is met."""
-        finished = self._listing_op(event.listing)
+        finished = self._issued(event.listing, Listing, "listing")
         check_fields(event)
-        if not self._finish_listing(finished):
+        if not self._finish(finished):
             return []
         finished.replica.dropped_while_listing = set()
         self._replica_fault(finished.replica)
@@ -1466,116 +1452,6 @@ class AdapterStateMachine(Spellings, Invariants):
                 skip.add(rep.id)
         return commands
 
-    # -- §3.11 queries: [view], [statistics] -----------------------------------------------------------
-
-    def view(self, replicas: Iterable[str], adapter: str) -> View:
-        """Which of ``replicas`` hold ``adapter`` (held or loading) and which have room ([view])."""
-        holders: list[str] = []
-        with_room: list[str] = []
-        known = self._replicas
-        clock = self._clock
-        # With one router _line is the limit: read in place, since a view asks per candidate.
-        alone = self._settings.routers == 1
-        for replica in replicas:
-            rep = known.get(replica)
-            if rep is None or rep.removed:
-                with_room.append(replica)
-                continue
-            held = rep.held
-            loading = rep.loading
-            if (adapter in held or adapter in loading) and adapter not in rep.unloading:
-                holders.append(replica)  # [renew]: an old copy is no holder
-            line = rep.limit if alone else self._line(rep)
-            if len(held) + len(loading) < line and rep.avoid_until <= clock:
-                with_room.append(replica)
-        return View(holders=frozenset(holders), with_room=frozenset(with_room))
-
-    def demand(self, adapter: str) -> int:
-        """The decayed count of requests for ``adapter`` that [place] and [evict] weigh (§1.3); 0 when
-        it has none."""
-        return self._demand.get(adapter, 0)
-
-    def refusal(self, adapter: str) -> Refusal | None:
-        """The refusal of ``adapter`` in force ([refuse]): until when, and the engine's words; None when
-        a request for it would ask an engine."""
-        refused = self._refused.get(adapter)
-        if refused is None or refused[0] <= self._clock:
-            return None
-        return Refusal(until=refused[0], message=refused[1])
-
-    def is_met(self, replica: str) -> bool:
-        """Whether ``replica`` is in use and its first listing since it was added was answered.
-
-        False for a replica never added or removed.
-        """
-        rep = self._replicas.get(replica)
-        return rep is not None and not rep.removed and rep.met
-
-    def named(self, replica: str) -> frozenset[str]:
-        """The adapters the last reading of ``replica``'s engine names ([reading], [read-failed]).
-
-        Empty for a replica not in use, and once a failed read has ended the reading.
-        """
-        rep = self._replicas.get(replica)
-        return frozenset() if rep is None or rep.removed else rep.named
-
-    def reading(self, replica: str) -> Reading | None:
-        """What the readings of ``replica``'s engine say ([reading], [load]); None when it is not in use."""
-        rep = self._replicas.get(replica)
-        if rep is None or rep.removed:
-            return None
-        running, waiting = rep.sampled if rep.sampled is not None else (None, None)
-        return Reading(
-            adapters=rep.named,
-            foreign=rep.foreign,
-            running=running,
-            waiting=waiting,
-            others=rep.others,
-            load=self._load(rep),
-            capacity=self._seqs(rep),
-            max_loras=rep.max_loras,
-        )
-
-    def statistics(self) -> Statistics:
-        """A frozen snapshot of the counts and of what every replica in use holds ([statistics])."""
-        replicas = {
-            rep.id: self._replica_statistics(rep)
-            for rep in sorted(self._replicas.values(), key=lambda r: r.id)
-            if not rep.removed
-        }
-        return Statistics(
-            loads=dict(sorted(self._counts.loads.items())),
-            evictions=dict(sorted(self._counts.evictions.items())),
-            grants={
-                How.HIT.value: self._counts.hits,
-                How.JOINED.value: self._counts.joined,
-                How.LOADED.value: self._counts.loaded,
-            },
-            failures=dict(sorted(self._counts.failures.items())),
-            replicas=replicas,
-            waiting=len(self._waiting),
-            leases=len(self._leases),
-            pins={name: self._pins[name].copies for name in sorted(self._pins)},
-        )
-
-    def replica_statistics(self, replica: str) -> ReplicaStatistics | None:
-        """One replica's part of ``statistics()``, without building the rest; None if not in use."""
-        rep = self._replicas.get(replica)
-        return None if rep is None or rep.removed else self._replica_statistics(rep)
-
-    def _replica_statistics(self, rep: Replica) -> ReplicaStatistics:
-        return ReplicaStatistics(
-            model=rep.model,
-            limit=rep.limit,
-            met=rep.met,
-            held={name: rep.held[name].in_use for name in sorted(rep.held)},
-            loading=tuple(sorted(rep.loading)),
-            unloading=tuple(sorted(rep.unloading)),
-            queued=len(rep.queue.waiters) if rep.queue is not None else 0,
-            in_flight=rep.in_flight,
-            failing_until=rep.avoid_until if rep.avoid_until > self._clock else None,
-        )
-
     # -- §3.12 placement: [load], [place] --------------------------------------------------------------
 
     @staticmethod
@@ -1764,30 +1640,7 @@ class AdapterStateMachine(Spellings, Invariants):
                 chosen, chosen_key, chosen_kind = rep, key, kind
         if chosen is None:
             return Placement(replica=None, placed=None)
-        return Placement(replica=chosen.id, placed=_PLACED[chosen_kind])
-
-    def _place_indexed(
-        self, adapter: str, model: str | None, skip: Container[str], spread: bool
-    ) -> Placement:
-        """[place], a cold load, from the index: the same answer as the scan of ``_place_cold``.
-
-        The key ``(kind, busy, a, b, served, -weight)`` of a candidate is its cold key (``_cold_key``,
-        the same for every adapter) and the rendezvous weight: the index reads the cold keys in order
-        and answers with the heaviest candidate of the first that has one.
-        """
-        self._reindex()
-        clock = self._clock
-
-        def accept(key: Key) -> Callable[[Replica], bool] | None:
-            if spread and key[0] == 4:
-                return None  # at its cap: the request would wait for room, while others may have some
-            return functools.partial(self._candidate, adapter, model, skip, spread, key[1], clock)
-
-        found = self._index.best(adapter, accept)
-        if found is None:
-            return Placement(replica=None, placed=None)
-        key, chosen = found
-        return Placement(replica=chosen.id, placed=_PLACED[key[0]])
+        return Placement(replica=chosen.id, placed=PLACED[chosen_kind])
 
     def _candidate(
         self,
@@ -1830,20 +1683,6 @@ class AdapterStateMachine(Spellings, Invariants):
         victim = self._victim(rep)
         return (2, busy, self._level(victim), max(rep.idle[victim], 0), rep.served)
 
-    def _reindex(self) -> None:
-        """Bring [place]'s index up to date: the cold key of each replica touched since (``_touch``),
-        and of each where an adapter whose weight changed since is idle (its victim may be another)."""
-        if self._reweighed:
-            for name in self._reweighed:
-                for rep in self._where.get(name, _NOWHERE).values():
-                    if name in rep.idle:
-                        self._touch(rep)
-            self._reweighed.clear()
-        self._index.refresh(self._indexed_key)
-
-    def _indexed_key(self, rep: Replica) -> Key | None:
-        return None if rep.removed else self._cold_key(rep)
-
     def _weight(self, adapter: str) -> int:
         """[evict] An adapter's demand class: the bit length of its decayed request count."""
         return self._demand.get(adapter, 0).bit_length()
@@ -1864,11 +1703,11 @@ class AdapterStateMachine(Spellings, Invariants):
 
     def _reading_received(self, event: ReadingReceived) -> list[Command]:
         """[read], [reading]: the engine's figures replace the last reading; waiting requests go on."""
-        op = self._read_op(event.read)
+        op = self._issued(event.read, Read, "read")
         check_fields(event)
         names = event.adapters
         running, waiting, max_loras = event.running, event.waiting, event.max_loras
-        if not self._finish_read(op):
+        if not self._finish(op):
             return []
         rep = op.replica
         self._touch(rep)  # others and max_loras, in its cold key
@@ -1904,9 +1743,9 @@ class AdapterStateMachine(Spellings, Invariants):
         more than a read: then it ends, as an empty one would end it. The requests waiting for the
         read go on with what the machine knows.
         """
-        op = self._read_op(event.read)
+        op = self._issued(event.read, Read, "read")
         check_fields(event)
-        if not self._finish_read(op):
+        if not self._finish(op):
             return []
         rep = op.replica
         commands = self._new_reading(rep, frozenset(), failed=True) if rep.listed_since_reading else []
@@ -2020,23 +1859,6 @@ class AdapterStateMachine(Spellings, Invariants):
         rep.outstanding += 1
         self._ops[read.op] = read
         return ReadEngine(read=read.op, replica=rep.id)
-
-    def _read_op(self, read: int) -> Read:
-        op = self._ops.get(read) if type(read) is int else None
-        if not isinstance(op, Read):
-            raise UnknownOperationError(
-                f"read {read!r} is not an issued read awaiting its answer", operation=read, kind="read"
-            )
-        return op
-
-    def _finish_read(self, op: Read) -> bool:
-        """Count ``op`` as answered; False when its answer is to be ignored (removed, or abandoned)."""
-        del self._ops[op.op]
-        rep = op.replica
-        if self._count_answer(rep) or rep.read is not op:
-            return False
-        rep.read = None
-        return True
 
     def _unpark(self, op: Read) -> list[Command]:
         """[read]: admit afresh the requests that waited for ``op``, in order; routed ones placed afresh."""
