@@ -70,6 +70,10 @@ HELP_ONLY = {
     ),
     "bench/peer_bench.py": "starts real vLLM servers for every arm, an hour; writes bench/peer_results.md",
     "bench/peer_logs.py": "reads the logs a peer_bench.py run kept (--keep), which this machine may not have",
+    "bench/routers_bench.py": (
+        "starts routers and stand-ins for minutes, and writes its results with --out "
+        "(tests/test_routers_bench.py runs a small one)"
+    ),
     "-m lorafleet_standin": "serves until stopped",
     "sim/several_routers.py": "runs the simulator for minutes",
     "sim/share_routers.py": "runs the simulator for minutes",

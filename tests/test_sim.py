@@ -597,6 +597,18 @@ def test_the_running_reads_are_flags_and_columns(capsys: pytest.CaptureFixture[s
     assert "| unloads under others | under own |" in text
 
 
+def test_shared_replicas_are_listed_faster_unless_told_off() -> None:
+    # Two routers on the same engines: each lists a replica the other works on every 0.5 s (as
+    # shipped), and sees the other's loads sooner than at 30 s, so its engines drop fewer adapters.
+    work = Synthetic(adapters=60, skew=1.0, rate=20.0, service=0.5, requests=2000, replicas=4, routers=2)
+    fleet = Fleet(replicas=4, memory=4, concurrency=4, load_time=0.02, routers=2)
+    shipped = Simulation(work.generate(1), fleet, POLICIES["lorafleet"], check=True).run()
+    off = Simulation(work.generate(1), attrs.evolve(fleet, shared_interval=None), POLICIES["lorafleet"]).run()
+    assert fleet.settings_of(POLICIES["lorafleet"])["shared_interval"] == 0.5
+    assert shipped.rereads < off.rereads
+    assert shipped.loads < off.loads
+
+
 def _sweep_script(name: str) -> Any:
     """``sim/<name>.py``, loaded as a module: the sweep scripts are not in the package."""
     spec = importlib.util.spec_from_file_location(name, SIM / f"{name}.py")
@@ -790,6 +802,7 @@ def test_one_run_says_when_the_fleet_cannot_keep_up(capsys: pytest.CaptureFixtur
         (["--policy", "fastest"], "unknown policy 'fastest'"),
         (["--trace", "t.txt", "--shift"], "do not apply to --trace"),
         (["--trace", "/nonexistent/trace.txt"], "cannot read trace"),
+        (["--shared-interval", "0"], "must be a positive number of seconds or 'off', not '0'"),
     ],
 )
 def test_flag_errors_are_clear(argv: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:

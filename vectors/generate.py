@@ -77,6 +77,7 @@ RULES_BY_NAME = [
     ("release", ["release"]),
     ("cancel", ["cancel"]),
     ("listing", ["listing"]),
+    ("time", ["time", "reading"]),
     ("forget", ["forget"]),
     ("replicas", ["replicas"]),
     ("view", ["view"]),

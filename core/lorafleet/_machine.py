@@ -189,7 +189,9 @@ DEFAULT_OVERFLOW = 2
 DEFAULT_HALF_LIFE = 500
 """Requests between two halvings of the demand counts, which [place] reads to choose where a cold load
 evicts (``lorafleet simulate --grid``, sim/grid.md)."""
-FLEET_DEFAULTS: Mapping[str, Any] = MappingProxyType({"headroom": 0, "read_engine": True})
+FLEET_DEFAULTS: Mapping[str, Any] = MappingProxyType(
+    {"headroom": 0, "read_engine": True, "shared_interval": 0.5}
+)
 """The settings a ``Fleet`` (and so ``lorafleet serve``) gives its machine unless told otherwise, the
 others as here: what ``lorafleet simulate`` runs lorafleet with, and what sim/grid.md measures. With
 headroom 0 a replica's limit is its engine's whole memory (``--max-cpu-loras``, SPEC.md §3.16)."""
@@ -252,6 +254,9 @@ class AdapterStateMachine(Spellings, Queries, Indexing, Invariants):
         read_engine: ask to read what runs on each engine ([read]): after its listings, before a
             cold load with no free slot there, and when a release leaves its queue waiting on an
             adapter the last reading named. False: never (the shell reads nothing).
+        shared_interval: seconds between two listings of a replica other routers use, as its last
+            reading showed ([time]): their loads and unloads there are seen this soon. None: every
+            replica is listed every ``listing_interval``.
     """
 
     def __init__(
@@ -267,6 +272,7 @@ class AdapterStateMachine(Spellings, Queries, Indexing, Invariants):
         refusal: float = DEFAULT_REFUSAL,
         routers: int = 1,
         read_engine: bool = False,
+        shared_interval: float | None = None,
     ) -> None:
         self._settings = Settings.checked(
             listing_interval=listing_interval,
@@ -279,6 +285,7 @@ class AdapterStateMachine(Spellings, Queries, Indexing, Invariants):
             refusal=refusal,
             routers=routers,
             read_engine=read_engine,
+            shared_interval=shared_interval,
         )
         # The spellings may skip the event objects only where no subclass watches them go by.
         cls = type(self)
@@ -906,13 +913,31 @@ class AdapterStateMachine(Spellings, Queries, Indexing, Invariants):
             rep = self._replicas.get(replica)
             if rep is None or rep.removed or rep.due != at:
                 continue  # left behind by a removal or a re-add
-            rep.due = now + self._settings.listing_interval
+            rep.due = now + self._interval(rep)
             heapq.heappush(due, (rep.due, replica))
             if rep.listing is None:
                 commands.append(self._start_listing(rep))
         if self._pins:
             commands.extend(self._ensure_pins())  # replicas back from their backoff
         return commands
+
+    def _interval(self, rep: Replica) -> float:
+        """[time]: seconds to ``rep``'s next listing: ``shared_interval`` while other routers use it."""
+        shared = self._settings.shared_interval
+        return (
+            shared
+            if shared is not None and rep.shared_until > self._clock
+            else self._settings.listing_interval
+        )
+
+    def _shared(self, rep: Replica) -> None:
+        """[time]: another router works on ``rep`` (a reading showed it): it is listed every
+        ``shared_interval`` for the next ``listing_interval``, the next listing that soon at the latest."""
+        rep.shared_until = self._clock + self._settings.listing_interval
+        sooner = self._clock + self._interval(rep)
+        if rep.due > sooner:
+            rep.due = sooner
+            heapq.heappush(self._due, (sooner, rep.id))
 
     def next_due(self) -> float | None:
         """When the machine next wants ``advance`` called: the least due time of the replicas in use.
@@ -1773,6 +1798,8 @@ class AdapterStateMachine(Spellings, Queries, Indexing, Invariants):
             rep.foreign = others or any(name not in mine or not mine[name].in_use for name in names)
             if not rep.foreign:
                 names = frozenset()
+            elif self._settings.shared_interval is not None and any(_theirs(rep, name) for name in names):
+                self._shared(rep)
         before, rep.named = rep.named, names
         for name in rep.named - before:
             rep.idle.pop(name, None)
@@ -1952,6 +1979,13 @@ class AdapterStateMachine(Spellings, Queries, Indexing, Invariants):
     def _tick(self) -> int:
         self._logical += 1
         return self._logical
+
+
+def _theirs(rep: Replica, name: str) -> bool:
+    """[time]: a reading of ``rep`` that names ``name`` shows another router's load: this router neither
+    holds it there nor is loading or unloading it (the engine names an adapter while a request waits for
+    its load, and while one runs on it after its unload)."""
+    return name not in rep.held and name not in rep.loading and name not in rep.unloading
 
 
 def _idle_at(idle: OrderedDict[str, int], name: str, stamp: int) -> None:

@@ -180,6 +180,9 @@ class Replica:
     foreign: bool = False
     """Its last reading named an adapter no request of this router ran on there: another router's
     ([reading], [read])."""
+    shared_until: float = -math.inf
+    """A reading showed another router's work there (``foreign``) less than ``listing_interval``
+    before this time: until then it is listed every ``shared_interval`` ([time])."""
     settle: bool = False
     """It holds more than its line since a load landed, and unloads the excess when the read in flight
     is answered ([settle])."""
@@ -203,6 +206,7 @@ class Settings:
     refusal: float
     routers: int
     read_engine: bool
+    shared_interval: float | None
 
     @classmethod
     def checked(
@@ -218,6 +222,7 @@ class Settings:
         refusal: float,
         routers: int,
         read_engine: bool,
+        shared_interval: float | None,
     ) -> Settings:
         """The settings, each of its kind (SPEC.md §1.4); else the first wrong one's InvalidValueError."""
         for name, seconds in (
@@ -240,6 +245,14 @@ class Settings:
             raise invalid("routers", routers, "routers must be an int of at least 1")
         if type(read_engine) is not bool:
             raise invalid("read_engine", read_engine, "read_engine must be a bool")
+        if shared_interval is not None and not (
+            is_number(shared_interval) and 0 < shared_interval < math.inf
+        ):
+            raise invalid(
+                "shared_interval",
+                shared_interval,
+                "shared_interval must be a positive number of seconds, or None",
+            )
         return cls(
             listing_interval=float(listing_interval),
             headroom=headroom,
@@ -251,6 +264,7 @@ class Settings:
             refusal=float(refusal),
             routers=routers,
             read_engine=read_engine,
+            shared_interval=None if shared_interval is None else float(shared_interval),
         )
 
 

@@ -200,6 +200,10 @@ class Fleet:
         routers: how many routers (fleets, in any process) share these replicas: each fills at most
             its share of the free slots a replica's last listing left (the core's [share];
             docs/routers.md). 1: a router alone.
+        shared_interval: seconds between two listings of a replica another router works on (a
+            reading named an adapter there that this fleet does not hold), for a listing interval
+            after that reading ([time]): what the other routers load and unload there is seen this
+            soon. None: every replica every ``listing_interval``.
 
     Raises:
         InvalidValueError: a timeout or the interval is not a positive number of seconds, or another
@@ -225,6 +229,7 @@ class Fleet:
         refusal: float = DEFAULT_REFUSAL,
         read_engine: bool = FLEET_DEFAULTS["read_engine"],
         routers: int = 1,
+        shared_interval: float | None = FLEET_DEFAULTS["shared_interval"],
     ) -> None:
         for name, value in (
             ("load_timeout", load_timeout),
@@ -244,6 +249,7 @@ class Fleet:
             refusal=refusal,
             routers=routers,
             read_engine=read_engine,
+            shared_interval=shared_interval,
         )
         self._first = tuple(replicas)
         for replica in self._first:

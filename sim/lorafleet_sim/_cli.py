@@ -201,6 +201,17 @@ def parser() -> argparse.ArgumentParser:
         ),
     )
     p.add_argument(
+        "--shared-interval",
+        type=_shared_interval,
+        default=UNSET,
+        metavar="S",
+        help=(
+            "seconds between two listings of a replica another router works on ([time]), or 'off' "
+            f"(default: as shipped, {lorafleet.FLEET_DEFAULTS['shared_interval']:g} for lorafleet, "
+            "off for the baselines)"
+        ),
+    )
+    p.add_argument(
         "--read-latency",
         type=_number(float, "a number of seconds", 0.0),
         default=0.0,
@@ -500,6 +511,7 @@ def _fleet(args: argparse.Namespace, memory: int) -> Fleet:
         overflow=args.overflow,
         half_life=args.half_life,
         read_engine=args.read_engine,
+        shared_interval=args.shared_interval,
         tell_concurrency=args.tell_concurrency,
         read_latency=args.read_latency,
         read_failures=args.read_failures,
@@ -677,6 +689,19 @@ def router_counts(least: int) -> Callable[[str], list[int]]:
         return counts
 
     return parse
+
+
+def _shared_interval(text: str) -> float | None:
+    """``--shared-interval``: a positive number of seconds, or ``off``."""
+    if text == "off":
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not 0 < value < math.inf:
+        raise argparse.ArgumentTypeError(f"must be a positive number of seconds or 'off', not {text!r}")
+    return value
 
 
 def _reads(args: argparse.Namespace, who: str) -> str:

@@ -16,6 +16,8 @@ from typing import Any
 
 import attrs
 
+import lorafleet
+
 from ._policies import GRID_BASELINES, POLICIES
 from ._sim import Figures, Fleet, simulate
 from ._state import Policy
@@ -249,7 +251,8 @@ def main(requests: int, seeds: Sequence[int], command: str, machine: str) -> str
         "while registered is read back inside a step when a request needs it. lorafleet's routers are "
         "made as `Fleet()` makes them (`lorafleet.FLEET_DEFAULTS`: limit = memory, headroom 0, told "
         "nothing of the replicas' concurrency, reading engines when the machine asks, each read "
-        f"answered {1000 * READ_LATENCY:g} ms later). The baselines: holders-first (spilling past C "
+        f"answered {1000 * READ_LATENCY:g} ms later, listing a replica another router works on every "
+        f"{lorafleet.FLEET_DEFAULTS['shared_interval']:g} s). The baselines: holders-first (spilling past C "
         "outstanding, which it is told) over a machine capped at the memory (headroom 0, no reads); and, "
         "over engines that load adapters themselves (vLLM's filesystem resolver) and evict by their own "
         "memory, least-loaded, consistent hashing on the adapter's name (vLLM's router), and "

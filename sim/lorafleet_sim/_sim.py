@@ -131,6 +131,7 @@ class Fleet:
     overflow: int | _Unset = UNSET
     half_life: int | _Unset = UNSET
     read_engine: bool | _Unset = UNSET
+    shared_interval: float | _Unset | None = UNSET
     read_latency: float = 0.0
     read_failures: float = 0.0
     failed_read_drops: bool = False
@@ -157,7 +158,7 @@ class Fleet:
         settings: dict[str, Any] = {"listing_interval": self.listing_interval}
         if policy.routes:
             settings.update(lorafleet.FLEET_DEFAULTS)
-        for name in ("headroom", "overflow", "half_life", "read_engine"):
+        for name in ("headroom", "overflow", "half_life", "read_engine", "shared_interval"):
             value = getattr(self, name)
             if value is not UNSET:
                 settings[name] = value

@@ -17,6 +17,7 @@ from lorafleet import (
     LoadFinished,
     LoadOutcome,
     MarkMet,
+    ReadEngine,
     ReadListing,
     Released,
     ReplicaAdded,
@@ -28,7 +29,7 @@ from lorafleet import (
 )
 from lorafleet._machine import REPLICA_REMOVED
 
-from .helpers import held
+from .helpers import another_routers, held, read_each, read_now
 from scenario import Scenario, landed, loads, unloaded, unloads
 
 
@@ -296,3 +297,73 @@ def test_fault_3_a_listing_naming_an_adapter_being_loaded_does_not_count_it_twic
         Grant(ticket=second, how=How.JOINED),
     )
     assert s.machine.statistics().replicas["r"].held == {"a": 2}
+
+
+# -- [time]: shared replicas ---------------------------------------------------------------------
+
+
+def list_and_read_nothing(s: Scenario, now: float) -> None:
+    """Advance to ``now``, when r's listing is due; it lists what r holds and its engine runs nothing."""
+    (listing,) = s(TimeAdvanced(now=now))
+    assert isinstance(listing, ReadListing), listing
+    assert listing.replica == "r"
+    held = tuple(s.machine.statistics().replicas["r"].held)
+    assert s(ListingReceived(listing=listing.listing, adapters=held)) == [
+        ReadEngine(read=s.reads["r"], replica="r")
+    ]
+    assert s.answer_read("r", ()) == []
+
+
+def test_time_a_replica_another_router_works_on_is_listed_every_shared_interval_for_a_listing_interval() -> (
+    None
+):
+    """[time] A reading that shows another router's work on the replica brings its next listing to
+    ``shared_interval`` from then, and keeps that pace until a listing interval after that reading,
+    whatever the readings in between say."""
+    s = Scenario.reading(("r", 2), shared_interval=0.5)
+    assert s.machine.next_due() == 30.0
+    another_routers(s, now=30.0)  # listed at 30, due at 60; then the reading names x, not ours
+    assert s.machine.next_due() == 30.5
+    list_and_read_nothing(s, 30.5)  # a reading of nothing: still shared, until 60
+    assert s.machine.next_due() == 31.0
+    list_and_read_nothing(s, 59.9)
+    assert s.machine.next_due() == 60.4
+    list_and_read_nothing(s, 60.4)  # past 60: the listing interval again
+    assert s.machine.next_due() == 90.4
+
+
+def test_time_a_router_alone_and_a_machine_without_shared_interval_keep_the_listing_interval() -> None:
+    """[time] A reading that names only this router's requests, or any reading when ``shared_interval``
+    is null, leaves the listing interval as it is."""
+    alone = Scenario.reading(("r", 2), shared_interval=0.5)
+    alone.expect(Released(ticket=alone.load("r", "a")))
+    read_now(alone, "r", "a")  # a ran there on this router's request, which has just ended: foreign,
+    reading = alone.machine.reading("r")  # but a is held here, so no other router's load
+    assert reading is not None
+    assert reading.foreign
+    assert alone.machine.next_due() == 60.0
+    unset = Scenario.reading(("r", 2))
+    another_routers(unset, now=30.0)
+    assert unset.machine.next_due() == 60.0
+
+
+def test_time_an_adapter_this_router_is_loading_there_is_no_other_routers() -> None:
+    """[time] The engine names an adapter while a request waits for its load: a reading that names
+    one this router is loading there shows no other router."""
+    s = Scenario.reading(("r", 2), shared_interval=0.5)
+    _ticket, commands = s.request("r", "a")
+    assert [type(c) for c in commands] == [IssueLoad]
+    read_each(s, 30.0, r={"adapters": ["a"]})
+    assert s.machine.next_due() == 60.0
+
+
+def test_time_an_adapter_this_router_is_unloading_there_is_no_other_routers() -> None:
+    """[time] The engine names an adapter while a request runs on it after its unload: a reading that
+    names one this router is unloading there shows no other router."""
+    s = Scenario.reading(("r", 1), shared_interval=0.5)
+    s.expect(Released(ticket=s.load("r", "a")))
+    _ticket, commands = s.request("r", "b")  # a is b's victim, unloaded once b lands
+    assert [type(c) for c in commands] == [IssueLoad]
+    assert s.machine.statistics().replicas["r"].unloading == ("a",)
+    read_each(s, 30.0, r={"adapters": ["a"]})
+    assert s.machine.next_due() == 60.0

@@ -33,7 +33,7 @@ export class Machine {
   constructor(settings = {}) {
     const { listing_interval = 30, backoff = 5, max_backoff = 300, refusal = 900 } = settings;
     const { headroom = null, concurrency = null, overflow = 2n, half_life = 500n, routers = 1n } = settings;
-    const { read_engine = false } = settings;
+    const { read_engine = false, shared_interval = null } = settings;
     const seconds = { listing_interval, backoff, max_backoff, refusal };
     for (const [name, value] of Object.entries(seconds)) {
       if (!isNumber(value) || Number(value) <= 0) throw invalid(name, value);
@@ -46,7 +46,11 @@ export class Machine {
     if (!isInteger(half_life) || half_life < 1n) throw invalid("half_life", half_life);
     if (!isInteger(routers) || routers < 1n) throw invalid("routers", routers);
     if (typeof read_engine !== "boolean") throw invalid("read_engine", read_engine);
+    if (shared_interval !== null && (!isNumber(shared_interval) || Number(shared_interval) <= 0)) {
+      throw invalid("shared_interval", shared_interval);
+    }
     this.readEngine = read_engine;
+    this.sharedInterval = shared_interval === null ? null : Number(shared_interval); // [time]
     this.routers = Number(routers);
     this.concurrency = concurrency === null ? null : Number(concurrency); // [load]: else as readings show
     this.overflow = Number(overflow);
@@ -491,10 +495,15 @@ export class Machine {
       .sort((a, b) => a.due - b.due || byName(a.id, b.id));
     const commands = [];
     for (const rep of due) {
-      rep.due = this.now + this.interval;
+      rep.due = this.now + this.intervalOf(rep);
       if (!rep.listing) commands.push(this.startListing(rep));
     }
     return [...commands, ...this.ensurePins()]; // replicas back from their backoff
+  }
+
+  // [time]: a replica other routers worked on within a listing interval is listed every shared_interval.
+  intervalOf(rep) {
+    return this.sharedInterval !== null && rep.sharedUntil > this.now ? this.sharedInterval : this.interval;
   }
 
   next_due() {
@@ -640,7 +649,7 @@ export class Machine {
         id: replica, held: new Map(), idle: new Map(), loading: new Map(), unloading: new Map(),
         listing: null, droppedWhileListing: new Set(), outstanding: 0, inFlight: 0, served: 0,
         failures: 0, avoidUntil: 0, named: new Set(), listedSinceReading: false, base: 0, unseen: 0,
-        read: null, namesAdapters: false, foreign: false, settle: false, front: 0,
+        read: null, namesAdapters: false, foreign: false, settle: false, front: 0, sharedUntil: -Infinity,
         others: 0, readServed: 0, seqs: null, ran: 0, calm: 0, maxLoras: null, sampled: null,
       };
       rep.queue = { kind: "queue", replica: rep, waiters: [] };
@@ -996,6 +1005,13 @@ export class Machine {
     if (!failed) {
       rep.foreign = others || [...names].some((name) => !(rep.held.get(name)?.inUse > 0));
       if (!rep.foreign) names = new Set();
+      // Another router's load: not held, loading or unloading here (the engine names those too).
+      const theirs = (name) => !rep.held.has(name) && !rep.loading.has(name) && !rep.unloading.has(name);
+      if (this.sharedInterval !== null && [...names].some(theirs)) {
+        // [time]: another router's adapter there: listed sooner, for a listing interval
+        rep.sharedUntil = this.now + this.interval;
+        rep.due = Math.min(rep.due, this.now + this.sharedInterval);
+      }
     }
     const before = rep.named;
     rep.named = names;

@@ -1,0 +1,56 @@
+"""bench/routers_bench.py on a small stream: three ``lorafleet serve`` processes, one killed halfway and
+started again, in front of stand-ins, against one router; what it counts is what the stand-ins saw."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+BENCH = Path(__file__).resolve().parent.parent / "bench"
+
+
+def load() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("_bench_routers_bench", BENCH / "routers_bench.py")
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+bench = load()
+
+
+def test_a_small_run_counts_every_request_once_and_the_kill_moves_none_to_failed(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "routers.md"
+    argv = ["--requests", "240", "--runs", "1", "--adapters", "12", "--down", "0.5", "--out", str(out)]
+    assert bench.main(argv) == 0
+    text = out.read_text()
+    assert text == capsys.readouterr().out
+    rows = [line.split("|")[1:-1] for line in text.splitlines() if line.startswith("| 1 |")]
+    assert [r[1].strip() for r in rows] == ["1 router", "3 routers"]
+    distinct = len(set(bench.stream_for(12, 1.0, 240, 1)))
+    for row in rows:
+        assert row[2].strip() == "0"  # failed: a 404 from another router's unload is placed again
+        loads = int(row[4].split("+")[0])
+        assert loads >= distinct  # each adapter asked for was loaded somewhere, the stand-ins say
+    assert rows[0][4].split("+")[1].strip() == "0"  # one router's held set is its engines' memory
+    assert rows[0][3].strip() == "0"  # one router is never killed: nothing moved
+    assert "failed requests 0 (target 0: met)" in text
+
+
+def test_a_request_cut_by_a_router_going_away_goes_to_another() -> None:
+    live = bench.Live(["http://127.0.0.1:1", "http://127.0.0.1:2"])
+    rng = bench.random.Random(0)
+    assert {live.pick(rng, "http://127.0.0.1:1") for _ in range(20)} == {"http://127.0.0.1:2"}
+    live.remove("http://127.0.0.1:2")
+    assert live.urls == ["http://127.0.0.1:1"]
+    live.remove("http://127.0.0.1:1")  # the last live router stays: a client has nowhere else to go
+    assert live.urls == ["http://127.0.0.1:1"]
