@@ -6,25 +6,11 @@ a timed assertion fails on a busy machine and passes on a quiet one for the same
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
-from types import ModuleType
 
 import pytest
-
-BENCH = Path(__file__).resolve().parent.parent / "bench"
-
-
-def load(name: str) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(f"_bench_{name}", BENCH / f"{name}.py")
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
+from bench_scripts import load
 
 
 def test_bench_quick_writes_every_section(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

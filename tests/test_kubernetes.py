@@ -92,8 +92,15 @@ def test_the_names_ports_and_keys_agree() -> None:
     assert port_number(router_box, front_port["targetPort"]) == server["port"]
     assert front["spec"]["selector"].items() <= router["spec"]["template"]["metadata"]["labels"].items()
     assert router["spec"]["selector"]["matchLabels"] == router["spec"]["template"]["metadata"]["labels"]
-    # Each router is one of fleet.routers, and gets its shutdown time before it is killed.
-    assert router["spec"]["replicas"] == data.get("fleet", {}).get("routers", 1)
+    # Two routers, told nothing of each other ([share] off: they see each other on the engines), a
+    # drain taking one at a time; each gets its shutdown time before it is killed.
+    assert router["spec"]["replicas"] == 2
+    assert "routers" not in data.get("fleet", {})
+    budget = objs[("PodDisruptionBudget", "lorafleet-router")]["spec"]
+    assert budget["minAvailable"] == 1
+    assert (
+        budget["selector"]["matchLabels"].items() <= router["spec"]["template"]["metadata"]["labels"].items()
+    )
     shutdown = data.get("timeouts", {}).get("shutdown", 10)
     assert router["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] > shutdown
 

@@ -8,31 +8,20 @@ method names as vLLM 0.32's, in a process of its own, as the servers run it.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import os
 import subprocess
 import sys
 import textwrap
 from pathlib import Path
-from types import ModuleType
 
 import pytest
+from bench_scripts import load
 
 BENCH = Path(__file__).resolve().parent.parent / "bench"
 
 
-def load() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("_bench_peer_bench", BENCH / "peer_bench.py")
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-peer = load()
+peer = load("peer_bench")
 
 
 def log(*events: dict[str, object]) -> list[str]:
@@ -406,11 +395,7 @@ def test_the_instrument_logs_reads_drops_and_names_and_changes_no_answer(tmp_pat
 def test_peer_logs_tells_first_reads_copies_and_reads_back_and_drops_of_a_hotter_adapter(
     tmp_path: Path,
 ) -> None:
-    spec = importlib.util.spec_from_file_location("_bench_peer_logs", BENCH / "peer_logs.py")
-    assert spec is not None
-    assert spec.loader is not None
-    logs = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(logs)
+    logs = load("peer_logs")
 
     def read(t: float, lora_id: int, name: str) -> dict[str, object]:
         return {"t": t, "ev": "read", "id": lora_id, "name": name, "step": False}

@@ -3,34 +3,20 @@ started again, in front of stand-ins, against one router; what it counts is what
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
-from types import ModuleType
 
 import pytest
+from bench_scripts import load
 
-BENCH = Path(__file__).resolve().parent.parent / "bench"
-
-
-def load() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("_bench_routers_bench", BENCH / "routers_bench.py")
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-bench = load()
+bench = load("routers_bench")
 
 
 def test_a_small_run_counts_every_request_once_and_the_kill_moves_none_to_failed(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     out = tmp_path / "routers.md"
-    argv = ["--requests", "240", "--runs", "1", "--adapters", "12", "--down", "0.5", "--out", str(out)]
+    argv = ["--requests", "240", "--runs", "1", "--adapters", "12", "--memory", "4", "--token-ms", "2"]
+    argv += ["--down", "0.5", "--out", str(out)]
     assert bench.main(argv) == 0
     text = out.read_text()
     assert text == capsys.readouterr().out
