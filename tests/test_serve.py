@@ -889,6 +889,21 @@ def test_a_bad_flag_value_gets_the_usage(capsys: pytest.CaptureFixture[str]) -> 
     assert "argument --port: must be at least 0, not -1" in err
 
 
+def test_the_shared_interval_comes_from_the_file_or_the_flag_and_must_be_seconds(
+    tmp_path: Path, standin_url: str, adapter_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from lorafleet_serve import read_toml
+
+    (tmp_path / "adapters").symlink_to(adapter_dir)
+    path = tmp_path / "router.toml"
+    path.write_text(TOML.format(url=standin_url) + "[timeouts]\nshared_interval = 0.25\n")
+    assert Config(**read_toml(path)).shared_interval == 0.25
+    assert Config().shared_interval == 0.5  # the fleet's default (lorafleet.FLEET_DEFAULTS)
+    code, _, err = run_serve(["--shared-interval", "0"], capsys)
+    assert code == 2
+    assert "argument --shared-interval" in err
+
+
 def test_relative_folders_in_a_file_are_the_files(
     tmp_path: Path, standin_url: str, adapter_dir: Path
 ) -> None:

@@ -18,7 +18,7 @@ from typing import Any
 
 import attrs
 
-from lorafleet import InvalidValueError, engine_refusal, limit_for
+from lorafleet import FLEET_DEFAULTS, InvalidValueError, engine_refusal, limit_for
 from lorafleet_fleet import HEADROOM, TOP_ADAPTERS, Replica
 
 from ._dns import parse_server
@@ -145,6 +145,7 @@ class Config:
     load_timeout: float = 120.0
     listing_timeout: float = 5.0
     listing_interval: float = 30.0
+    shared_interval: float = FLEET_DEFAULTS["shared_interval"]
     connect_timeout: float = 5.0
     """Seconds to connect to a replica before it counts as failed and the request goes elsewhere."""
     read_timeout: float = 600.0
@@ -225,7 +226,7 @@ _SERVER = {
 }
 _ADMIN = {"host", "port", "api_key_env"}
 _FLEET = {"headroom", "attempts", "routers", "concurrency", "prewarm"}
-_TIMEOUTS = {"load", "listing", "listing_interval", "connect", "read", "shutdown"}
+_TIMEOUTS = {"load", "listing", "listing_interval", "shared_interval", "connect", "read", "shutdown"}
 _ADAPTERS = {"root", "model", "paths", "refresh"}
 _REPLICA = {"id", "url", "model", "limit", "api_key_env", "max_cpu_loras", "max_loras"}
 _DISCOVER = {
@@ -312,7 +313,7 @@ def settings_of(data: Mapping[str, Any], source: str, *, base: Path | None = Non
     timeouts = _table(data, "timeouts", source)
     _known(timeouts, _TIMEOUTS, source, "timeouts.")
     for key, value in timeouts.items():
-        name = "listing_interval" if key == "listing_interval" else f"{key}_timeout"
+        name = key if key in ("listing_interval", "shared_interval") else f"{key}_timeout"
         out[name] = _seconds(value, f"{source}: timeouts.{key}")
     adapters = _table(data, "adapters", source)
     _known(adapters, _ADAPTERS, source, "adapters.")
@@ -683,6 +684,7 @@ def check(config: Config) -> None:
         ("timeouts.load", config.load_timeout),
         ("timeouts.listing", config.listing_timeout),
         ("timeouts.listing_interval", config.listing_interval),
+        ("timeouts.shared_interval", config.shared_interval),
         ("adapters.refresh", config.adapter_refresh),
         ("timeouts.connect", config.connect_timeout),
         ("timeouts.read", config.read_timeout),

@@ -72,7 +72,8 @@ The same as a file (lorafleet serve --config router.toml):
   # attempts = 3, headroom = 2, routers = 1 (the routers sharing these replicas),
   # concurrency = 256 (vLLM's --max-num-seqs)
 
-  [timeouts]                     # seconds: load, listing, listing_interval, connect, read, shutdown
+  [timeouts]                     # seconds: load, listing, listing_interval, shared_interval, connect,
+                                 # read, shutdown
   load = 120
 """
 
@@ -207,6 +208,12 @@ def parser() -> argparse.ArgumentParser:
         add(f"--{name}-timeout", metavar="S", type=_seconds, help=f"seconds (default {default})")
     add("--listing-interval", metavar="S", type=_seconds, help="seconds between listings (default 30)")
     add(
+        "--shared-interval",
+        metavar="S",
+        type=_seconds,
+        help="seconds between listings of a replica another router works on (default 0.5)",
+    )
+    add(
         "--runtime",
         choices=["asyncio", "trio"],
         default="asyncio",
@@ -267,6 +274,7 @@ def config_of(args: argparse.Namespace) -> Config:
         ("load_timeout", "load_timeout"),
         ("listing_timeout", "listing_timeout"),
         ("listing_interval", "listing_interval"),
+        ("shared_interval", "shared_interval"),
         ("adapter_refresh", "adapter_refresh"),
         ("connect_timeout", "connect_timeout"),
         ("read_timeout", "read_timeout"),

@@ -206,6 +206,7 @@ class RouterServer:
                     load_timeout=config.load_timeout,
                     listing_timeout=config.listing_timeout,
                     listing_interval=config.listing_interval,
+                    shared_interval=config.shared_interval,
                     metrics=PrometheusMetrics(registry, top_adapters=config.metrics_adapters),
                     **options,
                 )
@@ -610,6 +611,7 @@ RESTART = {
     "load_timeout": "timeouts.load",
     "listing_timeout": "timeouts.listing",
     "listing_interval": "timeouts.listing_interval",
+    "shared_interval": "timeouts.shared_interval",
     "adapter_refresh": "adapters.refresh",
     "connect_timeout": "timeouts.connect",
     "read_timeout": "timeouts.read",
