@@ -494,6 +494,7 @@ def test_settings_left_unset_are_as_each_policys_routers_ship() -> None:
             "read_engine": core._settings.read_engine,
             "overflow": core._settings.overflow,
             "half_life": core._settings.half_life,
+            "shared_interval": core._settings.shared_interval,
         }
         if policy.routes:
             shipped.update(lorafleet.FLEET_DEFAULTS)
@@ -503,14 +504,16 @@ def test_settings_left_unset_are_as_each_policys_routers_ship() -> None:
             m._settings.read_engine,
             m._settings.overflow,
             m._settings.half_life,
+            m._settings.shared_interval,
         ) == (
             shipped["headroom"],
             shipped["read_engine"],
             shipped["overflow"],
             shipped["half_life"],
+            shipped["shared_interval"],
         ), policy.name
         assert m._settings.concurrency is None  # a Fleet is told nothing of it; it learns from the engines
-    assert lorafleet.FLEET_DEFAULTS == {"headroom": 0, "read_engine": True}
+    assert lorafleet.FLEET_DEFAULTS == {"headroom": 0, "read_engine": True, "shared_interval": 0.5}
     assert fleet.machine(POLICIES["lorafleet"])._settings.headroom == 0
     assert fleet.machine(POLICIES["least-loaded"])._settings.headroom is None
 
