@@ -181,8 +181,9 @@ class Replica:
     """Its last reading named an adapter no request of this router ran on there: another router's
     ([reading], [read])."""
     shared_until: float = -math.inf
-    """A reading showed another router's work there (``foreign``) less than ``listing_interval``
-    before this time: until then it is listed every ``shared_interval`` ([time])."""
+    """A reading named another router's adapter there (one this router neither holds, loads nor
+    unloads) ``listing_interval`` before this time: until then it is listed every ``shared_interval``
+    ([time])."""
     settle: bool = False
     """It holds more than its line since a load landed, and unloads the excess when the read in flight
     is answered ([settle])."""

@@ -201,9 +201,9 @@ class Fleet:
             its share of the free slots a replica's last listing left (the core's [share];
             docs/routers.md). 1: a router alone.
         shared_interval: seconds between two listings of a replica another router works on (a
-            reading named an adapter there that this fleet does not hold), for a listing interval
-            after that reading ([time]): what the other routers load and unload there is seen this
-            soon. None: every replica every ``listing_interval``.
+            reading named an adapter there that this fleet neither holds, loads nor unloads), for a
+            listing interval after that reading ([time]): what the other routers load and unload
+            there is seen this soon. None: every replica every ``listing_interval``.
 
     Raises:
         InvalidValueError: a timeout or the interval is not a positive number of seconds, or another

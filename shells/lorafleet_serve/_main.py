@@ -15,6 +15,8 @@ from typing import Any
 
 import anyio
 
+from lorafleet import FLEET_DEFAULTS
+
 from ._catalog import adapter_problems
 from ._config import Config, ConfigError, build, discover_flag, pair_flag, read_toml, replica_flag, resolve
 from ._server import ListenError, RouterServer
@@ -211,7 +213,10 @@ def parser() -> argparse.ArgumentParser:
         "--shared-interval",
         metavar="S",
         type=_seconds,
-        help="seconds between listings of a replica another router works on (default 0.5)",
+        help=(
+            "seconds between listings of a replica another router works on "
+            f"(default {FLEET_DEFAULTS['shared_interval']:g})"
+        ),
     )
     add(
         "--runtime",
