@@ -72,13 +72,16 @@ THROUGHPUT_TARGET = 0.8
 def bare_proxy(upstream: str, runtime: str) -> None:
     """Serve a pass-through proxy to ``upstream`` on a free port; prints its URL, runs until killed.
 
-    What a proxy on the router's stack cannot do without: read the body, forward it, relay the
-    status, headers and body as they come. Nothing else. The stack is the router's: uvicorn
-    (httptools), aiohttp and uvloop under asyncio, hypercorn and httpx under trio.
+    What a proxy on the router's stack cannot do without: read the body, forward it with the client's
+    headers (less the hop's own), relay the status, headers and body as they come. Nothing else. The
+    stack is the router's: uvicorn (httptools), aiohttp and uvloop under asyncio, hypercorn and httpx
+    under trio.
     """
     import anyio
 
     hop = {b"connection", b"keep-alive", b"transfer-encoding", b"date", b"server"}
+    # Of the client's: its client sets ``host`` and ``content-length`` for the upstream.
+    own = hop | {b"host", b"content-length"}
 
     async def main() -> None:
         sock = socket.socket()
@@ -86,9 +89,9 @@ def bare_proxy(upstream: str, runtime: str) -> None:
         sock.listen(1024)
         print(f"ready on http://127.0.0.1:{sock.getsockname()[1]}", file=sys.stderr, flush=True)
         if runtime == "asyncio":
-            await _bare_asyncio(upstream, hop, sock)
+            await _bare_asyncio(upstream, hop, own, sock)
         else:
-            await _bare_trio(upstream, hop, sock)
+            await _bare_trio(upstream, hop, own, sock)
 
     options = {"use_uvloop": True} if runtime == "asyncio" else {}
     anyio.run(main, backend=runtime, backend_options=options)
@@ -103,7 +106,7 @@ async def _read(receive: Any) -> bytes:
             return b"".join(chunks)
 
 
-async def _bare_asyncio(upstream: str, hop: set[bytes], sock: socket.socket) -> None:
+async def _bare_asyncio(upstream: str, hop: set[bytes], own: set[bytes], sock: socket.socket) -> None:
     import aiohttp
     import uvicorn
 
@@ -114,7 +117,8 @@ async def _bare_asyncio(upstream: str, hop: set[bytes], sock: socket.socket) -> 
 
         async def app(scope: Any, receive: Any, send: Any) -> None:
             body = await _read(receive)
-            headers = {"content-type": "application/json"}
+            sent = scope["headers"]
+            headers = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in sent if k not in own]
             async with client.post(upstream + scope["path"], data=body, headers=headers) as response:
                 relayed = [(k, v) for k, v in response.raw_headers if k.lower() not in hop]
                 await send({"type": "http.response.start", "status": response.status, "headers": relayed})
@@ -134,7 +138,7 @@ async def _bare_asyncio(upstream: str, hop: set[bytes], sock: socket.socket) -> 
         await uvicorn.Server(config).serve(sockets=[sock])
 
 
-async def _bare_trio(upstream: str, hop: set[bytes], sock: socket.socket) -> None:
+async def _bare_trio(upstream: str, hop: set[bytes], own: set[bytes], sock: socket.socket) -> None:
     import httpx
     from hypercorn.config import Config
     from hypercorn.trio import serve
@@ -155,7 +159,7 @@ async def _bare_trio(upstream: str, hop: set[bytes], sock: socket.socket) -> Non
                 "POST",
                 upstream + scope["path"],
                 content=await _read(receive),
-                headers=[(b"content-type", b"application/json")],
+                headers=[(k, v) for k, v in scope["headers"] if k not in own],
             )
             response = await client.send(request, stream=True)
             try:

@@ -962,6 +962,36 @@ def process() -> Iterator[list[subprocess.Popen[str]]]:
         proc.wait(30)
 
 
+def test_lorafleet_serve_keeps_what_start_up_made_out_of_garbage_collection(
+    adapter_dir: Path, process: list[subprocess.Popen[str]]
+) -> None:
+    # A full pass of the collector over start-up's objects stalled every open stream (issue 38).
+    proc = subprocess.Popen(
+        [
+            *(sys.executable, "-m", "lorafleet_serve", "--adapters-root", str(adapter_dir)),
+            *("--replica", "id=r0,url=http://127.0.0.1:9,model=tiny,limit=2", "--port", "0"),
+            *("--log-level", "DEBUG"),
+        ],
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    process.append(proc)
+    lines = lines_of(proc.stderr)
+    frozen = None
+    while frozen is None:
+        line = lines.get(timeout=60)
+        assert line, "lorafleet serve ended before it was ready"
+        assert "ready on " not in line, "ready before start-up's objects were set aside"
+        if found := re.search(r"(\d+) objects of start-up kept out of garbage collection", line):
+            frozen = int(found[1])
+    # The router's own modules and their imports: tens of thousands of objects.
+    assert frozen > 10_000
+    while "ready on " not in (line := lines.get(timeout=60)):
+        assert line, "lorafleet serve ended before it was ready"
+    proc.send_signal(signal.SIGINT)
+    assert proc.wait(30) == 0
+
+
 @pytest.mark.parametrize("runtime", ["asyncio", "trio"])
 def test_lorafleet_serve_runs_until_interrupted(
     runtime: str, serve: Serve, adapter_dir: Path, process: list[subprocess.Popen[str]]
