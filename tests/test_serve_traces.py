@@ -3,13 +3,20 @@ and duration histograms, against stand-ins, under asyncio and trio."""
 
 from __future__ import annotations
 
+import gzip
 import sys
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+    ExportTraceServiceRequest,
+    ExportTraceServiceResponse,
+)
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -109,6 +116,83 @@ async def test_the_span_counts_the_retries_and_marks_a_failure(
     assert attributes["lorafleet.retry_reasons"] == ("server_error",)
     assert attributes["error.type"] == "engine_error"
     assert span.status.status_code is StatusCode.ERROR
+
+
+class Collector:
+    """What an OpenTelemetry collector's OTLP/HTTP receiver does with traces, on 127.0.0.1: takes
+    ``POST /v1/traces`` (protobuf, gzip or not) and keeps the spans. No collector installs from the
+    package registries here (the OpenTelemetry Collector and Jaeger ship as Go binaries and images)."""
+
+    def __init__(self) -> None:
+        self.requests: list[ExportTraceServiceRequest] = []
+        collector = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                body = self.rfile.read(int(self.headers["Content-Length"]))
+                if self.headers.get("Content-Encoding") == "gzip":
+                    body = gzip.decompress(body)
+                if self.path != "/v1/traces" or self.headers["Content-Type"] != "application/x-protobuf":
+                    self.send_error(404)
+                    return
+                collector.requests.append(ExportTraceServiceRequest.FromString(body))
+                answer = ExportTraceServiceResponse().SerializeToString()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/x-protobuf")
+                self.send_header("Content-Length", str(len(answer)))
+                self.end_headers()
+                self.wfile.write(answer)
+
+            def log_message(self, format: str, *args: Any) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+        self.thread.join()
+
+
+@pytest.fixture
+def collector() -> Iterator[Collector]:
+    receiver = Collector()
+    yield receiver
+    receiver.close()
+
+
+@pytest.mark.anyio
+@pytest.mark.usefixtures("no_task_left_running")
+async def test_tracing_sends_spans_by_otlp_where_the_standard_variables_say(
+    serve: Serve, adapter_dir: Path, collector: Collector, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # serve's own provider: what `tracing = true` makes, with no tracer_provider given.
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", collector.url)
+    monkeypatch.setenv("OTEL_SERVICE_NAME", "router-a")
+    standin = serve()
+    async with (
+        RouterServer(config_of([standin], adapter_dir, tracing=True), environ={}) as server,
+        httpx.AsyncClient(base_url=server.url, timeout=30) as client,
+    ):
+        answer = await client.post(
+            "/v1/completions", json={"model": "a0", **HELLO}, headers={"traceparent": TRACEPARENT}
+        )
+    # Batched: the server's stop sends what is left.
+    assert answer.status_code == 200
+    [resource] = [r for request in collector.requests for r in request.resource_spans]
+    service = {a.key: a.value.string_value for a in resource.resource.attributes}["service.name"]
+    assert service == "router-a"
+    [span] = [span for scope in resource.scope_spans for span in scope.spans]
+    assert span.name == "POST /v1/completions"
+    assert (span.trace_id.hex(), span.parent_span_id.hex()) == (TRACE, "b7ad6b7169203331")
+    attributes = {a.key: a.value for a in span.attributes}
+    assert attributes["lorafleet.how"].string_value == "loaded"
+    assert attributes["lorafleet.request_id"].string_value == answer.headers["x-request-id"]
+    sent = standin.app.calls_to("completions")[0].headers["traceparent"]
+    assert sent == f"00-{TRACE}-{span.span_id.hex()}-01"
 
 
 @pytest.mark.anyio
