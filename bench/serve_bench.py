@@ -30,6 +30,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import datetime
+import gc
 import json
 import math
 import os
@@ -224,16 +225,24 @@ def started(command: list[str], log: Path, env: dict[str, str] | None = None) ->
 
 
 @contextmanager
-def standin(options: str = "") -> Iterator[str]:
+def standin(options: str = "", collect: bool = True) -> Iterator[str]:
     """A stand-in vLLM in a process of its own, on a free port; yields its URL.
+
+    Started, it sets start-up's objects aside from the collector, as vLLM's API server does (its
+    lifespan's ``gc.freeze()``).
 
     Args:
         options: more arguments to ``VllmStandIn``, as Python source (``"stream_interval=0.5"``).
+        collect: False: no garbage collection at all after start-up. With 1,000 open streams the
+            stand-in's own full passes stalled every path, the direct one too, for up to 170 ms.
     """
     code = (
-        "import sys, threading\n"
+        "import gc, sys, threading\n"
         "from lorafleet_standin import StandInServer, VllmStandIn\n"
         f"with StandInServer(VllmStandIn(model='tiny', {options})) as s:\n"
+        "    gc.collect()\n"
+        "    gc.freeze()\n"
+        f"    {'' if collect else 'gc.disable()'}\n"
         "    print('ready on', s.url, file=sys.stderr, flush=True)\n"
         "    threading.Event().wait()\n"
     )
@@ -902,6 +911,9 @@ def stream_turn(url: str, streams: int, interval: float, tokens: int, proxy: Pro
     done = 0
     socks: list[socket.socket] = []
     cpu_before = proxy.cpu() if proxy is not None else 0.0
+    # This client's own collections would stall every stream it reads, whichever path's turn it is.
+    gc.collect()
+    gc.disable()
     began = time.perf_counter()
     try:
         while done < streams:
@@ -941,6 +953,7 @@ def stream_turn(url: str, streams: int, interval: float, tokens: int, proxy: Pro
                     conn.close()
                 arrivals[k] += [at] * found
     finally:
+        gc.enable()
         for left in socks:
             left.close()
         selector.close()
@@ -970,7 +983,7 @@ def streaming(args: argparse.Namespace) -> str:
         (adapter / "adapter_config.json").write_text('{"r": 8}')
         (adapter / "adapter_model.safetensors").write_bytes(b"\0" * 64)
         options = f"max_num_seqs={args.streams * 2}, stream_interval={interval!r}"
-        with standin(options) as upstream, contextlib.ExitStack() as stack:
+        with standin(options, collect=False) as upstream, contextlib.ExitStack() as stack:
             router_command = [
                 *(sys.executable, "-m", "lorafleet_serve", "--port", "0", "--runtime", args.runtime),
                 *("--replica", f"id=r0,url={upstream},model=tiny,limit=4"),
@@ -980,6 +993,10 @@ def streaming(args: argparse.Namespace) -> str:
             proxies: dict[str, Process | None] = {"direct": None, "router": router}
             urls = {"direct": upstream, "router": router.url}
             stream_turn(urls["router"], 1, 0.001, 2, None)  # loads a0 on the stand-in
+            if args.baseline is not None:
+                base_command = [str(args.baseline), *router_command[1:]]
+                base = stack.enter_context(started(base_command, root / "baseline.log"))
+                proxies["baseline"], urls["baseline"] = base, base.url
             if command is not None:
                 peer_process = stack.enter_context(peer(command, upstream, root / "peer.log"))
                 proxies["vllm-router"], urls["vllm-router"] = peer_process, peer_process.url
@@ -1006,6 +1023,8 @@ def streaming(args: argparse.Namespace) -> str:
         "| its process busy | chunks per CPU second |",
         "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
+    if args.baseline is not None:
+        lines[0] += f" Baseline: the router {args.baseline} runs, on the same stand-in."
     for name in names:
         pooled = [x for turn in turns[name] for x in turn.lateness]
         rate = statistics.median(t.chunks / t.wall for t in turns[name])
@@ -1083,7 +1102,7 @@ def main(argv: list[str]) -> int:
         "--baseline",
         type=Path,
         metavar="PYTHON",
-        help="--sweep: also another checkout's router, run by that venv's python, in alternated turns",
+        help="--sweep, --streams: also another checkout's router (that venv's python), in alternated turns",
     )
     parser.add_argument(
         "--headers",

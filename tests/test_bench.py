@@ -7,6 +7,7 @@ a timed assertion fails on a busy machine and passes on a quiet one for the same
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -75,11 +76,13 @@ def test_serve_bench_sweep_and_streams_short(capsys: pytest.CaptureFixture[str])
         "--rounds",
         "2",
         "--no-peer",
+        *("--baseline", sys.executable),  # this checkout's router again, as another's would run
     ]
     assert serve_bench.main(argv) == 0
     streamed = capsys.readouterr().out
     assert "| router |" in streamed
-    assert "{'direct': 10, 'router': 10}" in streamed
+    assert "| baseline |" in streamed
+    assert "{'direct': 10, 'router': 10, 'baseline': 10}" in streamed
 
 
 def test_weights_lanes_weigh_as_the_core_and_the_table_is_written(tmp_path: Path) -> None:
