@@ -12,9 +12,7 @@ from collections.abc import Callable, Container
 
 from ._index import PLACED, ColdIndex, Key
 from ._snapshots import Placement
-from ._state import Replica
-
-_NOWHERE: dict[str, Replica] = {}
+from ._state import NOWHERE, Replica
 
 
 class Indexing:
@@ -67,7 +65,7 @@ class Indexing:
         and of each where an adapter whose weight changed since is idle (its victim may be another)."""
         if self._reweighed:
             for name in self._reweighed:
-                for rep in self._where.get(name, _NOWHERE).values():
+                for rep in self._where.get(name, NOWHERE).values():
                     if name in rep.idle:
                         self._touch(rep)
             self._reweighed.clear()

@@ -162,6 +162,7 @@ from ._rendezvous import weight as _rendezvous
 from ._snapshots import Placement
 from ._spellings import Spellings
 from ._state import (
+    NOWHERE,
     Counts,
     Held,
     Listing,
@@ -213,7 +214,6 @@ _FULL = frozenset({Placed.EVICT, Placed.OVER, Placed.WAIT})
 
 
 _HIT = How.HIT  # looked up once: the hit path is every warm request's
-_NOWHERE: dict[str, Replica] = {}
 _Op = TypeVar("_Op", Load, Unload, Listing, Read)
 
 
@@ -1607,7 +1607,7 @@ class AdapterStateMachine(Spellings, Queries, Indexing, Invariants):
         best_served = 0
         best_weight = -1
         clock = self._clock
-        for rep in self._where.get(adapter, _NOWHERE).values():
+        for rep in self._where.get(adapter, NOWHERE).values():
             if not rep.met or rep.avoid_until > clock or rep.id in skip:
                 continue
             if model is not None and rep.model != model:

@@ -282,7 +282,12 @@ class Counts:
     evictions: dict[tuple[str, str], int] = attrs.Factory(dict)
 
 
+NOWHERE: dict[str, Replica] = {}
+"""The replicas of an adapter none holds: what a look-up in the machine's ``_where`` gives for it.
+Never written."""
+
 __all__ = [
+    "NOWHERE",
     "Counts",
     "Held",
     "Listing",
