@@ -20,6 +20,7 @@ import pytest
 
 import lorafleet_asyncio
 import lorafleet_trio
+from lorafleet import vllm
 from lorafleet_fleet import Fleet
 from lorafleet_standin import StandInServer, VllmStandIn
 
@@ -225,6 +226,19 @@ class Target:
         with self.client() as client:
             for name in self.listed():
                 client.post("/v1/unload_lora_adapter", json={"lora_name": name})
+
+
+def idle_and_bare(*servers: Any) -> None:
+    """Bring real vLLM servers (``vllm_servers``' values) back to no adapter and no request."""
+    for server in servers:
+        server.resume()  # a test that failed while the engine was paused leaves it so
+        server.unload_everything()
+    for server in servers:  # requests dropped before may still be aborting
+        with server.client() as client:
+            deadline = time.monotonic() + 300
+            while (now := vllm.engine_queue(client.get("/metrics").content)) != (0, 0):
+                assert time.monotonic() < deadline, f"{server.url} never idle: {now}"
+                time.sleep(0.05)
 
 
 @pytest.fixture(scope="session")

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import anyio
+import attrs
 import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
@@ -19,8 +20,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from lorafleet_serve import Config, ReplicaConfig, RouterServer
 from lorafleet_standin import StandInServer
 
-from conftest import KEY
-from test_spill import Engine, Pair, real_pair
+from conftest import KEY, idle_and_bare
 
 pytestmark = [pytest.mark.anyio, pytest.mark.usefixtures("no_task_left_running")]
 
@@ -30,19 +30,26 @@ REQUESTS = 48
 CONCURRENT = 4
 
 
+@attrs.frozen
+class Engines:
+    """The two engines: each as ``(id, url, key)``, and the folder of their adapters."""
+
+    replicas: tuple[tuple[str, str, str | None], ...]
+    adapters: Path
+
+
 @pytest.fixture(params=["standin", "vllm"])
 def engines(
     request: pytest.FixtureRequest, serve: Callable[..., StandInServer], built_adapters: Path
-) -> Pair:
-    if request.param == "vllm":
-        return real_pair(request)
-    narrow, wide = serve(max_num_seqs=2), serve(api_key=KEY)
-    narrow_, wide_ = Engine("narrow", narrow.url, None), Engine("wide", wide.url, KEY)
-    return Pair(narrow_, wide_, built_adapters, _nothing, _nothing, _nothing)
-
-
-def _nothing() -> None:
-    pass
+) -> Engines:
+    if request.param == "standin":
+        narrow, wide = serve(max_num_seqs=2), serve(api_key=KEY)
+        return Engines((("narrow", narrow.url, None), ("wide", wide.url, KEY)), built_adapters)
+    servers = request.getfixturevalue("vllm_servers")
+    build = request.getfixturevalue("real_engine").build
+    open_, keyed = servers["open"], servers["keyed"]
+    idle_and_bare(open_, keyed)
+    return Engines((("narrow", open_.url, None), ("wide", keyed.url, KEY)), build / "adapters")
 
 
 def counted(page: str, family: str, **labels: str) -> float:
@@ -56,16 +63,10 @@ def counted(page: str, family: str, **labels: str) -> float:
 
 
 @pytest.mark.parametrize("anyio_backend", ["asyncio"])  # the router's default; test_serve.py runs both
-async def test_two_routers_over_two_engines_fail_no_request(engines: Pair) -> None:
+async def test_two_routers_over_two_engines_fail_no_request(engines: Engines) -> None:
     replicas = tuple(
-        ReplicaConfig(
-            id=engine.id,
-            url=engine.url,
-            model="tiny",
-            limit=2,
-            api_key_env="ENGINE_KEY" if engine.key else None,
-        )
-        for engine in (engines.narrow, engines.wide)
+        ReplicaConfig(id=rid, url=url, model="tiny", limit=2, api_key_env="ENGINE_KEY" if key else None)
+        for rid, url, key in engines.replicas
     )
     config = Config(replicas=replicas, adapter_root=engines.adapters, port=0, shutdown_timeout=5.0)
     # Zipf(1) over the six, the same draw every run; each request to either router at random.

@@ -15,7 +15,6 @@ while ``narrow`` stays full.
 from __future__ import annotations
 
 import contextlib
-import time
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
@@ -28,7 +27,7 @@ from lorafleet import vllm
 from lorafleet_fleet import Fleet, How, Lease, Reading, Replica
 from lorafleet_standin import StandInServer
 
-from conftest import KEY, quiet, settled
+from conftest import KEY, idle_and_bare, quiet, settled
 
 pytestmark = [pytest.mark.anyio, pytest.mark.usefixtures("no_task_left_running")]
 
@@ -148,15 +147,7 @@ def real_pair(request: pytest.FixtureRequest) -> Pair:
     narrow, wide = servers["open"], servers["keyed"]
 
     def reset() -> None:
-        for server in (narrow, wide):
-            server.resume()  # a test that failed while the engine was paused leaves it so
-            server.unload_everything()
-        for server in (narrow, wide):  # requests dropped before may still be aborting
-            with server.client() as client:
-                deadline = time.monotonic() + 300
-                while (now := vllm.engine_queue(client.get("/metrics").content)) != (0, 0):
-                    assert time.monotonic() < deadline, f"{server.url} never idle: {now}"
-                    time.sleep(0.05)
+        idle_and_bare(narrow, wide)
 
     reset()
     return Pair(
