@@ -242,8 +242,8 @@ def standin(options: str = "", collect: bool = True) -> Iterator[str]:
         f"with StandInServer(VllmStandIn(model='tiny', {options})) as s:\n"
         "    gc.collect()\n"
         "    gc.freeze()\n"
-        f"    {'' if collect else 'gc.disable()'}\n"
-        "    print('ready on', s.url, file=sys.stderr, flush=True)\n"
+        + ("" if collect else "    gc.disable()\n")
+        + "    print('ready on', s.url, file=sys.stderr, flush=True)\n"
         "    threading.Event().wait()\n"
     )
     with (

@@ -967,7 +967,7 @@ def test_lorafleet_serve_keeps_what_start_up_made_out_of_garbage_collection(
     adapter_dir: Path, process: list[subprocess.Popen[str]]
 ) -> None:
     # A full pass of the collector over start-up's objects stalled every open stream, and at 700
-    # new objects it ran twenty times as often at 128 connections as at 8 (issue 38).
+    # new objects it cost seven times as much a request at 128 connections as at 8 (issue 38).
     proc = subprocess.Popen(
         [
             *(sys.executable, "-m", "lorafleet_serve", "--adapters-root", str(adapter_dir)),

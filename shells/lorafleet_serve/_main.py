@@ -296,6 +296,20 @@ GC_YOUNG = 7000
 """The collector's first threshold in ``serve`` (CPython's default: 700)."""
 
 
+def _settle_collector() -> tuple[int, int]:
+    """Set the garbage collector for serving (bench/NOTES.md, issue 38); returns the objects frozen and
+    the first threshold."""
+    # What start-up made lives as long as the process: out of the collector's full passes, which
+    # otherwise stall every open stream for tens of ms a pass.
+    gc.collect()
+    gc.freeze()
+    # Requests in flight keep their objects young: at 700 (CPython's default) the collector ran 2.6
+    # times as often a request at 128 connections as at 8, each pass walking 2.7 times as much, about
+    # a tenth of the router's CPU. Most of a request's objects are freed by their count before 7,000.
+    gc.set_threshold(GC_YOUNG, *gc.get_threshold()[1:])
+    return gc.get_freeze_count(), gc.get_threshold()[0]
+
+
 def main(argv: list[str]) -> int:
     """Run ``lorafleet serve`` with the flags after ``serve``; returns the exit status."""
     args = parser().parse_args(argv)
@@ -386,15 +400,7 @@ async def _serve(config: Config, source: Callable[[], Config], watch: Path | Non
             log.info("lorafleet serve: %s", summary(config))
             for problem in adapter_problems(config):
                 log.warning("lorafleet serve: %s", problem)
-            # What start-up made lives as long as the process: out of the collector's full passes, which
-            # otherwise stall every open stream for tens of ms a pass (bench/NOTES.md, issue 38).
-            gc.collect()
-            gc.freeze()
-            # Requests in flight keep their objects young: at 700 (CPython's default) the collector ran
-            # twenty times as often at 128 connections as at 8, a sixth of the router's CPU
-            # (bench/NOTES.md). Most of a request's objects are freed by their count before 7,000.
-            gc.set_threshold(GC_YOUNG, *gc.get_threshold()[1:])
-            frozen, young = gc.get_freeze_count(), gc.get_threshold()[0]
+            frozen, young = _settle_collector()
             log.debug(
                 "lorafleet serve: %d objects of start-up kept out of garbage collection; it runs every %d",
                 frozen,
