@@ -78,6 +78,7 @@ from lorafleet import (
     LoadOutcome,
     MarkMet,
     NotIdleError,
+    Placed,
     ReadEngine,
     ReadListing,
     RefusalForgotten,
@@ -193,6 +194,17 @@ class Hit:
     adapter: str
 
 
+@attrs.frozen
+class PlaceHit:
+    """A ``place_hit()`` call that granted, kept in the log as ``Hit`` is. One that did not is left
+    out, so that the replay's ``Routed`` searches afresh: the search ``place_hit`` kept for it must
+    place the request as that one does."""
+
+    ticket: int
+    adapter: str
+    model: str | None
+
+
 MachineFactory = Callable[..., AdapterStateMachine]
 
 
@@ -211,7 +223,7 @@ class FleetModel(RuleBasedStateMachine):
         self.model = Model()
         self.config: dict[str, Any] = {}
         self.world = World(REPLICAS)
-        self.log: list[tuple[Event | Hit, list[Command] | bool]] = []
+        self.log: list[tuple[Event | Hit | PlaceHit, list[Command] | bool | str]] = []
         self.tickets: dict[int, Ticket] = {}
         self.active: set[str] = set()
         self.met: set[str] = set()
@@ -514,13 +526,25 @@ class FleetModel(RuleBasedStateMachine):
         model=st.sampled_from([None, None, "m0", "m1"]),
         exclude=st.sets(st.sampled_from(sorted(REPLICAS)), max_size=2),
         gap=st.sampled_from([1, 1, 1, 3]),
+        fast=st.booleans(),
     )
-    def route(self, adapter: str, model: str | None, exclude: set[str], gap: int) -> None:
+    def route(self, adapter: str, model: str | None, exclude: set[str], gap: int, fast: bool) -> None:
         """A request the machine places ([route]): assigned where [place] says, or after a read of a
-        full replica, or failed when no replica will do (all failing, excluded, or of another model)."""
+        full replica, or failed when no replica will do (all failing, excluded, or of another model).
+        ``fast``: the way the Fleet routes one, ``place_hit`` first, unless it excludes a replica."""
         ticket = self.new_ticket("", adapter, gap)
         decided = self.model.decide_route(adapter, model, exclude) if self.with_model else None
         was = self.machine.statistics().replicas
+        if fast and not exclude:
+            rid = self.machine.place_hit(ticket, adapter=adapter, model=model)
+            note(f"place_hit({ticket}, {adapter!r}, model={model!r}) -> {rid!r}")
+            if rid is not None:
+                self.log.append((PlaceHit(ticket, adapter, model), rid))
+                if decided is not None:
+                    assert decided == Decision("hit", rid, placed=Placed.HELD), decided
+                    assert self.model.hit(ticket, rid, adapter)
+                self.tickets[ticket] = Ticket(rid, adapter, State.GRANTED, ended=1)
+                return
         event = Routed(
             ticket=ticket,
             adapter=adapter,
@@ -1239,6 +1263,8 @@ class FleetModel(RuleBasedStateMachine):
         for step, result in self.log:
             if isinstance(step, Hit):
                 assert fresh.hit(step.ticket, replica=step.replica, adapter=step.adapter) == result, step
+            elif isinstance(step, PlaceHit):
+                assert fresh.place_hit(step.ticket, adapter=step.adapter, model=step.model) == result, step
             else:
                 assert fresh.handle(step) == result, step
 

@@ -159,6 +159,7 @@ from ._indexing import Indexing
 from ._invariants import Invariants
 from ._queries import Queries
 from ._rendezvous import weight as _rendezvous
+from ._shortcuts import Shortcuts
 from ._snapshots import Placement
 from ._spellings import Spellings
 from ._state import (
@@ -228,7 +229,7 @@ def no_replica_message(adapter: str, model: str | None) -> str:
     return f"no replica{of} to place '{adapter}' on: each is failing, excluded, or not in use"
 
 
-class AdapterStateMachine(Spellings, Queries, Indexing, Invariants):
+class AdapterStateMachine(Shortcuts, Spellings, Queries, Indexing, Invariants):
     """Decides which replica holds which LoRA adapter, as a sans-IO state machine.
 
     Feed it events with ``handle`` (or the methods that spell it: ``request``, ``release``,
@@ -322,6 +323,13 @@ class AdapterStateMachine(Spellings, Queries, Indexing, Invariants):
         self._where: dict[str, dict[str, Replica]] = {}
         """Adapter name to the replicas in use that hold it or are loading it: placement's index."""
         self._counts = Counts()
+        self._found: tuple[int, str, str | None, float, Replica | None] | None = None
+        """``place_hit``'s holder search for a request it left to ``Routed`` (ticket, adapter, model,
+        clock, holder): that request's [place] takes it rather than search again, while nothing has
+        moved since (``_found_for``)."""
+        self._avoiding = 0.0
+        """The latest time a replica was set to be avoided until ([health]): a clock past a search's
+        may have let one back only while the search's clock is before it."""
 
     # -- the one way in --------------------------------------------------------------------------------
 
@@ -332,6 +340,7 @@ class AdapterStateMachine(Spellings, Queries, Indexing, Invariants):
             UsageError: the event breaks the contract; nothing changed.
         """
         commands = self._handle(event)
+        self._found = None  # used by the Routed it was for, or stale now
         if self._parked:
             commands.extend(self._place_parked())
         return commands
@@ -385,75 +394,12 @@ class AdapterStateMachine(Spellings, Queries, Indexing, Invariants):
             case _:
                 assert_never(event)
 
-    # -- spellings of handle: the one with a path of its own (the rest: _spellings.Spellings) ----------
-
-    def release(self, ticket: int) -> list[Command]:
-        """``handle(Released(...))``: the request is done with its adapter (straight to [release],
-        unless a subclass sees every event through ``handle``)."""
-        if self._direct and not self._parked:
-            return self._released(ticket)
-        return self.handle(Released(ticket=ticket))
-
     # -- §3.1 requests: [hit], [join], [wait-unload], [read], [cold], [evict] --------------------------
 
     @property
     def next_ticket(self) -> int:
         """The lowest ticket a new request may take (1 before any request)."""
         return self._last_ticket + 1
-
-    def hit(self, ticket: int, *, replica: str, adapter: str) -> bool:
-        """``requested`` for a shell's fast path: True when it was a [hit], granted without a command.
-
-        Returns False, having changed nothing, when the replica does not hold the adapter: then
-        send ``Requested`` with the same ticket. A hit records the ticket and counts a hit grant,
-        exactly as the ``Grant`` of a ``Requested`` would.
-
-        Raises:
-            UsageError: as ``Requested`` would for the ticket, the replica or the adapter name.
-        """
-        rep = self._replicas.get(replica) if type(replica) is str else None
-        if rep is None or rep.removed or type(ticket) is not int or ticket <= self._last_ticket:
-            rep = self._replica_for(ticket, replica)  # raises the error Requested would
-        if type(adapter) is not str or not adapter:
-            raise ADAPTER.error("adapter", adapter)
-        held = rep.held.get(adapter)
-        if held is None or (rep.unloading and adapter in rep.unloading):
-            return False  # not held, or an old copy ([renew])
-        self._hit(ticket, rep, held)
-        return True
-
-    def place_hit(self, ticket: int, *, adapter: str, model: str | None = None) -> str | None:
-        """[place] then [hit] in one call, for a shell's fast path: the replica granted, or None.
-
-        When placement (nothing excluded, no load reported) would send a request for ``adapter`` to a
-        replica that holds it, the request is granted there, exactly as ``hit(ticket, replica=...,
-        adapter=adapter)`` with ``place(adapter, model=model)``'s replica would, and that replica's
-        id is returned. Otherwise nothing changes and it returns None: then send ``Routed``. It
-        returns None too where ``Routed`` would read the replica after the grant ([read]: a stale
-        one), so that the read goes out.
-
-        Raises:
-            UsageError: as ``hit`` would for the ticket, and ``place`` for the adapter name.
-        """
-        if type(adapter) is not str or not adapter:
-            raise ADAPTER.error("adapter", adapter)
-        if type(ticket) is not int or ticket <= self._last_ticket:
-            self._check_ticket(ticket)
-        rep = self._holder(adapter, model, (), None)
-        if rep is None:
-            return None  # placement would load it somewhere
-        # _saturated, inline, and _stale only where the machine reads engines: every routed hit asks.
-        settings = self._settings
-        seqs = settings.concurrency if settings.concurrency is not None else rep.seqs
-        if seqs is not None and rep.in_flight + rep.others > seqs:
-            return None  # a full holder: placement may spill elsewhere
-        if settings.read_engine and self._stale(rep, coming=1):
-            return None  # one to read: Routed sends the read
-        held = rep.held.get(adapter)
-        if held is None:
-            return None  # placement chose a replica loading it: the request joins, through Requested
-        self._hit(ticket, rep, held)
-        return rep.id
 
     def _requested(self, event: Requested) -> list[Command]:
         """[hit], [join], [wait-unload] or [cold]: ``Grant(HIT)`` at once, or the request waits."""
@@ -1230,6 +1176,7 @@ class AdapterStateMachine(Spellings, Queries, Indexing, Invariants):
         rep.failures += 1
         wait = self._settings.backoff * 2.0 ** min(rep.failures - 1, 32)
         rep.avoid_until = self._clock + min(wait, self._settings.max_backoff)
+        self._avoiding = max(self._avoiding, rep.avoid_until)
 
     def _replica_failed_event(self, event: ReplicaFailed) -> list[Command]:
         """[health]: the router saw the replica fail; placement avoids it for a while."""
@@ -1534,7 +1481,17 @@ class AdapterStateMachine(Spellings, Queries, Indexing, Invariants):
         self, adapter: str, model: str | None, skip: Container[str], extra: Mapping[str, float]
     ) -> Placement:
         """[place], for ``place`` and [route] alike (a subclass that records ``place`` sees queries only)."""
-        holder = self._holder(adapter, model, skip, extra)
+        return self._place_from(self._holder(adapter, model, skip, extra), adapter, model, skip, extra)
+
+    def _place_from(
+        self,
+        holder: Replica | None,
+        adapter: str,
+        model: str | None,
+        skip: Container[str],
+        extra: Mapping[str, float],
+    ) -> Placement:
+        """[place], the holder search's answer ``holder`` in hand."""
         if holder is not None and not self._saturated(holder, extra):
             return self._at(holder, adapter)
         cold = self._place_cold(adapter, model, skip, extra, spread=True)
@@ -1904,19 +1861,25 @@ class AdapterStateMachine(Spellings, Queries, Indexing, Invariants):
         ticket = event.ticket
         self._check_ticket(ticket)
         check_fields(event)
+        found = self._found
         commands: list[Command] = []
         if event.now is not None:
             self._check_clock(event.now)
             commands = self._advance(event.now)  # [time] first: the clock placement reads
         self._last_ticket = ticket
         route = Route(ticket, event.adapter, event.path, event.model, frozenset(event.exclude))
-        commands.extend(self._place_route(route))
+        placement = None
+        if found is not None and not commands and self._found_for(found, route):
+            placement = self._place_from(found[4], route.adapter, route.model, route.exclude, {})
+        commands.extend(self._place_route(route, placement))
         return commands
 
-    def _place_route(self, route: Route) -> list[Command]:
-        """[route]: place the request, read the replica first if [read] asks, then assign and admit it."""
+    def _place_route(self, route: Route, placement: Placement | None = None) -> list[Command]:
+        """[route]: place the request (unless ``placement`` did), read the replica first if [read]
+        asks, then assign and admit it."""
         ticket, adapter = route.ticket, route.adapter
-        placement = self._placement(adapter, route.model, route.exclude, {})
+        if placement is None:
+            placement = self._placement(adapter, route.model, route.exclude, {})
         if placement.replica is None or placement.placed is None:
             self._counts.failures[Fault.REPLICA.value] = self._counts.failures.get(Fault.REPLICA.value, 0) + 1
             return [

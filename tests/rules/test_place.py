@@ -3,11 +3,20 @@ go."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from lorafleet import (
+    AdapterPinned,
+    AdapterStateMachine,
+    Assign,
+    Command,
     InvalidValueError,
+    IssueLoad,
     ListingReceived,
+    LoadFinished,
+    LoadOutcome,
     MarkMet,
     Placed,
     Placement,
@@ -16,12 +25,13 @@ from lorafleet import (
     ReplicaAdded,
     ReplicaFailed,
     ReplicasRemoved,
+    Routed,
     TicketOrderError,
 )
 from lorafleet._rendezvous import weight as _rendezvous
 
 from .helpers import held, read_each, ties_go_by_weight
-from scenario import Scenario
+from scenario import Scenario, loads
 
 # -- [load] ----------------------------------------------------------------------------------------
 
@@ -204,6 +214,87 @@ def test_place_hit_grants_a_hit_where_place_would_and_changes_nothing_otherwise(
     with pytest.raises(InvalidValueError):
         s.machine.place_hit(s.ticket + 5, adapter="")
     s.machine.check_invariants()
+
+
+class Searches:
+    """Counts the machine's holder searches ([place]'s first choice)."""
+
+    def __init__(self, machine: AdapterStateMachine) -> None:
+        self.count = 0
+        search = machine._holder
+
+        def counted(*args: Any) -> Any:
+            self.count += 1
+            return search(*args)
+
+        machine._holder = counted  # type: ignore[method-assign,assignment]
+
+
+def routed(s: Scenario, adapter: str, now: float | None = None) -> list[Command]:
+    return s(Routed(ticket=s.ticket, adapter=adapter, path=f"/adapters/{adapter}", now=now))
+
+
+def test_place_routed_after_place_hit_searches_for_holders_once() -> None:
+    """[route] A request ``place_hit`` leaves to ``Routed`` is placed from the holder search
+    ``place_hit`` made: once per request, and where a fresh search would have put it."""
+    s = Scenario.with_replicas(("r0", 2), ("r1", 2), concurrency=1)
+    t = s.load("r0", "a")
+    s.hit("r0", "a")  # a's one holder is past its concurrency: placement spills past it
+    twin = Scenario.with_replicas(("r0", 2), ("r1", 2), concurrency=1)
+    twin.load("r0", "a")
+    twin.hit("r0", "a")
+    searches = Searches(s.machine)
+    s.ticket += 1
+    twin.ticket += 1
+    assert s.machine.place_hit(s.ticket, adapter="a") is None
+    commands = routed(s, "a")
+    assert searches.count == 1
+    assert commands == routed(twin, "a")
+    assert commands[0] == Assign(ticket=s.ticket, replica="r1", placed=Placed.FREE)
+    # With no holder anywhere, too.
+    s.expect(Released(ticket=t))
+    searches.count = 0
+    s.ticket += 1
+    assert s.machine.place_hit(s.ticket, adapter="z") is None
+    routed(s, "z")
+    assert searches.count == 1
+
+
+def test_place_routed_searches_again_where_something_moved_after_place_hit() -> None:
+    """[route] ``place_hit``'s search is stale after any other event, and where the clock the request
+    brings ends a holder's backoff: the request is placed on the holder then."""
+    s = Scenario.with_replicas(("r0", 2), ("r1", 2), ("r2", 2), concurrency=1)
+    s.expect(Released(ticket=s.load("r0", "a")))
+    first = [s.hit("r0", "a"), s.hit("r0", "a")]
+    others = [s.load("r1", "a"), s.hit("r1", "a")]  # as busy, and fewer served: placement's holder
+    s.ticket += 1
+    assert s.machine.place_hit(s.ticket, adapter="a") is None  # both past their concurrency
+    for ticket in first:
+        s.expect(Released(ticket=ticket))  # now r0 is idle
+    assert routed(s, "a")[0] == Assign(ticket=s.ticket, replica="r0", placed=Placed.HELD)
+    for ticket in [*others, s.ticket]:
+        s.expect(Released(ticket=ticket))
+    for replica in ("r0", "r1"):
+        s.expect(ReplicaFailed(replica=replica))  # avoided for the backoff (5 s)
+    s.ticket += 1
+    assert s.machine.place_hit(s.ticket, adapter="a") is None  # both holders are avoided
+    (assign, *_) = routed(s, "a", now=6.0)  # their backoff is over by the request's clock
+    assert isinstance(assign, Assign)
+    assert assign.placed is Placed.HELD, assign
+
+
+def test_place_routed_searches_again_where_the_clock_it_brings_starts_a_pin() -> None:
+    """[route] [pin] The clock a request brings may end a pinned adapter's refusal, and [time] loads
+    the pin then: a request for it joins that load, not the one ``place_hit`` saw no holder for."""
+    s = Scenario.with_replicas(("r0", 2), ("r1", 2), refusal=45.0, listing_interval=1000.0)
+    (load,) = loads(s(AdapterPinned(adapter="p", path="/adapters/p")))
+    s.expect(LoadFinished(load=load.load, outcome=LoadOutcome.ADAPTER_FAULT, message="No adapter found"))
+    s.ticket += 1
+    assert s.machine.place_hit(s.ticket, adapter="p") is None  # refused, held nowhere
+    (pinned, assign) = routed(s, "p", now=50.0)
+    assert isinstance(pinned, IssueLoad)
+    assert pinned.adapter == "p", pinned
+    assert assign == Assign(ticket=s.ticket, replica=pinned.replica, placed=Placed.LOADING)
 
 
 def test_place_only_among_replicas_of_the_model_and_never_a_removed_one() -> None:
