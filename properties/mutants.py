@@ -50,6 +50,23 @@ WORDING = "vllm/_wording.py"
 ANSWERS = "vllm/_answers.py"
 
 MUTANTS = [
+    # -- [warm]
+    Mutant(
+        "warm-never-lifts",
+        "warm",
+        "a pin until held is kept once a copy lands",
+        MACHINE,
+        "        if pin is None or not pin.until_held or pin.model not in (None, rep.model):\n            return []",
+        "        if True:\n            return []",
+    ),
+    Mutant(
+        "warm-over-held",
+        "warm",
+        "a pin until held is made where a copy is held already",
+        MACHINE,
+        "if event.until_held and (adapter in self._pins or self._holds(adapter, event.model)):",
+        "if event.until_held and adapter in self._pins:",
+    ),
     # -- [hit], the fast path
     Mutant(
         "hit-keeps-ticket",

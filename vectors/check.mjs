@@ -37,7 +37,10 @@ const FINISH = { load_finished: ["load", "issue_load"], unload_finished: ["unloa
   reading_received: ["read", "read_engine"], reading_failed: ["read", "read_engine"] };
 
 // Fields an event may leave out (SPEC.md 6.3), each with the check a written one must pass.
-const OPTIONAL = { routed: { now: (v) => v === null || typeof v === "number" } };
+const OPTIONAL = {
+  routed: { now: (v) => v === null || typeof v === "number" },
+  adapter_pinned: { until_held: (v) => typeof v === "boolean" },
+};
 
 function fields(kind, object, table) {
   const want = table[object.type];

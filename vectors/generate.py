@@ -93,6 +93,7 @@ RULES_BY_NAME = [
     ("demand", ["demand"]),
     ("refusal", ["refuse"]),
     ("pin", ["pin", "cold"]),
+    ("warm", ["warm", "pin"]),
     ("statistics", ["statistics"]),
     ("reading", ["reading", "read"]),
     ("read_failed", ["read-failed", "reading", "read"]),

@@ -149,6 +149,10 @@ class AdapterPinned:
     path: str
     copies: int = 1
     model: str | None = None
+    # Left out of a vector while false: vectors from before it replay as they were written.
+    until_held: bool = attrs.field(default=False, metadata={"omit_default": True})
+    """A warming ([warm]): the pin lifts itself once a copy is held, and where the adapter is held
+    or pinned already it changes nothing."""
 
 
 @attrs.frozen(kw_only=True)
@@ -199,7 +203,7 @@ class Routed:
     model: str | None = None
     exclude: tuple[str, ...] = ()
     # Left out of a vector while null: vectors from before it replay as they were written.
-    now: float | None = attrs.field(default=None, metadata={"omit_null": True})
+    now: float | None = attrs.field(default=None, metadata={"omit_default": True})
 
 
 @attrs.frozen(kw_only=True)

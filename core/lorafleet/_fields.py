@@ -61,6 +61,7 @@ _REPLICA = _Kind(_is_name, "replica id must be a non-empty str")
 MODEL = _Kind(_is_name, "model must be a non-empty str")
 _ADAPTER_OR_NONE = _Kind(lambda v: v is None or _is_name(v), "adapter must be a non-empty str or absent")
 _MODEL_OR_NONE = _Kind(lambda v: v is None or _is_name(v), "model must be a non-empty str or absent")
+_BOOL = _Kind(lambda v: type(v) is bool, "{field} must be a bool")
 _TICKET_OR_NONE = _Kind(lambda v: v is None or type(v) is int, "ticket must be an int or absent")
 _AT_LEAST_1 = _Kind(lambda v: type(v) is int and v >= 1, "{field} must be an int of at least 1")
 _AT_LEAST_0_OR_NONE = _Kind(
@@ -107,6 +108,7 @@ _FIELDS: dict[type, tuple[tuple[str, _Kind], ...]] = {
         ("path", _PATH),
         ("copies", _AT_LEAST_1),
         ("model", _MODEL_OR_NONE),
+        ("until_held", _BOOL),
     ),
     ev.AdapterUnpinned: (("adapter", ADAPTER),),
     ev.RefusalForgotten: (("adapter", _ADAPTER_OR_NONE),),

@@ -42,7 +42,7 @@ def encode(value: Event | Command) -> dict[str, Any]:
     out: dict[str, Any] = {"type": snake(type(value).__name__)}
     for field in attrs.fields(type(value)):
         plain = _plain(getattr(value, field.name))
-        if plain is not None or not field.metadata.get("omit_null"):
+        if not (field.metadata.get("omit_default") and plain == field.default):
             out[field.name] = plain
     return out
 
@@ -101,6 +101,8 @@ def encode_statistics(stats: Statistics) -> dict[str, Any]:
         "waiting": stats.waiting,
         "leases": stats.leases,
         "pins": dict(stats.pins),
+        # Left out while empty, as the field it counts is ([warm]).
+        **({"warming": sorted(stats.warming)} if stats.warming else {}),
     }
 
 

@@ -637,6 +637,8 @@ class AdapterStateMachine(Shortcuts, Spellings, Queries, Indexing, Invariants):
             if renewal is not None:
                 commands.extend(self._retire(rep, held))  # [renew]: its waiters asked before the change
             commands.extend(self._settle(rep))
+            if renewal is None and self._pins:
+                commands.extend(self._warmed(rep, op.adapter))
         else:
             fault = Fault.ADAPTER if outcome is LoadOutcome.ADAPTER_FAULT else Fault.REPLICA
             text = event.message or load_failed_message(op.adapter, rep.id)
@@ -971,6 +973,9 @@ class AdapterStateMachine(Shortcuts, Spellings, Queries, Indexing, Invariants):
         rep.base, rep.unseen = len(rep.held) + len(rep.loading), 0  # [share]: shared afresh
         self._touch(rep)
         rep.listed_since_reading = True
+        if self._pins:
+            for name in sorted(listed - known):
+                commands.extend(self._warmed(rep, name))
         for renewal in renewals:
             commands.extend(self._readmit(renewal))
         commands.extend(self._admit_queued(rep))
@@ -1370,14 +1375,31 @@ class AdapterStateMachine(Shortcuts, Spellings, Queries, Indexing, Invariants):
     # -- §3.10 pinned adapters: [pin] ------------------------------------------------------------------
 
     def _adapter_pinned(self, event: AdapterPinned) -> list[Command]:
-        """[pin]: keep the adapter loaded on ``copies`` replicas, chosen by placement, never evicted."""
+        """[pin]: keep the adapter loaded on ``copies`` replicas, chosen by placement, never evicted.
+        [warm]: until one copy is held, where none is and no pin is kept already."""
         check_fields(event)
         adapter = event.adapter
+        if event.until_held and (adapter in self._pins or self._holds(adapter, event.model)):
+            return []
         self._pins[adapter] = event
         for rep in self._where.get(adapter, {}).values():
             rep.idle.pop(adapter, None)
             self._touch(rep)
         return self._ensure_pins()
+
+    def _holds(self, adapter: str, model: str | None) -> bool:
+        """[warm]: whether a replica in use (of ``model``, if given) holds a copy of ``adapter``."""
+        return any(
+            adapter in rep.held and adapter not in rep.unloading and model in (None, rep.model)
+            for rep in self._where.get(adapter, NOWHERE).values()
+        )
+
+    def _warmed(self, rep: Replica, adapter: str) -> list[Command]:
+        """[warm]: ``rep`` holds ``adapter`` now: a pin of it that lasts until a copy is held lifts."""
+        pin = self._pins.get(adapter)
+        if pin is None or not pin.until_held or pin.model not in (None, rep.model):
+            return []
+        return self._adapter_unpinned(AdapterUnpinned(adapter=adapter))
 
     def _adapter_unpinned(self, event: AdapterUnpinned) -> list[Command]:
         """[pin]: the adapter's copies no request runs on become idle, most recently used."""

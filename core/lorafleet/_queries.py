@@ -121,6 +121,7 @@ class Queries:
             waiting=len(self._waiting),
             leases=len(self._leases),
             pins={name: self._pins[name].copies for name in sorted(self._pins)},
+            warming=frozenset(name for name, pin in self._pins.items() if pin.until_held),
         )
 
     def replica_statistics(self, replica: str) -> ReplicaStatistics | None:

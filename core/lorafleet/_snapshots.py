@@ -106,3 +106,5 @@ class Statistics:
     """Requests granted and not yet released."""
     pins: Mapping[str, int] = attrs.field(hash=False, factory=dict)
     """Pinned adapter to the number of copies kept loaded, sorted by name."""
+    warming: frozenset[str] = frozenset()
+    """The pinned adapters whose pin lifts itself once a copy is held ([warm])."""

@@ -55,9 +55,16 @@ class Spellings:
         names = failed if isinstance(failed, str) else tuple(failed)
         return self.handle(events.ServedElsewhere(replica=replica, failed=names))  # type: ignore[arg-type]
 
-    def pin(self, adapter: str, *, path: str, copies: int = 1, model: str | None = None) -> list[Command]:
-        """``handle(AdapterPinned(...))``: keep ``adapter`` loaded on ``copies`` replicas."""
-        return self.handle(events.AdapterPinned(adapter=adapter, path=path, copies=copies, model=model))
+    def pin(
+        self, adapter: str, *, path: str, copies: int = 1, model: str | None = None, until_held: bool = False
+    ) -> list[Command]:
+        """``handle(AdapterPinned(...))``: keep ``adapter`` loaded on ``copies`` replicas (until one
+        holds it: ``until_held``, [warm])."""
+        return self.handle(
+            events.AdapterPinned(
+                adapter=adapter, path=path, copies=copies, model=model, until_held=until_held
+            )
+        )
 
     def unpin(self, adapter: str) -> list[Command]:
         """``handle(AdapterUnpinned(...))``: ``adapter`` may be evicted again."""

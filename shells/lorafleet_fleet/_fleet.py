@@ -267,7 +267,8 @@ class Fleet:
         self._attempts = attempts
         self._tallies = Tallies()  # per-adapter counts (adapter_statistics, PrometheusMetrics)
         self._records = Records()  # what failed last, per replica and per adapter (failure, load_failure)
-        self._warming: dict[str, str | None] = {}
+        self._warming: set[str] = set()
+        """The adapters ``warm`` pinned and the log has not yet said warmed."""
         """Adapters ``warm`` pinned until a copy is held, with the model it is for."""
         self._placed = dict.fromkeys(Placed, 0)
         """Placements ``route`` acted on, by what the request found there."""
@@ -503,31 +504,25 @@ class Fleet:
         path = self._path_of(adapter)
         if model is not None and (type(model) is not str or not model):
             raise _invalid("model", model, "model must be a non-empty str or None")
-        if adapter in self._warming:
-            return
-        stats = self._machine.statistics()
-        if adapter in stats.pins or any(_holds(r, adapter, model) for r in stats.replicas.values()):
-            return
-        self._warming[adapter] = model
-        log.info("adapter %r is loaded on a replica as soon as one takes it", adapter)
-        self._send(AdapterPinned(adapter=adapter, path=path, copies=1, model=model))
+        self._send(AdapterPinned(adapter=adapter, path=path, copies=1, model=model, until_held=True))
+        if adapter in self.warming and adapter not in self._warming:
+            self._warming.add(adapter)
+            log.info("adapter %r is loaded on a replica as soon as one takes it", adapter)
 
     @property
     def warming(self) -> frozenset[str]:
         """The adapters ``warm`` is still loading: no copy of them is held yet."""
-        return frozenset(self._warming)
+        return self._machine.statistics().warming
 
     def _warmed(self, rid: str) -> None:
-        """A load on ``rid`` landed, or its listing was read: lift the pin of each adapter being warmed
-        that it holds now."""
-        stats = self._machine.replica_statistics(rid)
-        if stats is None:
+        """A load on ``rid`` landed, or its listing was read: say which warmings the machine ended."""
+        if not self._warming:
             return
-        for adapter, model in list(self._warming.items()):
-            if _holds(stats, adapter, model):
-                del self._warming[adapter]
+        stats = self._machine.replica_statistics(rid)
+        for adapter in sorted(self._warming - self.warming):
+            self._warming.discard(adapter)
+            if stats is not None and adapter in stats.held:
                 log.info("adapter %r is loaded on %s: warmed", adapter, rid)
-                self._send(AdapterUnpinned(adapter=adapter))
 
     def pin(self, adapter: str, copies: int = 1, model: str | None = None) -> None:
         """Keep ``adapter`` loaded on ``copies`` replicas (of ``model``, if given), never evicted.
@@ -543,12 +538,12 @@ class Fleet:
         self._check_open()
         path = self._path_of(adapter)
         self._send(AdapterPinned(adapter=adapter, path=path, copies=copies, model=model))
-        self._warming.pop(adapter, None)  # the caller's pin, never lifted by warm
+        self._warming.discard(adapter)  # the caller's pin now, never lifted by the machine
 
     def unpin(self, adapter: str) -> None:
         """``adapter`` may be evicted again, once no request runs on it. Unknown names change nothing."""
         self._check_open()
-        self._warming.pop(adapter, None)
+        self._warming.discard(adapter)
         self._send(AdapterUnpinned(adapter=adapter))
 
     def forget_refusal(self, adapter: str | None = None) -> None:
@@ -1259,11 +1254,6 @@ class Fleet:
             with anyio.move_on_after(wait):
                 await self._wake.wait()
             self._wake = anyio.Event()
-
-
-def _holds(replica: ReplicaStatistics, adapter: str, model: str | None) -> bool:
-    """Whether ``replica`` holds a copy of ``adapter`` that serves requests (of ``model``, if given)."""
-    return adapter in replica.held and adapter not in replica.unloading and model in (None, replica.model)
 
 
 def _id_of(replica: Replica | str) -> str:

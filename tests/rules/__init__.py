@@ -12,7 +12,7 @@
     [replicas]                                test_replicas.py
     [health] [blame] [refuse]                 test_health.py
     [cap]                                     test_cap.py
-    [pin]                                     test_pin.py
+    [pin] [warm]                              test_pin.py
     [view] [statistics] [order]               test_queries.py
     [load] [place]                            test_place.py
     [reading] [read-failed]                   test_reading.py

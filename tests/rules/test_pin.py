@@ -11,9 +11,11 @@ from lorafleet import (
     ListingReceived,
     LoadFinished,
     LoadOutcome,
+    MarkMet,
     ReadListing,
     RefusalForgotten,
     Released,
+    ReplicaAdded,
     TimeAdvanced,
 )
 
@@ -102,3 +104,79 @@ def test_pin_is_never_loaded_where_its_adapter_is_being_unloaded() -> None:
     )
     assert s.machine.statistics().replicas["r0"].unloading == ("w",)
     assert y == s.ticket
+
+
+# -- [warm] ----------------------------------------------------------------------------------------
+
+
+def warm(adapter: str, model: str | None = None) -> AdapterPinned:
+    return AdapterPinned(adapter=adapter, path=f"/adapters/{adapter}", model=model, until_held=True)
+
+
+def test_warm_pins_the_adapter_until_a_copy_lands_and_then_lets_it_be_evicted() -> None:
+    """[warm] A pin until held loads one copy where placement says and lifts itself once it lands:
+    the copy is idle, most recently used, and evicted in its turn like any other."""
+    s = Scenario.with_replicas(("r0", 1))
+    s.expect(Released(ticket=s.load("r0", "a")))
+    (load,) = loads(s(warm("w")))  # a is idle: w evicts it
+    assert s.machine.statistics().warming == {"w"}
+    assert s.machine.statistics().pins == {"w": 1}
+    commands = s(landed(load))
+    assert [u.adapter for u in unloads(commands)] == ["a"]
+    assert s.machine.statistics().warming == frozenset()
+    assert s.machine.statistics().pins == {}
+    assert held(s, "r0") == {"w": 0}
+    _, commands = s.request("r0", "b")  # w is no pin now: b evicts it
+    assert [u.adapter for u in unloads(s(landed(loads(commands)[0])))] == ["w"]
+
+
+def test_warm_changes_nothing_where_the_adapter_is_held_or_pinned() -> None:
+    """[warm] Where a copy is held already, or the adapter is pinned, a pin until held is no news."""
+    s = Scenario.with_replicas(("r0", 2), ("r1", 2))
+    s.expect(Released(ticket=s.load("r0", "a")))
+    s.expect(warm("a"))
+    assert s.machine.statistics().pins == {}
+    assert len(loads(s(AdapterPinned(adapter="p", path="/adapters/p", copies=2)))) == 2
+    s.expect(warm("p"))
+    assert s.machine.statistics().pins == {"p": 2}
+    assert s.machine.statistics().warming == frozenset()
+    s.machine.check_invariants()
+
+
+def test_warm_counts_only_copies_of_its_model() -> None:
+    """[warm] A copy on a replica of another model is not the one asked for: the pin loads one on a
+    replica of its model, and only that copy lifts it."""
+    s = Scenario.with_replicas(("r0", 2))
+    s.expect(ReplicaAdded(replica="q", model="other", limit=2), ReadListing(listing=2, replica="q"))
+    s.expect(ListingReceived(listing=2, adapters=()), MarkMet(replica="q"))
+    s.expect(Released(ticket=s.load("q", "w")))
+    (load,) = loads(s(warm("w", model="base")))
+    assert load.replica == "r0"
+    _, commands = s.request("q", "v")
+    (elsewhere,) = loads(s(warm("v", model="base")))
+    s(landed(loads(commands)[0]))  # a copy of v lands on q, of the other model
+    assert s.machine.statistics().warming == {"v", "w"}
+    s(landed(load))
+    s(landed(elsewhere))
+    assert s.machine.statistics().pins == {}
+
+
+def test_warm_is_ended_by_a_listing_that_shows_a_copy_and_replaced_by_a_pin() -> None:
+    """[warm] A listing that shows a copy (another router loaded it) lifts a pin until held; a pin of
+    the adapter before that makes it the caller's, which lasts."""
+    s = Scenario.with_replicas(("r0", 1), listing_interval=10.0)
+    t = s.load("r0", "a")  # in use: no room for w
+    s.expect(warm("w"))
+    assert s.machine.statistics().warming == {"w"}
+    (listing,) = s(TimeAdvanced(now=10.0))
+    assert isinstance(listing, ReadListing)
+    s.expect(ListingReceived(listing=listing.listing, adapters=("a", "w")))
+    assert s.machine.statistics().pins == {}
+    assert s.machine.statistics().warming == frozenset()
+    # A pin of the adapter while it is warmed is the caller's: it outlasts the copy landing.
+    s.expect(Released(ticket=t))
+    (load,) = loads(s(warm("v")))
+    s.expect(AdapterPinned(adapter="v", path="/adapters/v"))
+    assert s.machine.statistics().warming == frozenset()
+    s(landed(load))
+    assert s.machine.statistics().pins == {"v": 1}

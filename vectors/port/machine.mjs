@@ -327,6 +327,7 @@ export class Machine {
       for (const unload of load.victims) commands.push(this.issueUnload(unload));
       if (renewal) commands.push(...this.retire(rep, held));
       commands.push(...this.settle(rep));
+      if (!renewal) commands.push(...this.warmed(rep, load.adapter));
     } else {
       const fault = outcome === "adapter_fault" ? "adapter" : "replica";
       for (const ticket of load.waiters) {
@@ -580,6 +581,7 @@ export class Machine {
     rep.base = rep.held.size + rep.loading.size; // [share]: the free slots it leaves, shared afresh
     rep.unseen = 0;
     rep.listedSinceReading = true; // [read-failed]
+    for (const name of added) commands.push(...this.warmed(rep, name));
     for (const renewal of renewals) commands.push(...this.readmit(rep, renewal));
     commands.push(...this.admitQueue(rep), ...this.ensurePins());
     if (this.readEngine && !rep.read) commands.push(this.startRead(rep)); // [read], step 6
@@ -1040,14 +1042,33 @@ export class Machine {
   // -- §3.10 Pinned adapters ---------------------------------------------------------------------
 
   // [pin]
-  adapterPinned({ adapter, path, copies, model }) {
+  adapterPinned({ adapter, path, copies, model, until_held: untilHeld = false }) {
     if (!isName(adapter)) throw invalid("adapter", adapter);
     if (!isName(path)) throw invalid("path", path);
     if (!isInteger(copies) || copies < 1n) throw invalid("copies", copies);
     if (model !== null && !isName(model)) throw invalid("model", model);
-    this.pins.set(adapter, { path, copies: Number(copies), model });
+    if (typeof untilHeld !== "boolean") throw invalid("until_held", untilHeld);
+    // [warm]: a pin until a copy is held, where none is and the adapter is not pinned already.
+    if (untilHeld && (this.pins.has(adapter) || this.holds(adapter, model))) return [];
+    this.pins.set(adapter, { path, copies: Number(copies), model, untilHeld });
     for (const rep of this.replicas.values()) if (!rep.removed) rep.idle.delete(adapter);
     return this.ensurePins();
+  }
+
+  // [warm]: whether a replica in use (of `model`, if given) holds a copy that serves requests.
+  holds(adapter, model) {
+    for (const rep of this.replicas.values()) {
+      if (rep.removed || (model !== null && rep.model !== model)) continue;
+      if (rep.held.has(adapter) && !rep.unloading.has(adapter)) return true;
+    }
+    return false;
+  }
+
+  // [warm]: `rep` holds `adapter` now: a pin of it until a copy is held is lifted.
+  warmed(rep, adapter) {
+    const pin = this.pins.get(adapter);
+    if (!pin || !pin.untilHeld || (pin.model !== null && pin.model !== rep.model)) return [];
+    return this.adapterUnpinned({ adapter });
   }
 
   adapterUnpinned({ adapter }) {
@@ -1232,10 +1253,12 @@ export class Machine {
         failing_until: this.avoided(rep) ? rep.avoidUntil : null,
       };
     }
+    const warming = [...this.pins].filter(([, pin]) => pin.untilHeld).map(([name]) => name).sort(byName);
     return {
       loads: { ...this.loads }, evictions: { ...this.evictions }, grants: { ...this.grants },
       failures: { ...this.failures }, replicas, waiting: this.waiting.size, leases: this.leases.size,
       pins: Object.fromEntries([...this.pins].map(([name, pin]) => [name, pin.copies])),
+      ...(warming.length ? { warming } : {}),
     };
   }
 
