@@ -56,7 +56,8 @@ MUTANTS = [
         "warm",
         "a pin until held is kept once a copy lands",
         MACHINE,
-        "        if pin is None or not pin.until_held or pin.model not in (None, rep.model):\n            return []",
+        "        if pin is None or not pin.until_held or pin.model not in (None, rep.model):\n"
+        "            return []",
         "        if True:\n            return []",
     ),
     Mutant(
