@@ -11,7 +11,8 @@ drops the adapters that were held *when it started* (``at_listing_start``, by id
 out of its additions those dropped *while it was out* (``dropped_while_listing``).
 
 It follows [refuse], [health], [cap] (a queue per replica, raised by the engine's ``max_loras``, and
-closed to a load that would take a victim while more adapters are in use than one batch runs),
+closed to a load that would take a victim while more adapters are in use than one batch runs, or
+while more requests are granted there than the engine runs at once),
 [evict] (least recently used victims, unloaded once their load lands, held again if it fails),
 [settle], [read] (the reads it asks for, and the requests that
 wait for them), [reading] (a reading of only this router's own requests stands as empty),
@@ -430,11 +431,20 @@ class Model:
             return max(1, rep.base + -(-free // self.routers) - rep.unseen)
         return max(1, rep.limit - rep.unseen)
 
+    def granted(self, rep: Replica) -> int:
+        """[cap]: this router's requests granted on ``rep`` and not released: on its engine."""
+        return sum(1 for copy in self.leases.values() if copy.replica is rep)
+
     def at_cap(self, rep: Replica) -> bool:
         """[cap]: the adapters no request could give up reach the cap, or a load would take a victim
-        while more are in use than one batch of the engine runs."""
+        while more are in use than one batch of the engine runs, or while the engine queues (more
+        requests granted there, with the other routers', than its capacity)."""
         if self.headroom is None:
             return False
+        capacity = self.capacity(rep)
+        queues = capacity is not None and self.granted(rep) + rep.others > capacity
+        if queues and rep.count() >= self.line(rep):
+            return True
         in_use = rep.count() - len(rep.lru)
         if in_use >= max(self.line(rep) + self.headroom, rep.max_loras or 0):
             return True
@@ -563,9 +573,13 @@ class Model:
             return []  # ended already
         self.ended(ticket)
         copy.users -= 1
-        if copy.users or not copy.current:
-            return []
         rep = copy.replica
+        if copy.users or not copy.current:
+            capacity = self.capacity(rep)
+            drained = capacity is not None and self.granted(rep) + rep.others == capacity
+            if rep.queue and not rep.removed and drained:
+                return self.admit_queued(rep)  # [cap]: the engine's queue emptied: room
+            return []
         if rep.removed:  # kept only while requests ran on it
             self.drop(rep, copy.adapter)
             self.forget_if_done(rep)
@@ -971,7 +985,7 @@ class Model:
             return Placement(replica=None, placed=None) if other is None else cold(other)
         if other is not None:
             mine, theirs = queue(holder), queue(other)
-            if mine is not None and theirs is not None and theirs + SPILL_MARGIN <= mine:
+            if mine is not None and theirs == 0 and mine >= SPILL_MARGIN:
                 return cold(other)
         return at(holder)
 

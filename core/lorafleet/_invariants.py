@@ -66,8 +66,10 @@ class Invariants:
             assert self._replicas.get(rep.id) is rep, f"operation {op} of a forgotten replica"
             outstanding[rep.id] = outstanding.get(rep.id, 0) + 1
         in_flight: dict[int, int] = {}  # by the replica object: a forgotten one's id can come back
+        granted: dict[int, int] = {}
         for held in self._leases.values():
             in_flight[id(held.replica)] = in_flight.get(id(held.replica), 0) + 1
+            granted[id(held.replica)] = granted.get(id(held.replica), 0) + 1
         for ticket, waited in self._waiting.items():
             if isinstance(waited, Parked):
                 continue  # [renew]: a parked routed request is counted on no replica
@@ -90,6 +92,7 @@ class Invariants:
         for rid, rep in self._replicas.items():
             assert rep.id == rid
             assert rep.in_flight == in_flight.get(id(rep), 0), (rid, rep.in_flight)
+            assert rep.granted == granted.get(id(rep), 0), (rid, rep.granted)
             assert rep.outstanding == outstanding.get(rid, 0), (rid, rep.outstanding)
             # An adapter is held, loading or unloading, except an old copy of a changed one ([renew]):
             # held or loading, and its unload waiting for it.

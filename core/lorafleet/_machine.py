@@ -207,8 +207,10 @@ REPLICA_REMOVED = "the replica was removed while the request waited"
 REFRESH = 4
 """[read]: requests this router sends a replica other routers use before it reads that engine again."""
 SPILL_MARGIN = 2
-"""[place]: with every engine busy, a cold load goes elsewhere only if the request would wait behind at
-least this many fewer requests there than on the holder (a load costs a wait of its own)."""
+"""[place]: with every engine busy, a cold load goes elsewhere only to an engine with no queue, and only
+if the request would wait behind at least this many requests on the holder (a load costs a wait of its
+own; on an engine that queues it stalls every request there and may take the room of an adapter its
+queue waits on)."""
 
 _FULL = frozenset({Placed.EVICT, Placed.OVER, Placed.WAIT})
 """Placements where a cold load finds no free slot: it would evict, go over the limit, or wait."""
@@ -493,8 +495,9 @@ class AdapterStateMachine(Shortcuts, Spellings, Queries, Indexing, Invariants):
         """[hit]: the request uses a held adapter, which is then in use and no eviction candidate."""
         if not held.in_use:
             rep.idle.pop(held.adapter, None)  # not there if pinned
-            if not rep.dirty:
-                self._touch(rep)
+        if not rep.dirty:
+            self._touch(rep)  # [cap] reads the grants
+        rep.granted += 1
         held.in_use += 1
         self._leases[ticket] = held
         self._counts.hits += 1
@@ -620,6 +623,7 @@ class AdapterStateMachine(Shortcuts, Spellings, Queries, Indexing, Invariants):
         if outcome.succeeded:
             held = Held(rep, op.adapter, len(op.waiters), self._tick())
             rep.held[op.adapter] = held
+            rep.granted += len(op.waiters)
             if renewal is None:
                 self._where.setdefault(op.adapter, {})[rep.id] = rep
                 if not held.in_use and op.adapter not in self._pins and op.adapter not in rep.named:
@@ -764,9 +768,12 @@ class AdapterStateMachine(Shortcuts, Spellings, Queries, Indexing, Invariants):
         held.in_use -= 1
         rep = held.replica
         rep.in_flight -= 1  # the request ended
+        rep.granted -= 1
         if not rep.dirty:
             self._touch(rep)
         if held.in_use or not held.current:
+            if rep.queue is not None and not rep.removed and self._engine_drained(rep):
+                return self._admit_queued(rep)  # [cap]: the engine's queue may have emptied: room
             return []
         if rep.removed:
             # Kept only while requests ran on it (see Removal above): now it can go.
@@ -1339,8 +1346,10 @@ class AdapterStateMachine(Shortcuts, Spellings, Queries, Indexing, Invariants):
         """[cap]: whether a cold load on ``rep`` waits for room: the adapters in use there (held or
         loading, and not idle) fill its line plus the headroom, so that it would pass the cap even
         with every idle one unloaded; or the load would take a victim while more adapters are in use
-        than one batch of the engine runs, so that one of them may wait in the engine's queue, unused,
-        and be what the engine drops instead of the victim (SPEC.md §3.16).
+        than one batch of the engine runs, or while the engine queues requests (more are granted
+        there, this router's and the others', than it runs at once, when that is known): either way
+        an adapter in use may wait in the engine's queue, unused since before the victim's last
+        request ended, and be what the engine drops instead of the victim (SPEC.md §3.16).
         """
         headroom = self._settings.headroom
         if headroom is None:
@@ -1349,10 +1358,20 @@ class AdapterStateMachine(Shortcuts, Spellings, Queries, Indexing, Invariants):
         in_use = count - len(rep.idle)
         line = self._line(rep)
         batch = rep.max_loras
+        if count >= line:
+            seqs = self._seqs(rep)
+            if seqs is not None and rep.granted + rep.others > seqs:
+                return True  # the engine queues: the load waits until it runs all it has
         if batch is None:
             return in_use >= line + headroom
         # The cap is never below what one batch of the engine can run.
         return in_use >= max(line + headroom, batch) or (count >= line and in_use > batch)
+
+    def _engine_drained(self, rep: Replica) -> bool:
+        """[cap]: a release just brought the requests granted on ``rep`` (this router's and the
+        others') down to what its engine runs at once: its queue may have emptied, which is room."""
+        seqs = self._seqs(rep)
+        return seqs is not None and rep.granted + rep.others == seqs
 
     def _admit_queued(self, rep: Replica) -> list[Command]:
         """[cap]: admit the requests waiting for room on ``rep``, in order, while there is room."""
@@ -1522,13 +1541,14 @@ class AdapterStateMachine(Shortcuts, Spellings, Queries, Indexing, Invariants):
         if holder is None:
             least = self._place_cold(adapter, model, skip, extra, spread=False, least=True)
             return least if least.replica is not None else self._renewing(adapter, model, skip, extra)
-        # Every engine is busy: the holder's queue, unless another's is shorter by more than a load.
+        # Every engine is busy: the holder's queue, unless another engine has none and the holder's
+        # is at least SPILL_MARGIN long (a copy on an engine that queues stalls it and takes room).
         other = self._place_cold(adapter, model, skip, extra, spread=False, least=True)
         if other.replica is not None:
             mine = self._queue(holder, extra)
             theirs = self._queue(self._replicas[other.replica], extra)
-            if mine is not None and theirs is not None and theirs + SPILL_MARGIN <= mine:
-                return other
+            if mine is not None and theirs == 0 and mine >= SPILL_MARGIN:
+                return other  # an engine that runs all it has: the copy neither queues nor stalls a queue
         return self._at(holder, adapter)
 
     def place_base(

@@ -148,6 +148,9 @@ class Replica:
     """This router's requests on the replica that have not ended (waiting or granted)."""
     served: int = 0
     """Requests this router has sent to the replica, ever: placement's first tie-break."""
+    granted: int = 0
+    """This router's requests granted on the replica and not yet released: on its engine, running or
+    in the engine's own queue ([cap])."""
     queue: Queue | None = None
     failures: int = 0
     """Failures in a row ([health]); a success sets it back to 0."""

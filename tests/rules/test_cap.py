@@ -127,3 +127,32 @@ def test_cap_a_load_takes_no_victim_while_more_adapters_are_in_use_than_one_batc
     assert s.machine.statistics().replicas["r"].unloading == ("c",)
     assert d == s.ticket
     s.expect(Released(ticket=b))
+
+
+def test_cap_a_load_that_takes_a_victim_waits_while_the_engine_queues() -> None:
+    """[cap] With the engine's capacity known, a load that would take a victim waits while more
+    requests are granted there than the engine runs at once: an adapter in use may then wait in the
+    engine's queue, unused since before the victim's last request ended, and the engine would drop
+    it instead of the victim (issue 31: every drop on the grid's 90 % busy row was one). A release
+    that brings the grants down to the capacity admits the queue, its adapter idle or not."""
+    s = Scenario.configured(headroom=0, concurrency=2)
+    s.expect(ReplicaAdded(replica="r", model="base", limit=2), ReadListing(listing=1, replica="r"))
+    s.expect(ListingReceived(listing=1, adapters=()), MarkMet(replica="r"))
+    a1 = s.load("r", "a")
+    a2 = s.hit("r", "a")
+    b = s.load("r", "b")
+    s.expect(Released(ticket=b))  # b is idle: the victim a cold load would take
+    s.hit("r", "a")  # three granted on an engine that runs two: one waits in its queue
+    assert s.machine.place("c") == Placement(replica="r", placed=Placed.WAIT)
+    c, commands = s.request("r", "c")
+    assert commands == []  # it waits for the engine's queue to empty, though b is idle
+    assert s.machine.statistics().replicas["r"].queued == 1
+    # a's first request ends: two granted, the engine runs them both; c's load takes b's room.
+    s.expect(Released(ticket=a1), IssueLoad(load=4, replica="r", adapter="c", path="/adapters/c"))
+    s.expect(
+        LoadFinished(load=4, outcome=LoadOutcome.LOADED),
+        Grant(ticket=c, how=How.LOADED),
+        IssueUnload(unload=5, replica="r", adapter="b"),
+    )
+    assert held(s, "r") == {"a": 2, "c": 1}
+    s.expect(Released(ticket=a2))  # no one waits for room now
