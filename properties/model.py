@@ -952,7 +952,7 @@ class Model:
 
         def saturated(rep: Replica) -> bool:
             capacity = self.capacity(rep)
-            return capacity is not None and busy(rep) > capacity
+            return capacity is not None and busy(rep) >= capacity
 
         def queue(rep: Replica) -> float | None:
             capacity = self.capacity(rep)

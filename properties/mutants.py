@@ -623,6 +623,14 @@ MUTANTS = [
         "            served = 0\n",
     ),
     Mutant(
+        "place-saturated-past-full",
+        "load",
+        "a holder is saturated only past its capacity, not at it",
+        MACHINE,
+        "        return seqs is not None and self._busy(rep, extra) >= seqs",
+        "        return seqs is not None and self._busy(rep, extra) > seqs",
+    ),
+    Mutant(
         "place-spill-margin-1",
         "place",
         "with every engine busy, a holder's queue of one sends the request to an engine with none",

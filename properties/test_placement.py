@@ -148,7 +148,7 @@ def test_placement_is_a_candidate_prefers_an_idle_holder_and_is_a_pure_function(
         idle_holders = {
             rid
             for rid in holders
-            if concurrency is None or stats.replicas[rid].in_flight + load.get(rid, 0) <= concurrency
+            if concurrency is None or stats.replicas[rid].in_flight + load.get(rid, 0) < concurrency
         }
         if idle_holders:
             # A holder that is not busy is always preferred to a cold load.

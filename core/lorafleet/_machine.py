@@ -207,10 +207,9 @@ REPLICA_REMOVED = "the replica was removed while the request waited"
 REFRESH = 4
 """[read]: requests this router sends a replica other routers use before it reads that engine again."""
 SPILL_MARGIN = 2
-"""[place]: with every engine busy, a cold load goes elsewhere only to an engine with no queue, and only
-if the request would wait behind at least this many requests on the holder (a load costs a wait of its
-own; on an engine that queues it stalls every request there and may take the room of an adapter its
-queue waits on)."""
+"""[place]: with every engine busy, a cold load goes elsewhere only to an engine with no queue, and only if
+the request would wait behind at least this many on the holder (a load costs a wait of its own, and on an
+engine that queues it stalls them all and may take the room of an adapter one waits on)."""
 
 _FULL = frozenset({Placed.EVICT, Placed.OVER, Placed.WAIT})
 """Placements where a cold load finds no free slot: it would evict, go over the limit, or wait."""
@@ -1482,9 +1481,9 @@ class AdapterStateMachine(Shortcuts, Spellings, Queries, Indexing, Invariants):
         return self._settings.concurrency if self._settings.concurrency is not None else rep.seqs
 
     def _saturated(self, rep: Replica, extra: Mapping[str, float] | None) -> bool:
-        """[load]: a request sent to ``rep`` would queue behind another one there."""
+        """[load]: a request sent to ``rep`` would wait in its engine's queue: every slot is taken."""
         seqs = self._seqs(rep)
-        return seqs is not None and self._busy(rep, extra) > seqs
+        return seqs is not None and self._busy(rep, extra) >= seqs
 
     def _queue(self, rep: Replica, extra: Mapping[str, float] | None) -> float | None:
         """[load]: the requests a new one would wait behind on ``rep``'s engine; None when unknown."""
@@ -1502,7 +1501,7 @@ class AdapterStateMachine(Shortcuts, Spellings, Queries, Indexing, Invariants):
         """Where to send a request for ``adapter`` ([place]): pure, and the same for the same state.
 
         Candidates are the replicas in use (of ``model`` when given), not avoided, less ``exclude``
-        (replicas this request already tried). The least busy holder takes it unless it is busy (past
+        (replicas this request already tried). The least busy holder takes it unless its engine is full (at
         ``concurrency``); else a cold load goes where it costs least: a free slot, a replica whose
         adapters are all in use (a little over its limit evicts nothing), else the least busy replica
         with an adapter to evict, the one whose victim is in least demand and idle longest among

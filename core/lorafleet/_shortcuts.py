@@ -105,7 +105,7 @@ class Shortcuts:
             held = rep.held.get(adapter)
             if (
                 held is not None
-                and (seqs is None or rep.in_flight + rep.others <= seqs)
+                and (seqs is None or rep.in_flight + rep.others < seqs)
                 and not (settings.read_engine and self._stale(rep, coming=1))
             ):
                 self._found = None

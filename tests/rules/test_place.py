@@ -53,7 +53,8 @@ def test_load_counts_other_routers_requests_as_the_last_reading_showed_them() ->
 
 def test_load_learns_what_an_engine_runs_at_once_from_a_reading_with_requests_waiting() -> None:
     """[load] A reading with requests waiting shows the engine full: it runs at once what it ran then.
-    A holder loaded past that is saturated: placement spills past it, and ``place_hit`` passes it by."""
+    A holder loaded to that is saturated (a request more would wait in its queue): placement spills
+    past it, and ``place_hit`` passes it by."""
     s = Scenario.reading(("r0", 2), ("r1", 2))
     t = s.load("r0", "a")
     read_each(s, 30.0, r0={"adapters": ["a"], "running": 3, "waiting": 0})  # no queue: capacity unknown
@@ -64,7 +65,9 @@ def test_load_learns_what_an_engine_runs_at_once_from_a_reading_with_requests_wa
     assert s.machine.place("a") == Placement(replica="r1", placed=Placed.FREE)  # 1 + 3 others: past it
     assert s.machine.place_hit(s.ticket + 1, adapter="a") is None
     s.expect(Released(ticket=t))
-    assert s.machine.place("a") == Placement(replica="r0", placed=Placed.HELD)  # 3 others: not past it
+    assert s.machine.place("a") == Placement(replica="r1", placed=Placed.FREE)  # 3 others: every slot
+    read_each(s, 90.0, r0={"adapters": ["a"], "running": 2, "waiting": 0})
+    assert s.machine.place("a") == Placement(replica="r0", placed=Placed.HELD)  # 2 others: one is free
 
 
 def test_load_a_reading_never_lowers_what_an_engine_was_seen_to_run_at_once() -> None:

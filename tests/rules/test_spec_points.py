@@ -379,16 +379,22 @@ def test_place_breaks_a_tie_in_busy_by_served_before_the_weight() -> None:
     assert s.machine.place(both) == Placement(replica="r0", placed=Placed.HELD)
 
 
-def test_place_stays_with_a_busy_holder_unless_another_queue_is_shorter_by_two() -> None:
+def test_place_stays_with_a_busy_holder_unless_another_engine_has_no_queue() -> None:
     """[place] step 3: with the holder saturated and no replica under three quarters of its
-    capacity, the request stays with the holder while another engine's queue is not shorter by at
-    least 2, and goes there once it is. Misreading: spill to any shorter queue, or never."""
+    capacity, the request stays with the holder unless another engine has no queue while the
+    holder's is at least 2 long: a copy on an engine that queues stalls its queue. Misreading:
+    spill to any queue shorter by 2, or to any shorter queue, or never."""
     s = Scenario.with_replicas(("r0", 4), ("r1", 4), concurrency=1)
     s.load("r0", "h")
     s.hit("r0", "h")  # busy 2, queue 1
-    s.load("r1", "o")  # busy 1: not under max(1, 3/4) for step 2; queue 0
+    o = s.load("r1", "o")  # busy 1: not under max(1, 3/4) for step 2; queue 0
     assert s.machine.place("h") == Placement(replica="r0", placed=Placed.HELD)
-    s.hit("r0", "h")  # queue 2: r1's 0 is shorter by 2
+    s.hit("r0", "h")  # queue 2, and r1's is 0
+    assert s.machine.place("h") == Placement(replica="r1", placed=Placed.FREE)
+    s.hit("r1", "o")
+    s.hit("r0", "h")  # queue 3, and r1's is 1: shorter by 2, but a queue
+    assert s.machine.place("h") == Placement(replica="r0", placed=Placed.HELD)
+    s.expect(Released(ticket=o))
     assert s.machine.place("h") == Placement(replica="r1", placed=Placed.FREE)
 
 

@@ -221,6 +221,7 @@ export class Machine {
   take(ticket, held) {
     if (held.inUse === 0) held.replica.idle.delete(held.adapter);
     held.inUse += 1;
+    held.replica.granted += 1;
     this.leases.set(ticket, held);
     this.grants.hit += 1;
   }
@@ -314,6 +315,7 @@ export class Machine {
         replica: rep, adapter: load.adapter, inUse: load.waiters.length, since: this.tick(), current: true,
       };
       rep.held.set(load.adapter, held);
+      rep.granted += load.waiters.length;
       if (!renewal && held.inUse === 0 && this.idleable(rep, load.adapter)) rep.idle.set(load.adapter, held.since);
       for (const ticket of load.waiters) {
         this.waiting.delete(ticket);
@@ -426,7 +428,13 @@ export class Machine {
     held.inUse -= 1;
     const rep = held.replica;
     rep.inFlight -= 1;
-    if (held.inUse > 0 || !held.current) return []; // a dead lease: it ends, nothing else
+    rep.granted -= 1;
+    if (held.inUse > 0 || !held.current) { // in use still, or a dead lease: it ends, nothing else...
+      // ...unless its engine runs all it is granted now: its own queue may have emptied ([cap]).
+      const capacity = this.capacity(rep);
+      if (!rep.removed && capacity !== null && rep.granted + rep.others === capacity) return this.admitQueue(rep);
+      return [];
+    }
     if (rep.removed) {
       this.drop(rep, held.adapter);
       rep.unloading.delete(held.adapter); // [renew]: an old copy's unload, never issued now
@@ -649,7 +657,7 @@ export class Machine {
     if (!rep) {
       rep = {
         id: replica, held: new Map(), idle: new Map(), loading: new Map(), unloading: new Map(),
-        listing: null, droppedWhileListing: new Set(), outstanding: 0, inFlight: 0, served: 0,
+        listing: null, droppedWhileListing: new Set(), outstanding: 0, inFlight: 0, granted: 0, served: 0,
         failures: 0, avoidUntil: 0, named: new Set(), listedSinceReading: false, base: 0, unseen: 0,
         read: null, namesAdapters: false, foreign: false, settle: false, front: 0, sharedUntil: -Infinity,
         others: 0, readServed: 0, seqs: null, ran: 0, calm: 0, maxLoras: null, sampled: null,
@@ -798,11 +806,15 @@ export class Machine {
 
   // -- §3.15 Reading engines, and requests the machine places ------------------------------------
 
-  // [cap]: at its cap, even with every idle adapter unloaded, one more load would pass the cap; or, with
-  // the engine's max_loras known, the load would take a victim while more adapters are in use than one
-  // batch runs (one may wait unused in the engine's queue, and the engine would drop it, §3.16).
+  // [cap]: at its cap, even with every idle adapter unloaded, one more load would pass the cap; or the
+  // load would take a victim while the engine queues (its capacity known, more granted there than it
+  // runs), or, with the engine's max_loras known, while more adapters are in use than one batch runs:
+  // either way one may wait unused in the engine's queue, and the engine would drop it (§3.16).
   capped(rep) {
     if (this.headroom === null) return false;
+    const capacity = this.capacity(rep);
+    const full = rep.held.size + rep.loading.size >= this.line(rep);
+    if (full && capacity !== null && rep.granted + rep.others > capacity) return true;
     const occupied = this.occupied(rep);
     if (occupied >= this.cap(rep)) return true;
     return rep.maxLoras !== null && rep.held.size + rep.loading.size >= this.line(rep) && occupied > rep.maxLoras;
@@ -1276,7 +1288,8 @@ export class Machine {
       const capacity = this.capacity(rep);
       return capacity === null ? null : Math.max(0, busy(rep) - capacity);
     };
-    if (holder && !(queue(holder) > 0)) return atHolder(holder);
+    const capacity = holder ? this.capacity(holder) : null;
+    if (holder && !(capacity !== null && busy(holder) >= capacity)) return atHolder(holder); // not saturated
     const cold = this.placeCold(adapter, { model, exclude, load, spread: true });
     if (cold.replica !== null) return cold;
     const other = this.placeCold(adapter, { model, exclude, load, least: true });
@@ -1287,7 +1300,8 @@ export class Machine {
     }
     if (!holder) return other;
     const [mine, theirs] = [queue(holder), other.replica === null ? null : queue(this.replicas.get(other.replica))];
-    if (mine !== null && theirs !== null && theirs + 2 <= mine) return other; // a load costs a wait too
+    // A load costs a wait too, and a copy on an engine that queues stalls its queue.
+    if (mine !== null && theirs === 0 && mine >= 2) return other;
     return atHolder(holder);
   }
 
