@@ -259,12 +259,12 @@ async def test_the_start_up_log_says_the_bound_and_warns(
 
 @pytest.mark.anyio
 @pytest.mark.usefixtures("no_task_left_running")
-@pytest.mark.parametrize(("concurrency", "third"), [(None, "hit"), (1, "loaded")])
+@pytest.mark.parametrize(("concurrency", "second"), [(None, "hit"), (1, "loaded")])
 async def test_concurrency_is_passed_to_the_fleet(
-    serve: Callable[..., StandInServer], adapter_dir: Path, concurrency: int | None, third: str
+    serve: Callable[..., StandInServer], adapter_dir: Path, concurrency: int | None, second: str
 ) -> None:
-    """With one request at once per replica, a request for an adapter whose holder runs more than
-    that gets a second copy elsewhere."""
+    """With one request at once per replica, a request for an adapter whose holder runs that many
+    already gets a second copy elsewhere (and a third request, with both full, a holder)."""
     servers = [serve(), serve()]
     for standin in servers:
         standin.app.hold_streams()
@@ -292,8 +292,8 @@ async def test_concurrency_is_passed_to_the_fleet(
             standin.app.release()
         for stream in streams:
             await stream.aread()
-    assert hows == ["loaded", "hit", third]
-    assert len(where) == (2 if third == "loaded" else 1)
+    assert hows == ["loaded", second, "hit"]
+    assert len(where) == (2 if second == "loaded" else 1)
 
 
 def test_engine_refusal_is_vllms_own_check() -> None:
