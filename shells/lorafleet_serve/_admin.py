@@ -160,7 +160,7 @@ class Admin:
         stats = fleet.statistics()
         names: set[str] = set(router.catalog.table_names())
         names.update(stats.pins)
-        names.update(fleet.warming)
+        names.update(stats.warming)
         for replica in stats.replicas.values():
             names.update(replica.held, replica.loading, replica.unloading)
         names.update(fleet.load_failures())
@@ -209,7 +209,7 @@ class Admin:
             "loading": loading,
             "unloading": unloading,
             "pinned": stats.pins.get(name),
-            "warming": name in fleet.warming,
+            "warming": name in stats.warming,
             "requests": counts.requests if counts is not None else 0,
             "demand": fleet.demand(name),
             "refusal": None
