@@ -268,8 +268,7 @@ class Fleet:
         self._tallies = Tallies()  # per-adapter counts (adapter_statistics, PrometheusMetrics)
         self._records = Records()  # what failed last, per replica and per adapter (failure, load_failure)
         self._warming: set[str] = set()
-        """The adapters ``warm`` pinned and the log has not yet said warmed."""
-        """Adapters ``warm`` pinned until a copy is held, with the model it is for."""
+        """The adapters ``warm`` pinned whose end the log has not said yet (the machine lifts the pin)."""
         self._placed = dict.fromkeys(Placed, 0)
         """Placements ``route`` acted on, by what the request found there."""
         self._engine_reads = dict.fromkeys(ENGINE_READS, 0)
