@@ -155,6 +155,8 @@ class Read:
     served: int
     """The replica's ``served`` when the read went out ([load], [read]'s staleness)."""
     waiters: list[tuple[int, str, str, Route | None]] = attrs.field(factory=list)
+    ended: set[str] = attrs.field(factory=set)
+    """Adapters whose last request of this router there ended while it was out ([reading])."""
 
 
 @attrs.define(eq=False)
@@ -492,7 +494,9 @@ class Model:
             # Only this router's own running requests: nothing of another router's, an empty reading.
             # Or requests the engine counts beyond this router's own when the read went out.
             others = counts is not None and rep.others > 0
-            rep.foreign = others or any(name not in rep.held or not rep.held[name].users for name in named)
+            rep.foreign = others or any(
+                name not in rep.held or not (rep.held[name].users or name in read.ended) for name in named
+            )
             commands += self.new_reading(rep, named if rep.foreign else set())
             if raised:  # [cap]: the cap may have risen
                 commands += self.admit_queued(rep)
@@ -584,6 +588,8 @@ class Model:
             self.drop(rep, copy.adapter)
             self.forget_if_done(rep)
             return []
+        if rep.read is not None:
+            rep.read.ended.add(copy.adapter)  # a sample taken before it ended may name it
         if copy.adapter in rep.named:
             # Named by the last reading: not idle; with requests waiting at the cap, read again.
             if self.read_engine and rep.queue and rep.read is None:

@@ -197,6 +197,14 @@ MUTANTS = [
         "        rep.shared_until = math.inf\n",
     ),
     Mutant(
+        "reading-ended-is-foreign",
+        "reading",
+        "an adapter whose request of this router ended while the read was out counts as another router's",
+        MACHINE,
+        "name not in mine or not (mine[name].in_use or name in op.ended) for name in named",
+        "name not in mine or not mine[name].in_use for name in named",
+    ),
+    Mutant(
         "time-shared-any-foreign",
         "time",
         "any foreign reading marks the replica shared, not only one naming an adapter not held there",
@@ -570,15 +578,15 @@ MUTANTS = [
         "read-failed",
         "every failed read ends the last reading, listing or not",
         MACHINE,
-        "self._new_reading(rep, frozenset(), failed=True) if rep.listed_since_reading else []\n",
-        "self._new_reading(rep, frozenset(), failed=True)\n",
+        "self._new_reading(rep, frozenset(), None) if rep.listed_since_reading else []\n",
+        "self._new_reading(rep, frozenset(), None)\n",
     ),
     Mutant(
         "reading-own-stands",
         "reading",
         "a reading of only this router's own requests keeps them out of idle after they end",
         MACHINE,
-        "            if not rep.foreign:\n                names = frozenset()\n",
+        "            if not foreign:\n                names = frozenset()\n",
         "",
     ),
     Mutant(

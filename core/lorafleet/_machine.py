@@ -780,6 +780,8 @@ class AdapterStateMachine(Shortcuts, Spellings, Queries, Indexing, Invariants):
             rep.unloading.pop(held.adapter, None)  # [renew]: an old copy's unload, never issued now
             self._forget_if_done(rep)
             return []
+        if rep.read is not None:
+            rep.read.ended.add(held.adapter)  # [reading]: the sample may have caught it running
         if rep.unloading and held.adapter in rep.unloading:
             return self._retire(rep, held)  # [renew]: the old copy's last request ended
         if held.adapter in self._pins:
@@ -1750,7 +1752,13 @@ class AdapterStateMachine(Shortcuts, Spellings, Queries, Indexing, Invariants):
         rep.max_loras = max_loras if max_loras else rep.max_loras
         # An engine without the gauge cannot tell: an empty reading, and no reads before requests.
         counted = running is not None and waiting is not None
-        commands = self._new_reading(rep, frozenset(names or ()), others=counted and rep.others > 0)
+        # Another router's doing, unless it names only adapters this router runs on there, or ran on
+        # while the read was out (the sample may predate their end), and counts no request beyond.
+        mine, named = rep.held, frozenset(names or ())
+        foreign = (counted and rep.others > 0) or any(
+            name not in mine or not (mine[name].in_use or name in op.ended) for name in named
+        )
+        commands = self._new_reading(rep, named, foreign)
         if raised:
             commands.extend(self._admit_queued(rep))  # [cap]: a higher max_loras may raise the cap
         commands.extend(self._settled(rep))
@@ -1771,30 +1779,25 @@ class AdapterStateMachine(Shortcuts, Spellings, Queries, Indexing, Invariants):
         if not self._finish(op):
             return []
         rep = op.replica
-        commands = self._new_reading(rep, frozenset(), failed=True) if rep.listed_since_reading else []
+        commands = self._new_reading(rep, frozenset(), None) if rep.listed_since_reading else []
         commands.extend(self._settled(rep))
         commands.extend(self._unpark(op))
         return commands
 
-    def _new_reading(
-        self, rep: Replica, names: frozenset[str], *, failed: bool = False, others: bool = False
-    ) -> list[Command]:
-        """[reading]: ``names`` replace the replica's last reading.
+    def _new_reading(self, rep: Replica, names: frozenset[str], foreign: bool | None) -> list[Command]:
+        """[reading]: ``names`` replace the replica's last reading; ``foreign``: another router's doing
+        (None: an ended reading, [read-failed], which leaves that judgement as it was).
 
-        A reading that names only adapters this router's requests run on there, and counts no
-        request but this router's (``others`` False), says nothing of another router: it stands as an
-        empty one, and those adapters go idle when the requests end, as without a reading. One that
-        names any other adapter, or counts other requests (another router's may run on an adapter of
-        ours), is another router's doing: all it names stay out of ``idle`` until the next reading,
-        and evictions there wait for a fresh one ([read]). An ended reading ([read-failed]) leaves
-        that last judgement as it was.
+        One that is not says nothing of another router: it stands as an empty one, and what it names
+        goes idle as its requests end, as without a reading. One that is keeps all it names out of
+        ``idle`` until the next reading (another router's request may run on an adapter of ours),
+        and evictions there wait for a fresh one ([read]).
         """
         rep.listed_since_reading = False
         self._touch(rep)  # idle may change
-        if not failed:
-            mine = rep.held
-            rep.foreign = others or any(name not in mine or not mine[name].in_use for name in names)
-            if not rep.foreign:
+        if foreign is not None:
+            rep.foreign = foreign
+            if not foreign:
                 names = frozenset()
             elif self._settings.shared_interval is not None and any(_theirs(rep, name) for name in names):
                 self._shared(rep)

@@ -97,6 +97,9 @@ class Read:
     waiters: list[tuple[int, str, str, Route | None]] = attrs.field(factory=list)
     """(ticket, adapter, path, route): admitted afresh on the replica once the answer comes (placed
     afresh, for a routed request not yet assigned)."""
+    ended: set[str] = attrs.field(factory=set)
+    """Adapters whose last request of this router on the replica ended while the read was out: its
+    sample may name them, as this router's own."""
 
 
 Operation = Load | Unload | Listing | Read

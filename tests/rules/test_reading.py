@@ -69,6 +69,54 @@ def test_reading_a_reading_counting_others_requests_on_our_adapter_is_another_ro
     assert s.machine.place("b") == Placement(replica="r", placed=Placed.OVER)  # a still runs: no victim
 
 
+def read_out_while(s: Scenario, replica: str, ticket: int) -> None:
+    """List ``replica`` at 30 s, and release ``ticket`` while the read that follows is out."""
+    (listing,) = s(TimeAdvanced(now=30.0))
+    assert isinstance(listing, ReadListing)
+    held = tuple(s.machine.statistics().replicas[replica].held)
+    assert s(ListingReceived(listing=listing.listing, adapters=held)) == [
+        ReadEngine(read=s.reads[replica], replica=replica)
+    ]
+    s.expect(Released(ticket=ticket))
+
+
+def test_reading_an_adapter_whose_request_ended_while_the_read_was_out_is_ours() -> None:
+    """[reading] The engine sampled a's request before it ended: the reading names a, and counts no
+    other request. It is this router's own, so the reading stands as an empty one and a is idle."""
+    s = Scenario.reading(("r", 1))
+    t = s.load("r", "a")
+    read_out_while(s, "r", t)
+    assert s.answer_read("r", ["a"], running=1, waiting=0) == []
+    assert s.machine.named("r") == frozenset()
+    reading = s.machine.reading("r")
+    assert reading is not None
+    assert (reading.foreign, reading.others) == (False, 0)
+    assert s.machine.place("b") == Placement(replica="r", placed=Placed.EVICT)  # a is the victim
+
+
+def test_reading_an_ended_adapter_beside_another_routers_is_named_all_the_same() -> None:
+    """[reading] Ended while the read was out, a is not another router's; but the same reading names
+    x, which is: foreign, so all it names stays out of idle, a included (another router's request
+    may run on it too)."""
+    s = Scenario.reading(("r", 2))
+    t = s.load("r", "a")
+    read_out_while(s, "r", t)
+    assert s.answer_read("r", ["a", "x"]) == []
+    assert s.machine.named("r") == {"a", "x"}
+    assert s.machine.place("b") == Placement(replica="r", placed=Placed.FREE)
+    assert held(s, "r") == {"a": 0}
+
+
+def test_reading_an_adapter_ended_before_the_read_went_out_is_another_routers() -> None:
+    """[reading] a's request ended before the read went out: a reading naming a says another
+    router's request runs on it."""
+    s = Scenario.reading(("r", 1))
+    s.expect(Released(ticket=s.load("r", "a")))
+    read_now(s, "r", "a")
+    assert s.machine.named("r") == {"a"}
+    assert s.machine.place("b") == Placement(replica="r", placed=Placed.OVER)
+
+
 def test_reading_a_reading_naming_another_adapter_keeps_all_it_names_out_of_idle() -> None:
     """[reading] A reading that names an adapter no request of this router runs on there is another
     router's doing: all it names, this router's own included, stay out of idle until the next."""

@@ -441,6 +441,7 @@ export class Machine {
       this.forgetIfDone(rep);
       return [];
     }
+    if (rep.read) rep.read.ended.add(held.adapter); // [reading]: the sample may name it, as ours
     if (rep.unloading.has(held.adapter)) return this.retire(rep, held); // [renew]: an old copy
     if (this.pins.has(held.adapter)) return []; // [pin]: never idle
     if (rep.named.has(held.adapter)) { // [reading]: never idle until the next reading
@@ -876,6 +877,7 @@ export class Machine {
   startRead(rep) {
     const read = {
       kind: "read", replica: rep, op: this.newOp(), waiters: [], inFlight: rep.inFlight, served: rep.served,
+      ended: new Set(),
     };
     rep.read = read;
     rep.outstanding += 1;
@@ -932,7 +934,7 @@ export class Machine {
     const raised = max_loras !== null && Number(max_loras) > (rep.maxLoras ?? 0);
     if (max_loras !== null && max_loras > 0n) rep.maxLoras = Number(max_loras);
     const counted = running !== null && waiting !== null;
-    const commands = this.newReading(rep, adapters ?? [], false, counted && rep.others > 0);
+    const commands = this.newReading(rep, adapters ?? [], false, counted && rep.others > 0, read.ended);
     if (raised) commands.push(...this.admitQueue(rep)); // [cap]: the cap may have risen with it
     return [...commands, ...this.settled(rep), ...this.unpark(read)];
   }
@@ -1013,11 +1015,12 @@ export class Machine {
   // The reading replaces the last one: named adapters leave idle; ones no longer named, held with no
   // request of ours on them, come back to its end, in name order, and the queue may get the room.
   // One that names only our own running requests stands as an empty one; a failed read keeps `foreign`.
-  newReading(rep, adapters, failed = false, others = false) {
+  newReading(rep, adapters, failed = false, others = false, ended = new Set()) {
     rep.listedSinceReading = false;
     let names = new Set(adapters);
     if (!failed) {
-      rep.foreign = others || [...names].some((name) => !(rep.held.get(name)?.inUse > 0));
+      // Ours: an adapter this router runs on there, or ran on while the read was out.
+      rep.foreign = others || [...names].some((name) => !(rep.held.get(name)?.inUse > 0 || ended.has(name)));
       if (!rep.foreign) names = new Set();
       // Another router's load: not held, loading or unloading here (the engine names those too).
       const theirs = (name) => !rep.held.has(name) && !rep.loading.has(name) && !rep.unloading.has(name);
