@@ -4,7 +4,8 @@
         [--policies consistent_hash,round_robin,...] [--requests 240] [--adapters 14] [--out FILE]
 
 Every arm of every run gets its own freshly started real vLLM CPU servers (``--replicas`` of them,
-``--max-loras 2 --max-cpu-loras 4``, as tests/real_vllm.py starts them), so that no arm inherits
+``--max-loras 2 --max-cpu-loras 4`` and vLLM's CPU default ``--max-num-seqs 128``, as tests/real_vllm.py
+starts them; each settable), so that no arm inherits
 another's cache; the arms take turns, in reverse order every other run, and every arm of a run sends
 the same Zipf-skewed sequence of short completions (seeded per run), ``--concurrency`` at a time.
 
@@ -458,7 +459,14 @@ def run_arm(
                 "VLLM_LORA_RESOLVER_CACHE_DIR": str(args.root),
             }
         servers.append(
-            VllmServer(engine, folder, max_loras=args.max_loras, max_cpu_loras=args.max_cpu_loras, env=env)
+            VllmServer(
+                engine,
+                folder,
+                max_loras=args.max_loras,
+                max_cpu_loras=args.max_cpu_loras,
+                max_num_seqs=args.max_num_seqs,
+                env=env,
+            )
         )
     try:
         for server in servers:
@@ -582,7 +590,8 @@ def report(
         f"Load average (1, 5, 15 min) at the start: {loads[0]}; at the end: {loads[1]}.",
         "",
         f"{args.replicas} vLLM servers per arm and run, started afresh (`--max-loras {args.max_loras} "
-        f"--max-cpu-loras {args.max_cpu_loras}`); {args.adapters} adapters; {args.requests} completions "
+        f"--max-cpu-loras {args.max_cpu_loras} --max-num-seqs {args.max_num_seqs}`); "
+        f"{args.adapters} adapters; {args.requests} completions "
         f"(Zipf({args.exponent:g}), seed {args.seed} + run, the same for every arm of a run), "
         f"{args.concurrency} in flight, max_tokens {args.max_tokens}, temperature 0. The arms took turns, "
         "in reverse order every other run.",
@@ -636,6 +645,12 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--max-loras", type=int, default=2, help="the servers' --max-loras (default 2)")
     parser.add_argument(
         "--max-cpu-loras", type=int, default=4, help="the servers' --max-cpu-loras (default 4)"
+    )
+    parser.add_argument(
+        "--max-num-seqs",
+        type=int,
+        default=128,
+        help="the servers' --max-num-seqs: the requests each runs at once (default 128, vLLM's on a CPU)",
     )
     parser.add_argument("--adapters", type=int, default=14, help="adapters (default 14)")
     parser.add_argument("--requests", type=int, default=240, help="completions per arm and run (default 240)")
