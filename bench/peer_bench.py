@@ -623,7 +623,7 @@ def report(
     return "\n".join(lines)
 
 
-def main(argv: list[str]) -> int:
+def parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="bench/peer_bench.py", description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=3, help="alternating runs of every arm (default 3)")
     parser.add_argument(
@@ -662,11 +662,16 @@ def main(argv: list[str]) -> int:
     )
     parser.add_argument("--keep", type=Path, help="keep the servers' logs and the instrument's here")
     parser.add_argument("--out", type=Path, default=HERE / "peer_results.md")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str]) -> int:
+    parse = parser()
+    args = parse.parse_args(argv)
     policies = [p for p in args.policies.split(",") if p]
     unknown = [p for p in policies if p not in (*POLICIES, "kv_aware")]
     if unknown:
-        parser.error(f"--policies: vllm-router has no {unknown}")
+        parse.error(f"--policies: vllm-router has no {unknown}")
     lorafleet_arms = args.lorafleet or [Arm("lorafleet")]
 
     notes = []

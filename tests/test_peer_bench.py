@@ -244,6 +244,13 @@ def test_the_report_gives_the_medians_of_each_arm() -> None:
     assert peer.row(results[0]).startswith("| 1 | a | 10 (10) | 10 / 0 |")
 
 
+def test_the_servers_batch_is_vllms_cpu_default_unless_given_and_the_report_names_it() -> None:
+    assert peer.parser().parse_args([]).max_num_seqs == 128
+    args = peer.parser().parse_args(["--max-num-seqs", "2"])
+    page = peer.report(args, "bench/peer_bench.py --max-num-seqs 2", [], [], [], ("1 1 1", "2 2 2"))
+    assert "--max-cpu-loras 4 --max-num-seqs 2`" in page
+
+
 # -- the instrument --------------------------------------------------------------------------------
 
 FAKE_VLLM = {
