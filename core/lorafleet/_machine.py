@@ -1730,13 +1730,12 @@ class AdapterStateMachine(Shortcuts, Spellings, Queries, Indexing, Invariants):
         """[read], [reading]: the engine's figures replace the last reading; waiting requests go on."""
         op = self._issued(event.read, Read, "read")
         check_fields(event)
-        names = event.adapters
-        running, waiting, max_loras = event.running, event.waiting, event.max_loras
+        names, running, waiting, max_loras = event.adapters, event.running, event.waiting, event.max_loras
         if not self._finish(op):
             return []
         rep = op.replica
         self._touch(rep)  # others and max_loras, in its cold key
-        rep.names_adapters = names is not None
+        rep.names_adapters = names is not None  # without the gauge: empty readings, no reads before requests
         rep.read_served = op.served
         if running is not None and waiting is not None:
             # [load]: the engine's own count, and what it says of its capacity: a queue means full.
@@ -1750,12 +1749,10 @@ class AdapterStateMachine(Shortcuts, Spellings, Queries, Indexing, Invariants):
                 rep.calm = max(rep.calm, op.in_flight + rep.others)
         raised = max_loras is not None and max_loras > (rep.max_loras or 0)
         rep.max_loras = max_loras if max_loras else rep.max_loras
-        # An engine without the gauge cannot tell: an empty reading, and no reads before requests.
-        counted = running is not None and waiting is not None
         # Another router's doing, unless it names only adapters this router runs on there, or ran on
         # while the read was out (the sample may predate their end), and counts no request beyond.
         mine, named = rep.held, frozenset(names or ())
-        foreign = (counted and rep.others > 0) or any(
+        foreign = (running is not None and waiting is not None and rep.others > 0) or any(
             name not in mine or not (mine[name].in_use or name in op.ended) for name in named
         )
         commands = self._new_reading(rep, named, foreign)
