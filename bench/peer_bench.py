@@ -51,7 +51,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -443,6 +443,27 @@ class Result:
         return EngineCount.total(self.engines)
 
 
+def instrumented(
+    engine: Engine,
+    folder: Path,
+    log: Path,
+    *,
+    max_loras: int,
+    max_cpu_loras: int,
+    max_num_seqs: int,
+    env: Mapping[str, str],
+) -> VllmServer:
+    """A real vLLM server (not started) whose engine the instrument (``HOOK``) logs to ``log``."""
+    return VllmServer(
+        engine,
+        folder,
+        max_loras=max_loras,
+        max_cpu_loras=max_cpu_loras,
+        max_num_seqs=max_num_seqs,
+        env={"PYTHONPATH": str(HOOK), "LORAFLEET_PEER_LOG": str(log), **env},
+    )
+
+
 def run_arm(
     args: argparse.Namespace, engine: Engine, arm: Arm, run: int, sequence: Sequence[str], work: Path
 ) -> Result:
@@ -452,20 +473,19 @@ def run_arm(
     logs = [folder / f"engine-{i}.jsonl" for i in range(args.replicas)]
     servers = []
     for log in logs:
-        env = {"PYTHONPATH": str(HOOK), "LORAFLEET_PEER_LOG": str(log)}
-        if arm.kind == "vllm-router":
-            env |= {
-                "VLLM_PLUGINS": "lora_filesystem_resolver",
-                "VLLM_LORA_RESOLVER_CACHE_DIR": str(args.root),
-            }
+        resolver = {
+            "VLLM_PLUGINS": "lora_filesystem_resolver",
+            "VLLM_LORA_RESOLVER_CACHE_DIR": str(args.root),
+        }
         servers.append(
-            VllmServer(
+            instrumented(
                 engine,
                 folder,
+                log,
                 max_loras=args.max_loras,
                 max_cpu_loras=args.max_cpu_loras,
                 max_num_seqs=args.max_num_seqs,
-                env=env,
+                env=resolver if arm.kind == "vllm-router" else {},
             )
         )
     try:

@@ -63,9 +63,9 @@ ROOT = HERE.parent
 sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(HERE))
 
-from peer_bench import HOOK, adapter_folders, count_engine, default_limit, stop_all  # noqa: E402 - the real engine's bench
+from peer_bench import adapter_folders, count_engine, default_limit, instrumented, stop_all  # noqa: E402 - the real engine's bench
 
-from real_vllm import Engine, VllmServer, set_up  # noqa: E402
+from real_vllm import Engine, set_up  # noqa: E402
 
 
 @attrs.frozen
@@ -257,13 +257,14 @@ def vllms(engine: Engine, args: argparse.Namespace, size: Size, folder: Path) ->
     """Fresh real vLLM servers, each with peer_bench's instrument logging to a file of its own."""
     logs = [folder / f"engine-{i}.jsonl" for i in range(size.replicas)]
     servers = [
-        VllmServer(
+        instrumented(
             engine,
             folder,
+            log,
             max_loras=size.max_loras,
             max_cpu_loras=size.memory,
             max_num_seqs=args.concurrency,
-            env={"PYTHONPATH": str(HOOK), "LORAFLEET_PEER_LOG": str(log)},
+            env={},
         )
         for log in logs
     ]

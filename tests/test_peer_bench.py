@@ -251,6 +251,25 @@ def test_the_servers_batch_is_vllms_cpu_default_unless_given_and_the_report_name
     assert "--max-cpu-loras 4 --max-num-seqs 2`" in page
 
 
+def test_an_instrumented_server_logs_through_the_hook_with_the_arms_own_environment(tmp_path: Path) -> None:
+    engine = peer.Engine(tmp_path / "venv", tmp_path / "build", 0.0)
+    server = peer.instrumented(
+        engine,
+        tmp_path,
+        tmp_path / "engine-0.jsonl",
+        max_loras=2,
+        max_cpu_loras=4,
+        max_num_seqs=2,
+        env={"VLLM_PLUGINS": "lora_filesystem_resolver"},
+    )
+    assert server.env == {
+        "PYTHONPATH": str(peer.HOOK),
+        "LORAFLEET_PEER_LOG": str(tmp_path / "engine-0.jsonl"),
+        "VLLM_PLUGINS": "lora_filesystem_resolver",
+    }
+    assert (server.max_loras, server.max_cpu_loras, server.max_num_seqs) == (2, 4, 2)
+
+
 # -- the instrument --------------------------------------------------------------------------------
 
 FAKE_VLLM = {
