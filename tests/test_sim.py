@@ -127,6 +127,8 @@ def test_replica_runs_at_most_c_first_come_first_served_after_the_load() -> None
     # and a hit arriving later (t=2) does not overtake them.
     assert s.started == [1.0, 1.0, 6.0, 7.0, 7.5]
     assert figures.loads == 1
+    # The last three found every slot taken: 5 + 6 + 5.5 s in the engine's queue, over 5 requests.
+    assert figures.engine_waits == pytest.approx((3.3, 0.0, 0.0))
 
 
 def test_reads_from_disk_go_one_at_a_time_and_no_step_runs_meanwhile() -> None:
@@ -138,6 +140,8 @@ def test_reads_from_disk_go_one_at_a_time_and_no_step_runs_meanwhile() -> None:
     s, figures = run_figures(w, Fleet(replicas=1, memory=4, concurrency=3, load_time=0.5), "round-robin")
     assert s.started == [1.5, 1.5, 1.5]
     assert figures.loads == 3
+    # a, granted at 0.5, waits for b's and c's reads; b for c's; c for none: 1.5 s over 3 requests.
+    assert figures.engine_waits == pytest.approx((0.0, 0.0, 0.5))
 
 
 def test_a_read_from_disk_pauses_the_requests_running() -> None:
@@ -160,14 +164,18 @@ def test_the_engine_drops_its_least_recently_used_adapter_and_reads_it_back_when
     )
     assert (figures.loads, figures.rereads, figures.drops) == (4, 1, 2)
     assert s.started[3] == pytest.approx(3.1)  # read back before it runs
+    assert figures.engine_waits == pytest.approx((0.0, 0.0, 0.1 / 4))
 
 
 def test_the_batch_runs_at_most_max_loras_adapters() -> None:
     """--max-loras 1: b's request waits for a's to end though a slot is free; a's second request,
     on the adapter the batch runs, does not wait."""
     w = Workload(times=(0.0, 0.2, 0.3), adapters=("a", "b", "a"), durations=(1.0, 1.0, 1.0), routers=(0,) * 3)
-    s = run(w, Fleet(replicas=1, memory=2, max_loras=1, concurrency=3, load_time=0.1))
+    s, figures = run_figures(
+        w, Fleet(replicas=1, memory=2, max_loras=1, concurrency=3, load_time=0.1), "round-robin"
+    )
     assert s.started == [pytest.approx(0.1), pytest.approx(1.3), pytest.approx(0.3)]
+    assert figures.engine_waits == pytest.approx((0.0, 1.0 / 3, 0.0))  # b, granted at 0.3
 
 
 def test_the_limit_and_eviction_are_the_machines() -> None:
@@ -598,6 +606,7 @@ def test_the_running_reads_are_flags_and_columns(capsys: pytest.CaptureFixture[s
     text = capsys.readouterr().out
     assert "each reading which adapters run when the machine asks ([read])" in text
     assert "| unloads under others | under own |" in text
+    assert "| in engine ms: full / batch / reads |" in text
 
 
 def test_shared_replicas_are_listed_faster_unless_told_off() -> None:

@@ -545,6 +545,7 @@ COLUMNS = (
     ("loads/s", "{:.2f}"),
     ("utilisation", "{:.2f}"),
     ("to grant ms", "{:.1f}"),
+    ("in engine ms: full / batch / reads", "{}"),
 )
 
 
@@ -578,6 +579,7 @@ def rows(runs: dict[str, list[Figures]]) -> list[list[str]]:
             _mean([f.loads_per_second for f in figures]),
             _mean([f.utilisation for f in figures]),
             1000 * _mean([f.load_wait_mean for f in figures]),
+            " / ".join(f"{1000 * _mean([f.engine_waits[i] for f in figures]):.1f}" for i in range(3)),
         ]
         out.append([fmt.format(v) for (_, fmt), v in zip(COLUMNS, values, strict=True)])
     return out
@@ -651,7 +653,10 @@ def report(
         "unloads per run of an adapter another router (the unloading router) had requests running or "
         "waiting on there. Loads/s: per second of arrivals; utilisation: seconds requests held a request "
         "slot (paused by reads included) over the fleet's slots while requests arrived; to grant: arrival "
-        "to the adapter's grant, the request log's wait.",
+        "to the adapter's grant, the request log's wait; in engine: from the grant to the start of "
+        "service, per request, of the requests that found their engine running all it could at once "
+        "(full), its batch with no room for one more adapter (batch), or reading an adapter from disk "
+        "first (reads: a load, or a re-read of their own adapter).",
         "",
     ]
     return "\n".join(lines)

@@ -32,6 +32,10 @@ from collections.abc import Iterator
 
 import attrs
 
+FULL, BATCH, READ = 1, 2, 3
+"""Why a request an engine queues does not start at once (``Engine.holdup``): every request slot is
+taken; its adapter would be one more than the batch may use; a read from disk comes first."""
+
 
 @attrs.define(eq=False)
 class Job:
@@ -170,6 +174,17 @@ class Engine:
             self.dropped.add(lora)
 
     # -- the scheduler --------------------------------------------------------------------------------
+
+    def holdup(self, lora: int, now: float) -> int:
+        """Why a request on ``lora`` queued at ``now`` does not start at once (``FULL``, ``BATCH``,
+        ``READ``: a read under way, or ``lora`` dropped from memory and read back first), or 0."""
+        if len(self.active) >= self.concurrency:
+            return FULL
+        if lora not in self.running and len(self.running) >= self.max_loras:
+            return BATCH
+        if self.stalled_until > now or lora not in self.cache:
+            return READ
+        return 0
 
     def enqueue(self, job: Job) -> None:
         counts = self.requests.setdefault(job.adapter, {})

@@ -74,7 +74,7 @@ from lorafleet import (
 )
 
 from ._belady import belady_loads
-from ._engine import Engine, Job
+from ._engine import BATCH, FULL, READ, Engine, Job
 from ._state import MODEL, Chooser, Policy, RouterView
 from ._workload import Workload
 
@@ -252,6 +252,11 @@ class Figures:
     """Mean wait of the last quarter: far above ``wait_early``, the queue grew through the run."""
     service_mean: float = 0.0
     """The requests' mean service, seconds."""
+    engine_waits: tuple[float, float, float] = (0.0, 0.0, 0.0)
+    """Seconds from the grant to the start of service, per request, of the requests that reached an
+    engine running all it could at once, one whose batch had no room for one more adapter, or one
+    reading an adapter from disk first (``Engine.holdup``): what of the wait the engine's queue
+    made, by its cause."""
 
     @property
     def loads_per_second(self) -> float:
@@ -363,6 +368,8 @@ class Simulation:
         """Seconds requests held an engine's request slot, from their start to their end (reads from
         disk that paused them included): the fleet's work, for the utilisation."""
         self.granted = [math.nan] * n
+        self.holdups = [0] * n
+        """Why each request did not start at once on reaching its engine (``Engine.holdup``), or 0."""
         self.pending = 0
         self.hits = 0
         self.reloads = 0
@@ -533,11 +540,16 @@ class Simulation:
             else:
                 waiting.append(job)
             return
-        self.granted[request] = self.now
         job = Job(request, attempt.router, adapter, lora, self.workload.durations[request])
         self.jobs[request] = (attempt, job)
-        engine.enqueue(job)
+        self._enqueue(engine, job)
         self._run(engine)
+
+    def _enqueue(self, engine: Engine, job: Job) -> None:
+        """The granted request joins its engine's queue, with why it would not start at once."""
+        self.granted[job.request] = self.now
+        self.holdups[job.request] = engine.holdup(job.lora, self.now)
+        engine.enqueue(job)
 
     def _resolved(self, engine: Engine, adapter: str, epoch: int) -> None:
         """The engine's own load of ``adapter`` landed: its requests go into the queue with its id."""
@@ -552,8 +564,7 @@ class Simulation:
         self._moved(engine)
         for job in jobs:
             job.lora = lora
-            self.granted[job.request] = self.now
-            engine.enqueue(job)
+            self._enqueue(engine, job)
         self._run(engine)
 
     def _run(self, engine: Engine) -> None:
@@ -826,6 +837,10 @@ class Simulation:
             belady_loads(sequence, capacities)
             for sequence, capacities in zip(self.sequences, self.capacities, strict=True)
         )
+        engine_waits = [0.0, 0.0, 0.0, 0.0]
+        for holdup, start, granted in zip(self.holdups, self.started, self.granted, strict=True):
+            if holdup:
+                engine_waits[holdup] += start - granted
         return Figures(
             policy=self.policy.name,
             requests=n,
@@ -856,6 +871,11 @@ class Simulation:
             wait_early=_mean(unsorted[quarter : 2 * quarter]),
             wait_late=_mean(unsorted[n - quarter :]) if quarter else 0.0,
             service_mean=_mean(self.workload.durations),
+            engine_waits=(
+                engine_waits[FULL] / n if n else 0.0,
+                engine_waits[BATCH] / n if n else 0.0,
+                engine_waits[READ] / n if n else 0.0,
+            ),
         )
 
 
