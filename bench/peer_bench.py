@@ -506,6 +506,7 @@ def run_arm(
                 command += ["--concurrency", str(servers[0].max_num_seqs)]
             if arm.headroom is not None:
                 command += ["--headroom", str(arm.headroom)]
+            command += ["--request-log", str(folder / "requests.jsonl")]  # where each request's time went
         else:
             command = [str(args.router), "--host", "127.0.0.1", "--port", str(port), "--policy", arm.policy]
             command += ["--prometheus-port", str(free_port()), "--worker-urls", *(s.url for s in servers)]
@@ -680,7 +681,9 @@ def parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--seed", type=int, default=1, help="run r's sequence is seeded with SEED + r (default 1)"
     )
-    parser.add_argument("--keep", type=Path, help="keep the servers' logs and the instrument's here")
+    parser.add_argument(
+        "--keep", type=Path, help="keep the servers' logs, the instrument's and lorafleet's request log here"
+    )
     parser.add_argument("--out", type=Path, default=HERE / "peer_results.md")
     return parser
 
