@@ -367,6 +367,26 @@ def test_a_read_with_latency_delays_the_request_and_samples_when_sent() -> None:
         assert s.started[3] == pytest.approx(1.6 + 0.05 + 0.1)  # the read, then y's load
 
 
+@pytest.mark.parametrize(("delay", "latency", "under_others"), [(0.0, 0.05, 1), (0.05, 0.0, 0)])
+def test_a_read_samples_the_engine_read_delay_after_it_is_sent(
+    delay: float, latency: float, under_others: int
+) -> None:
+    """B's request on w starts at 1.62, after A's read went out at 1.6 and before its answer at 1.65:
+    sampled as the read is sent, the reading misses it and A takes w as y's victim under it; sampled
+    0.05 s later, as an engine counts what runs when the GET reaches it, the reading names w."""
+    w = attrs.evolve(
+        AFTER_READING,
+        times=(*AFTER_READING.times, 1.62),
+        adapters=(*AFTER_READING.adapters, "w"),
+        durations=(*AFTER_READING.durations, 1.0),
+        routers=(*AFTER_READING.routers, 1),
+    )
+    fleet = attrs.evolve(AFTER_READING_FLEET, read_delay=delay, read_latency=latency)
+    s, figures = run_figures(w, fleet, "lorafleet")
+    assert figures.unloads_under_others == under_others
+    assert s.started[3] == pytest.approx(1.6 + 0.05 + 0.1)  # the answer comes at 1.65 either way
+
+
 def test_cold_requests_waiting_for_one_read_share_it() -> None:
     w = attrs.evolve(
         AFTER_READING,
@@ -607,6 +627,11 @@ def test_the_running_reads_are_flags_and_columns(capsys: pytest.CaptureFixture[s
     assert "each reading which adapters run when the machine asks ([read])" in text
     assert "| unloads under others | under own |" in text
     assert "| in engine ms: full / batch / reads |" in text
+    assert ls.main([*argv, "--read-engine", "--read-delay", "0.01", "--read-latency", "0.02"]) == 0
+    assert (
+        "each engine sampled 10 ms after the read was sent, readings reported 20 ms after"
+        in capsys.readouterr().out
+    )
 
 
 def test_shared_replicas_are_listed_faster_unless_told_off() -> None:
@@ -811,6 +836,7 @@ def test_one_run_says_when_the_fleet_cannot_keep_up(capsys: pytest.CaptureFixtur
         (["--replicas", "two"], "'two' is not an integer"),
         (["--flash", "1.5"], "must be at most 1"),
         (["--read-failures", "1.5"], "--read-failures: '1.5' must be at most 1"),
+        (["--read-delay", "-0.01"], "--read-delay: '-0.01' must be at least 0"),
         (["--policy", "fastest"], "unknown policy 'fastest'"),
         (["--trace", "t.txt", "--shift"], "do not apply to --trace"),
         (["--trace", "/nonexistent/trace.txt"], "cannot read trace"),

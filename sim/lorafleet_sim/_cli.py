@@ -218,6 +218,15 @@ def parser() -> argparse.ArgumentParser:
         help="seconds from a reading's sample to its report reaching the router (default 0: at once)",
     )
     p.add_argument(
+        "--read-delay",
+        type=_number(float, "a number of seconds", 0.0),
+        default=0.0,
+        help=(
+            "seconds from a read's sending to the engine taking its sample, added to --read-latency "
+            "(default 0: the sample is taken as the read is sent)"
+        ),
+    )
+    p.add_argument(
         "--read-failures",
         type=_fraction,
         default=0.0,
@@ -514,6 +523,7 @@ def _fleet(args: argparse.Namespace, memory: int) -> Fleet:
         shared_interval=args.shared_interval,
         tell_concurrency=args.tell_concurrency,
         read_latency=args.read_latency,
+        read_delay=args.read_delay,
         read_failures=args.read_failures,
         failed_read_drops=args.failed_read_drops,
     )
@@ -716,6 +726,8 @@ def _reads(args: argparse.Namespace, who: str) -> str:
         if args.read_engine is True
         else ""
     )
+    if args.read_delay:
+        clause += f", each engine sampled {1000 * args.read_delay:g} ms after the read was sent"
     if args.read_latency:
         clause += f", readings reported {1000 * args.read_latency:g} ms after their sample"
     if args.read_failures:

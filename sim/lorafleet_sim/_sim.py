@@ -24,8 +24,9 @@ every command as a shell would, and decides nothing) and the engines, each a vLL
   ``AdapterMissing`` before it releases the request and routes it again, elsewhere if it can;
 - the engine knows which adapters have requests running or waiting in its queue, from every router
   (vLLM's ``vllm:lora_requests_info``), how many requests it runs and queues, and its ``max_loras``; a
-  ``ReadEngine`` samples them when it is sent, and its answer arrives ``read_latency`` seconds later
-  (0: at once, like a listing), or fails (``read_failures``);
+  ``ReadEngine`` samples them ``read_delay`` seconds after it is sent (0: as it is sent), and its
+  answer arrives ``read_latency`` seconds after the sample (0: at once, like a listing), or fails
+  (``read_failures``);
 - a restart empties the engine; loads in flight there fail (a replica fault: the waiters are routed
   again).
 
@@ -81,7 +82,7 @@ from ._workload import Workload
 RELOAD_WINDOW = 10.0
 """A load of an adapter evicted from the same replica at most this many seconds before is a reload."""
 
-_LOAD_DONE, _SERVICE_DONE, _TICK, _RESTART, _RETRY, _READ_DONE, _RESOLVED = range(7)
+_LOAD_DONE, _SERVICE_DONE, _TICK, _RESTART, _RETRY, _READ_DONE, _RESOLVED, _READ_SAMPLE = range(8)
 
 
 class _Unset(enum.Enum):
@@ -111,6 +112,8 @@ class Fleet:
             [place], [evict], [read]), for every policy; unset, lorafleet's routers have ``Fleet()``'s
             (``lorafleet.FLEET_DEFAULTS``) and the baselines' the core's defaults.
         read_latency: seconds from a read's sample to its answer reaching the router.
+        read_delay: seconds from a read's sending to the engine's sample: requests that start or end
+            meanwhile are in it, as on a real engine, which counts when the GET reaches it.
         read_failures: the fraction of reads that get no answer, drawn from the seed, answered
             ``ReadingFailed`` ([read-failed]), as ``Fleet`` does.
         failed_read_drops: every failed read is answered as a reading that names nothing instead,
@@ -133,6 +136,7 @@ class Fleet:
     read_engine: bool | _Unset = UNSET
     shared_interval: float | _Unset | None = UNSET
     read_latency: float = 0.0
+    read_delay: float = 0.0
     read_failures: float = 0.0
     failed_read_drops: bool = False
     settings: Mapping[str, Any] = attrs.field(factory=dict)
@@ -427,6 +431,8 @@ class Simulation:
                     self._read_done(*payload)
                 elif kind == _RESOLVED:
                     self._resolved(*payload)
+                elif kind == _READ_SAMPLE:
+                    self._sample(*payload)
                 else:
                     self._restart(payload)
             else:
@@ -692,18 +698,25 @@ class Simulation:
             self._capacity(engine, position)
 
     def _read(self, router: _Router, engine: Engine, read: int) -> None:
-        """Read ``engine`` for the machine: a sample now (or a failure, ``read_failures``), answered
-        ``read_latency`` seconds later (at once when it is 0)."""
+        """Read ``engine`` for the machine: whether it fails is drawn as it is sent
+        (``read_failures``), its sample taken ``read_delay`` seconds later (at once when 0)."""
         self.reads += 1
-        sample: tuple[tuple[str, ...], int, int, int] | None = (
-            tuple(sorted(engine.requests)),
-            len(engine.active),
-            len(engine.queue),
-            engine.max_loras,
-        )
-        if self._read_fails():
+        failed = self._read_fails()
+        if failed:
             self.failed_reads += 1
-            sample = None
+        if self.fleet.read_delay > 0:
+            self._push(self.now + self.fleet.read_delay, _READ_SAMPLE, (router, engine, read, failed))
+        else:
+            self._sample(router, engine, read, failed)
+
+    def _sample(self, router: _Router, engine: Engine, read: int, failed: bool) -> None:
+        """The engine's sample for a read (none for a failed one), answered ``read_latency`` seconds
+        later (at once when it is 0)."""
+        sample: tuple[tuple[str, ...], int, int, int] | None = (
+            None
+            if failed
+            else (tuple(sorted(engine.requests)), len(engine.active), len(engine.queue), engine.max_loras)
+        )
         latency = self.fleet.read_latency
         if latency > 0:
             self._push(self.now + latency, _READ_DONE, (router, read, sample))
