@@ -264,6 +264,7 @@ def vllms(engine: Engine, args: argparse.Namespace, size: Size, folder: Path) ->
             max_loras=size.max_loras,
             max_cpu_loras=size.memory,
             max_num_seqs=args.concurrency,
+            sharing=size.replicas,
             env={},
         )
         for log in logs

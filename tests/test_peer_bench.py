@@ -260,14 +260,23 @@ def test_an_instrumented_server_logs_through_the_hook_with_the_arms_own_environm
         max_loras=2,
         max_cpu_loras=4,
         max_num_seqs=2,
+        sharing=2,
         env={"VLLM_PLUGINS": "lora_filesystem_resolver"},
     )
     assert server.env == {
         "PYTHONPATH": str(peer.HOOK),
         "LORAFLEET_PEER_LOG": str(tmp_path / "engine-0.jsonl"),
+        "OMP_NUM_THREADS": str(max(1, (os.cpu_count() or 1) // 2)),
         "VLLM_PLUGINS": "lora_filesystem_resolver",
     }
     assert (server.max_loras, server.max_cpu_loras, server.max_num_seqs) == (2, 4, 2)
+
+
+def test_each_server_computes_with_its_share_of_the_cores(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(peer.os, "cpu_count", lambda: 8)
+    assert [peer.cpu_threads(n) for n in (1, 2, 3, 8, 16)] == [8, 4, 2, 1, 1]
+    monkeypatch.setattr(peer.os, "cpu_count", lambda: None)
+    assert peer.cpu_threads(2) == 1
 
 
 # -- the instrument --------------------------------------------------------------------------------
