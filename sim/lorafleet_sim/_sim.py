@@ -112,8 +112,9 @@ class Fleet:
             [place], [evict], [read]), for every policy; unset, lorafleet's routers have ``Fleet()``'s
             (``lorafleet.FLEET_DEFAULTS``) and the baselines' the core's defaults.
         read_latency: seconds from a read's sample to its answer reaching the router.
-        read_delay: seconds from a read's sending to the engine's sample: requests that start or end
-            meanwhile are in it, as on a real engine, which counts when the GET reaches it.
+        read_delay: seconds from a read's sending to the engine's sample: the sample counts the
+            requests that started meanwhile and not those that ended, as a real engine's counts
+            are taken when the GET reaches it.
         read_failures: the fraction of reads that get no answer, drawn from the seed, answered
             ``ReadingFailed`` ([read-failed]), as ``Fleet`` does.
         failed_read_drops: every failed read is answered as a reading that names nothing instead,
