@@ -446,32 +446,33 @@ class Result:
 def instrumented(
     engine: Engine,
     folder: Path,
-    log: Path,
+    replicas: int,
     *,
     max_loras: int,
     max_cpu_loras: int,
     max_num_seqs: int,
-    sharing: int,
     env: Mapping[str, str],
-) -> VllmServer:
-    """A real vLLM server (not started) whose engine the instrument (``HOOK``) logs to ``log``.
+) -> tuple[list[Path], list[VllmServer]]:
+    """``replicas`` real vLLM servers (not started) whose engines the instrument (``HOOK``) logs to
+    ``folder/engine-i.jsonl``: those logs, and the servers.
 
-    ``sharing`` servers run on this machine at once, and each computes with its share of the cores
+    They run on this machine at once, so each computes with its share of the cores
     (``cpu_threads``), as each would have its own accelerator in a real fleet.
     """
-    return VllmServer(
-        engine,
-        folder,
-        max_loras=max_loras,
-        max_cpu_loras=max_cpu_loras,
-        max_num_seqs=max_num_seqs,
-        env={
-            "PYTHONPATH": str(HOOK),
-            "LORAFLEET_PEER_LOG": str(log),
-            "OMP_NUM_THREADS": str(cpu_threads(sharing)),
-            **env,
-        },
-    )
+    logs = [folder / f"engine-{i}.jsonl" for i in range(replicas)]
+    threads = str(cpu_threads(replicas))
+    servers = [
+        VllmServer(
+            engine,
+            folder,
+            max_loras=max_loras,
+            max_cpu_loras=max_cpu_loras,
+            max_num_seqs=max_num_seqs,
+            env={"PYTHONPATH": str(HOOK), "LORAFLEET_PEER_LOG": str(log), "OMP_NUM_THREADS": threads, **env},
+        )
+        for log in logs
+    ]
+    return logs, servers
 
 
 def cpu_threads(sharing: int) -> int:
@@ -491,25 +492,16 @@ def run_arm(
     """Fresh servers, the arm's router in front, the sequence through it; what the engines did."""
     folder = work / f"run{run}-{arm.name().replace(' ', '-').replace('(', '').replace(')', '')}"
     folder.mkdir(parents=True)
-    logs = [folder / f"engine-{i}.jsonl" for i in range(args.replicas)]
-    servers = []
-    for log in logs:
-        resolver = {
-            "VLLM_PLUGINS": "lora_filesystem_resolver",
-            "VLLM_LORA_RESOLVER_CACHE_DIR": str(args.root),
-        }
-        servers.append(
-            instrumented(
-                engine,
-                folder,
-                log,
-                max_loras=args.max_loras,
-                max_cpu_loras=args.max_cpu_loras,
-                max_num_seqs=args.max_num_seqs,
-                sharing=args.replicas,
-                env=resolver if arm.kind == "vllm-router" else {},
-            )
-        )
+    resolver = {"VLLM_PLUGINS": "lora_filesystem_resolver", "VLLM_LORA_RESOLVER_CACHE_DIR": str(args.root)}
+    logs, servers = instrumented(
+        engine,
+        folder,
+        args.replicas,
+        max_loras=args.max_loras,
+        max_cpu_loras=args.max_cpu_loras,
+        max_num_seqs=args.max_num_seqs,
+        env=resolver if arm.kind == "vllm-router" else {},
+    )
     try:
         for server in servers:
             server.start()

@@ -255,20 +255,15 @@ def standins(args: argparse.Namespace, size: Size) -> Iterator[Engines]:
 @contextmanager
 def vllms(engine: Engine, args: argparse.Namespace, size: Size, folder: Path) -> Iterator[Engines]:
     """Fresh real vLLM servers, each with peer_bench's instrument logging to a file of its own."""
-    logs = [folder / f"engine-{i}.jsonl" for i in range(size.replicas)]
-    servers = [
-        instrumented(
-            engine,
-            folder,
-            log,
-            max_loras=size.max_loras,
-            max_cpu_loras=size.memory,
-            max_num_seqs=args.concurrency,
-            sharing=size.replicas,
-            env={},
-        )
-        for log in logs
-    ]
+    logs, servers = instrumented(
+        engine,
+        folder,
+        size.replicas,
+        max_loras=size.max_loras,
+        max_cpu_loras=size.memory,
+        max_num_seqs=args.concurrency,
+        env={},
+    )
     try:
         for server in servers:
             server.start()

@@ -253,23 +253,24 @@ def test_the_servers_batch_is_vllms_cpu_default_unless_given_and_the_report_name
 
 def test_an_instrumented_server_logs_through_the_hook_with_the_arms_own_environment(tmp_path: Path) -> None:
     engine = peer.Engine(tmp_path / "venv", tmp_path / "build", 0.0)
-    server = peer.instrumented(
+    logs, servers = peer.instrumented(
         engine,
         tmp_path,
-        tmp_path / "engine-0.jsonl",
+        2,
         max_loras=2,
         max_cpu_loras=4,
         max_num_seqs=2,
-        sharing=2,
         env={"VLLM_PLUGINS": "lora_filesystem_resolver"},
     )
-    assert server.env == {
-        "PYTHONPATH": str(peer.HOOK),
-        "LORAFLEET_PEER_LOG": str(tmp_path / "engine-0.jsonl"),
-        "OMP_NUM_THREADS": str(max(1, (os.cpu_count() or 1) // 2)),
-        "VLLM_PLUGINS": "lora_filesystem_resolver",
-    }
-    assert (server.max_loras, server.max_cpu_loras, server.max_num_seqs) == (2, 4, 2)
+    assert logs == [tmp_path / "engine-0.jsonl", tmp_path / "engine-1.jsonl"]
+    for server, log in zip(servers, logs, strict=True):
+        assert server.env == {
+            "PYTHONPATH": str(peer.HOOK),
+            "LORAFLEET_PEER_LOG": str(log),
+            "OMP_NUM_THREADS": str(max(1, (os.cpu_count() or 1) // 2)),
+            "VLLM_PLUGINS": "lora_filesystem_resolver",
+        }
+        assert (server.max_loras, server.max_cpu_loras, server.max_num_seqs) == (2, 4, 2)
 
 
 def test_each_server_computes_with_its_share_of_the_cores(monkeypatch: pytest.MonkeyPatch) -> None:
