@@ -63,7 +63,8 @@ def counted(page: str, family: str, **labels: str) -> float:
 
 
 @pytest.mark.parametrize("anyio_backend", ["asyncio"])  # the router's default; test_serve.py runs both
-async def test_two_routers_over_two_engines_fail_no_request(engines: Engines) -> None:
+@pytest.mark.parametrize("peers", [False, True], ids=["each-decides", "peers"])
+async def test_two_routers_over_two_engines_fail_no_request(engines: Engines, peers: bool) -> None:
     replicas = tuple(
         ReplicaConfig(id=rid, url=url, model="tiny", limit=2, api_key_env="ENGINE_KEY" if key else None)
         for rid, url, key in engines.replicas
@@ -80,6 +81,13 @@ async def test_two_routers_over_two_engines_fail_no_request(engines: Engines) ->
         httpx.AsyncClient(timeout=300) as client,
     ):
         urls = {"a": a.url, "b": b.url}
+        if peers:
+            # Told each other ([peers]): a, up the longest, decides; b relays to it.
+            told = attrs.evolve(config, peers=(a.url, b.url), peers_interval=3600.0)
+            for server in (a, b):
+                assert await server.reload(told)
+            await b.peers.look()
+            assert (a.peers.leader, b.peers.leader) == (None, a.url)
         limiter = anyio.Semaphore(CONCURRENT)
 
         async def one(router: str, adapter: str) -> None:
@@ -106,8 +114,18 @@ async def test_two_routers_over_two_engines_fail_no_request(engines: Engines) ->
     failed = [answer for answer in answers if answer[2] != 200 or answer[3] != answer[1]]
     assert not failed, f"{failed[:5]}; {said}"
     assert len(answers) == REQUESTS, said
+    loaded = Counter(router for router, _, _, _, how in answers if how == "loaded")
+    if peers:
+        # The premise: requests came to both and adapters were evicted; a alone decided (b's
+        # answers are a's, relayed), so no unload met the other router's request.
+        assert min(Counter(router for router, *_ in answers).values()) > 0, said
+        assert loaded["a"] > 0, said
+        assert loaded["b"] > 0, said  # relayed: a loaded them
+        assert evicted["a"] > 0, said
+        assert evicted["b"] == 0, said
+        assert sum(missing.values()) == 0, said
+        return
     # The premise: each router loaded adapters and evicted some, so that each could unload what the
     # other was about to use (a 404 then, placed again: ``missing``).
-    loaded = Counter(router for router, _, _, _, how in answers if how == "loaded")
     assert min(loaded["a"], loaded["b"]) > 0, said
     assert min(evicted.values()) > 0, said

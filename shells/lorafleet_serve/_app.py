@@ -27,7 +27,7 @@ import json
 import logging
 import time
 from collections import Counter
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Collection, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -49,8 +49,8 @@ from lorafleet_fleet import (
 
 from ._catalog import Catalog, Fingerprint, fingerprint
 from ._config import Config
-from ._forward import BusyError, CutError, Forwarder, HttpxForwarder, NoAnswerError
-from ._headers import REQUEST_ID, logfmt, relayed, request_id, upstream_headers
+from ._forward import Answer, BusyError, CutError, Forwarder, HttpxForwarder, NoAnswerError
+from ._headers import REQUEST_ID, VIA, logfmt, relayed, request_id, upstream_headers
 from ._health import replica_states
 from ._keys import require
 from ._latency import Latency
@@ -75,6 +75,7 @@ from ._routes import OWN, ROUTED, listing
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
 
+    from ._peers import Peers
     from ._tracing import Tracing
 
 log = logging.getLogger("lorafleet.serve")
@@ -103,6 +104,10 @@ class NoCookies(http.cookiejar.CookieJar):
 
     def set_cookie(self, cookie: http.cookiejar.Cookie) -> None:
         return
+
+
+RELAYED = "relayed"
+"""``how`` of a request relayed to the router that decides."""
 
 
 class _Outcome(enum.Enum):
@@ -146,6 +151,8 @@ class _Record:
     """``time.perf_counter()`` when the first byte of the answer's body was relayed (0: none yet)."""
     took: float | None = None
     """Seconds from arrival to the end, once the request ended."""
+    via: bytes | None = None
+    """The router that relayed the request here (``_headers.VIA``), if one did."""
 
     def line(self) -> str:
         """The log line: logfmt, ``key=value`` pairs, values a client chose quoted when not plain."""
@@ -220,6 +227,8 @@ class Router:
         registry: where the router's own metrics go, beside the fleet's (None: no metrics of its own).
         readiness: what the router saw of its replicas' misconfigurations (None: nothing is watched).
         tracing: makes a span of each routed request (None: no traces; ``_tracing``).
+        peers: the routers sharing these replicas, one of which decides for all (None: this router
+            decides alone; ``_peers``).
     """
 
     def __init__(
@@ -234,8 +243,12 @@ class Router:
         registry: CollectorRegistry | None = None,
         readiness: Readiness | None = None,
         tracing: Tracing | None = None,
+        peers: Peers | None = None,
     ) -> None:
         self.fleet = fleet
+        self.peers = peers
+        self._leaders: dict[str, _Upstream] = {}
+        """A pool for each router relayed to, by URL."""
         self._tracing = tracing
         self.catalog = catalog
         self._new_client = new_client
@@ -440,8 +453,8 @@ class Router:
 
     async def aclose(self) -> None:
         """Close every replica's connections."""
-        upstreams = [*self._upstreams.values(), *self._retired.values()]
-        self._upstreams, self._by_model = {}, {}
+        upstreams = [*self._upstreams.values(), *self._retired.values(), *self._leaders.values()]
+        self._upstreams, self._by_model, self._leaders = {}, {}, {}
         if self._requests is not None:
             self._requests.close()
         for upstream in upstreams:
@@ -501,6 +514,8 @@ class Router:
     async def _routed(self, scope: Scope, receive: Receive, send: Send, route: str) -> None:
         record = _Record("POST", scope["path"], time.perf_counter())
         record.forward, record.request_id = upstream_headers(scope["headers"])
+        if self.peers is not None:
+            record.via = next((v for k, v in scope["headers"] if k == VIA), None)
         named = request_id.set(record.request_id)
         tracing = self._tracing
         span = tracing.start(record, route) if tracing is not None else None
@@ -555,13 +570,15 @@ class Router:
                 metrics.in_flight -= 1
                 metrics.answered(route, record.status, took)
             latency = self._latency
-            if latency is not None and record.how is not None:
+            # A relayed request is the leader's to count by adapter, and to log ([peers]).
+            relayed = record.how == RELAYED
+            if latency is not None and record.how is not None and not relayed:
                 streamed = record.stream and record.first and record.status == 200
                 ttft = record.first - record.started if streamed else None
                 latency.observe(None if record.how == "base" else record.model, record.how, ttft, took)
             if log.isEnabledFor(logging.INFO):
                 self.lines.add(record.line)
-            if watch is not None:
+            if watch is not None and not relayed:
                 self._log_request(watch, record)
             if span is not None:
                 assert tracing is not None
@@ -571,6 +588,14 @@ class Router:
     async def _answer(self, model: str, path: str, raw: bytes, send: Send, record: _Record) -> None:
         """Serve a routed request whose body is read, answering every way it can end."""
         try:
+            peers = self.peers
+            if (
+                peers is not None
+                and peers.leader is not None
+                and record.via is None
+                and await self._to_leader(peers, peers.leader, path, raw, send, record)
+            ):
+                return
             if model in self.catalog.bases:
                 await self._base_request(model, path, raw, send, record)
             else:
@@ -720,6 +745,49 @@ class Router:
                 raise _all_failed(len(tried), record.engine)
             self._count_retry(record, _reason(outcome))
 
+    async def _to_leader(
+        self, peers: Peers, url: str, path: str, raw: bytes, send: Send, record: _Record
+    ) -> bool:
+        """Relay the request to the router that decides, and its answer back: False when that router
+        gave no answer (or is shutting down), for this router to decide instead."""
+        leader = self._leaders.get(url)
+        if leader is None:
+            key = self._key.decode() if self._key is not None else None
+            replica = Replica(id=url, url=url, model="router", limit=1, api_key=key)
+            leader = self._leaders[url] = self._upstream(replica)
+        record.replica, record.how = url, RELAYED
+        headers = [*record.forward, *leader.headers, (VIA, peers.own.encode())]
+        try:
+            response = await leader.client.post(leader.urls[path], raw, headers)
+        except (BusyError, NoAnswerError) as exc:
+            peers.gone(url, str(exc))
+            self._count_retry(record, "leader_gone")
+            record.replica = record.how = None
+            return False
+        try:
+            status = response.status
+            head = b""
+            chunks = response.chunks()
+            if status == 503:
+                try:
+                    async for chunk in chunks:
+                        head += chunk
+                        if len(head) >= ERROR_HEAD_BYTES:
+                            break
+                except CutError:
+                    head = b""
+                if b'"shutting_down"' in head or not head:
+                    peers.gone(url, "it is shutting down" if head else "HTTP 503 without a body")
+                    self._count_retry(record, "leader_gone")
+                    record.replica = record.how = None
+                    return False
+            cut = await _pass_on(response, head, chunks, send, record, [])
+            if cut is not None:
+                peers.gone(url, f"cut mid-answer: {cut}")
+            return True
+        finally:
+            await response.aclose()
+
     def _none_ready(self, model: str | None) -> bool:
         """Whether every replica of ``model`` (or every replica) is held not ready for adapters."""
         upstreams = self._upstreams.values() if model is None else self._by_model.get(model, ())
@@ -816,26 +884,9 @@ class Router:
                     return _Outcome.SERVER_ERROR
                 if lease is not None and lease.check_answer(status, head) and may_retry_missing:
                     return _Outcome.MISSING
-            headers = relayed(response.headers, record.request_id)
-            headers.extend(extra)
-            record.status = status
-            await send({"type": "http.response.start", "status": status, "headers": headers})
-            if head:
-                record.first = time.perf_counter()
-                await send({"type": "http.response.body", "body": head, "more_body": True})
-            try:
-                async for chunk in chunks:
-                    if not record.first:
-                        record.first = time.perf_counter()
-                    await send({"type": "http.response.body", "body": chunk, "more_body": True})
-            except CutError as exc:
-                # Too late to go elsewhere: the client has part of the answer. Ending without the last
-                # message makes the server close the connection, so the client sees it cut short.
-                self._replica_failed(replica, lease, f"cut mid-answer: {exc}")
-                record.end = "cut"
-                return _Outcome.DONE
-            record.answered = True
-            await send({"type": "http.response.body", "body": b"", "more_body": False})
+            cut = await _pass_on(response, head, chunks, send, record, extra)
+            if cut is not None:
+                self._replica_failed(replica, lease, f"cut mid-answer: {cut}")
             return _Outcome.DONE
         finally:
             await response.aclose()
@@ -1010,7 +1061,11 @@ class Router:
     async def _health(self, send: Send) -> int:
         ok, states = self.health()
         status = 200 if ok else 503
-        await respond_json(send, status, {"status": "ok" if ok else "unavailable", "replicas": states})
+        body: dict[str, object] = {"status": "ok" if ok else "unavailable", "replicas": states}
+        if self.peers is not None and self.peers.configured:
+            # What the peers choose the router that decides by (``_peers.leader_of``).
+            body["router"], body["up_since"] = self.peers.own, self.peers.up_since
+        await respond_json(send, status, body)
         return status
 
     async def _metrics_page(self, send: Send) -> int:
@@ -1021,6 +1076,38 @@ class Router:
         body = generate_latest(self._registry)
         await respond(send, 200, body, [(b"content-type", CONTENT_TYPE_LATEST.encode())])
         return 200
+
+
+async def _pass_on(
+    response: Answer,
+    head: bytes,
+    chunks: AsyncIterator[bytes],
+    send: Send,
+    record: _Record,
+    extra: list[tuple[bytes, bytes]],
+) -> CutError | None:
+    """Relay an answer to the client, ``head`` (what of its body was read) first: None once it went
+    whole, else what cut it."""
+    headers = relayed(response.headers, record.request_id)
+    headers.extend(extra)
+    record.status = response.status
+    await send({"type": "http.response.start", "status": response.status, "headers": headers})
+    if head:
+        record.first = time.perf_counter()
+        await send({"type": "http.response.body", "body": head, "more_body": True})
+    try:
+        async for chunk in chunks:
+            if not record.first:
+                record.first = time.perf_counter()
+            await send({"type": "http.response.body", "body": chunk, "more_body": True})
+    except CutError as exc:
+        # Too late to go elsewhere: the client has part of the answer. Ending without the last
+        # message makes the server close the connection, so the client sees it cut short.
+        record.end = "cut"
+        return exc
+    record.answered = True
+    await send({"type": "http.response.body", "body": b"", "more_body": False})
+    return None
 
 
 class _ClientGoneError(Exception):

@@ -12,6 +12,7 @@ import math
 import os
 import re
 import tomllib
+import urllib.parse
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -171,6 +172,15 @@ class Config:
     """The request log's size at which it becomes ``FILE.1`` and a new one begins."""
     tracing: bool = False
     """A span per routed request, sent by OTLP where the ``OTEL_*`` variables say (``lorafleet[otel]``)."""
+    peers: tuple[str, ...] = ()
+    """The URLs of the routers sharing these replicas, this one's among them: the ready one up the
+    longest decides, the others relay to it (``_peers``). None given and no ``peers_dns``: each decides."""
+    peers_dns: str | None = None
+    """A name whose addresses are the routers sharing these replicas (a headless Service), each at
+    ``peers_port``."""
+    peers_port: int = DEFAULT_PORT
+    peers_interval: float = 0.5
+    """Seconds between two looks at the peers' ``/health``."""
 
     @property
     def models(self) -> dict[str, list[ReplicaConfig]]:
@@ -211,7 +221,7 @@ class EngineEntry:
 
 # -- the TOML file ---------------------------------------------------------------------------------
 
-_TOP = {"server", "admin", "fleet", "timeouts", "adapters", "pins", "replicas", "discover"}
+_TOP = {"server", "admin", "fleet", "timeouts", "adapters", "pins", "replicas", "discover", "peers"}
 _SERVER = {
     "host",
     "port",
@@ -225,6 +235,7 @@ _SERVER = {
     "tracing",
 }
 _ADMIN = {"host", "port", "api_key_env"}
+_PEERS = {"urls", "dns", "port", "interval"}
 _FLEET = {"headroom", "attempts", "routers", "concurrency", "prewarm"}
 _TIMEOUTS = {"load", "listing", "listing_interval", "shared_interval", "connect", "read", "shutdown"}
 _ADAPTERS = {"root", "model", "paths", "refresh"}
@@ -299,6 +310,19 @@ def settings_of(data: Mapping[str, Any], source: str, *, base: Path | None = Non
                 f"{source}: server.tracing must be true or false, not {_shown(server['tracing'])}"
             )
         out["tracing"] = server["tracing"]
+    peers = _table(data, "peers", source)
+    _known(peers, _PEERS, source, "peers.")
+    if "urls" in peers:
+        urls = peers["urls"]
+        if not isinstance(urls, list):
+            raise ConfigError(f"{source}: peers.urls must be a list of URLs, not {_shown(urls)}")
+        out["peers"] = tuple(_str(u, f"{source}: peers.urls[{i}]") for i, u in enumerate(urls))
+    if "dns" in peers:
+        out["peers_dns"] = _str(peers["dns"], f"{source}: peers.dns")
+    if "port" in peers:
+        out["peers_port"] = _int(peers["port"], f"{source}: peers.port")
+    if "interval" in peers:
+        out["peers_interval"] = _seconds(peers["interval"], f"{source}: peers.interval")
     fleet = _table(data, "fleet", source)
     _known(fleet, _FLEET, source, "fleet.")
     for key in ("headroom", "attempts", "routers", "concurrency"):
@@ -662,6 +686,7 @@ def check(config: Config) -> None:
     if config.metrics_api_key_env is not None:
         _env_name(config.metrics_api_key_env, "server.metrics_api_key_env")
     _check_admin(config)
+    _check_peers(config)
     for name, value, least in (
         ("server.max_body_bytes", config.max_body_bytes, 1),
         ("server.max_connections", config.max_connections, 1),
@@ -692,6 +717,21 @@ def check(config: Config) -> None:
     ):
         if not 0 < seconds < math.inf:
             raise ConfigError(f"{name} must be a positive number of seconds, not {seconds!r}")
+
+
+def _check_peers(config: Config) -> None:
+    for i, url in enumerate(config.peers):
+        parts = urllib.parse.urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.hostname or parts.path.strip("/"):
+            raise ConfigError(
+                f"peers.urls[{i}]: {url!r} is not a router's root URL (http://host:port, no path)"
+            )
+    if config.peers_dns is not None and not config.peers_dns:
+        raise ConfigError("peers.dns is empty")
+    if not 0 < config.peers_port <= 65535:
+        raise ConfigError(f"peers.port must be between 1 and 65535, not {config.peers_port}")
+    if config.peers_interval <= 0:
+        raise ConfigError(f"peers.interval must be more than 0 seconds, not {config.peers_interval:g}")
 
 
 def _check_admin(config: Config) -> None:

@@ -33,7 +33,9 @@ HOP_BY_HOP = frozenset(
         b"upgrade",
     }
 )
-KEPT = HOP_BY_HOP | {b"host", b"content-length", b"authorization", b"accept-encoding", b"expect"}
+VIA = b"x-lorafleet-via"
+"""The header a request one router relays to another carries (``_peers``): the relaying router's id."""
+KEPT = HOP_BY_HOP | {b"host", b"content-length", b"authorization", b"accept-encoding", b"expect", VIA}
 """Client headers the router does not forward (names as ASGI gives them: lower case)."""
 _SORTED = KEPT | {b"x-request-id", b"content-type"}
 """Names the pass over a request's headers looks at: the kept ones and those it takes note of."""

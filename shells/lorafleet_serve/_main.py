@@ -196,6 +196,18 @@ def parser() -> argparse.ArgumentParser:
     add("--headroom", metavar="N", type=_whole(0), help="adapters over its limit a busy replica may take")
     add("--routers", metavar="N", type=_whole(1), help="routers sharing these replicas (default 1)")
     add(
+        "--peer",
+        metavar="URL",
+        action="append",
+        help="a router sharing these replicas, this one included (repeat for each): the ready one up "
+        "the longest decides, the others relay to it",
+    )
+    add(
+        "--peers-dns",
+        metavar="NAME[:PORT]",
+        help="a name whose addresses are the routers sharing these replicas (a headless Service)",
+    )
+    add(
         "--concurrency",
         metavar="N",
         type=_whole(1),
@@ -258,6 +270,14 @@ def config_of(args: argparse.Namespace) -> Config:
         settings["pins"] = pins
     if args.prewarm:
         settings["prewarm"] = tuple(args.prewarm)
+    if args.peer:
+        settings["peers"] = tuple(args.peer)
+    if args.peers_dns is not None:
+        name, colon, port = args.peers_dns.rpartition(":")
+        if colon and port.isdigit() and name:
+            settings["peers_dns"], settings["peers_port"] = name, int(port)
+        else:
+            settings["peers_dns"] = args.peers_dns
     for flag, key in (
         ("adapter_model", "adapter_model"),
         ("host", "host"),

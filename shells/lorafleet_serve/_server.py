@@ -29,6 +29,7 @@ from ._config import Config, ConfigError, check, discovered_key, own_key, resolv
 from ._forward import AiohttpForwarder, Forwarder
 from ._headers import RequestIds
 from ._live import Discovery, changes_line, file_state
+from ._peers import Peers
 from ._readiness import Origin, Problem, Readiness, ServeWording
 from ._sizing import sizing
 
@@ -150,6 +151,13 @@ class RouterServer:
     def fleet(self) -> Fleet:
         return self.router.fleet
 
+    @property
+    def peers(self) -> Peers:
+        """The routers sharing these replicas, as this one sees them (``[peers]``)."""
+        peers = self.router.peers
+        assert peers is not None  # the server always gives its router one
+        return peers
+
     async def __aenter__(self) -> Self:
         config = self.config
         check(config)
@@ -211,6 +219,9 @@ class RouterServer:
                     **options,
                 )
             )
+            # Its own client: the fleet's judges every answer as a replica's.
+            peers = Peers(await self._stack.enter_async_context(httpx.AsyncClient()))
+            _configure(peers, config)
             router = self._router = Router(
                 fleet,
                 catalog=catalog,
@@ -221,6 +232,7 @@ class RouterServer:
                 registry=registry,
                 readiness=readiness,
                 tracing=self._tracing(),
+                peers=peers,
             )
             self._stack.push_async_callback(router.aclose)
             for name, version in versions.items():
@@ -328,6 +340,15 @@ class RouterServer:
                 await discovery.resolve()
                 if discovery not in self._following:
                     self._follow(discovery)
+            self.config = running = attrs.evolve(
+                running,
+                peers=new.peers,
+                peers_dns=new.peers_dns,
+                peers_port=new.peers_port,
+                peers_interval=new.peers_interval,
+            )
+            _configure(self.peers, running)
+            await self.peers.look()
             self.router.catalog.set_models(running.model_names())
             # The operator may have fixed an adapter in a way no fingerprint shows: ask again.
             self.router.forget_refusals()
@@ -435,6 +456,7 @@ class RouterServer:
                 loops.start_soon(self._recheck, fleet_client)
                 loops.start_soon(self._refresh_adapters)
                 loops.start_soon(self.router.lines.write)
+                loops.start_soon(self.peers.run)
                 if self._watch_path is not None:
                     loops.start_soon(self._watch, self._watch_path, file_state(self._watch_path))
                 for discovery in self._discoveries:
@@ -544,6 +566,12 @@ async def _prewarm(fleet: Fleet, catalog: Catalog, names: tuple[str, ...]) -> No
                 "could not prewarm adapter %r yet: %s; it is loaded once a replica takes it", name, error
             )
             fleet.warm(name, model=model)
+
+
+def _configure(peers: Peers, config: Config) -> None:
+    peers.configure(
+        urls=config.peers, dns=config.peers_dns, port=config.peers_port, interval=config.peers_interval
+    )
 
 
 def _url_of(sock: socket.socket) -> str:
