@@ -210,6 +210,23 @@ def test_several_routers_meet_through_404s_and_listings() -> None:
     assert all(start >= arrival for start, arrival in zip(s.started, w.times, strict=True))
 
 
+def test_routers_that_relay_to_the_first_meet_no_404s_and_wait_the_relay() -> None:
+    """``relay``: the first router decides for all; a request that came to another starts no sooner
+    than the relay after its arrival ([peers] in lorafleet serve)."""
+    w = Synthetic(
+        adapters=30, skew=1.0, rate=30.0, service=0.5, requests=2000, routers=3, replicas=4
+    ).generate(2)
+    fleet = Fleet(replicas=4, memory=3, concurrency=4, load_time=0.2, routers=3, listing_interval=5.0)
+    relayed = attrs.evolve(fleet, relay=0.25)
+    s = Simulation(w, relayed, POLICIES["holders-first"], check=True)
+    figures = s.run()
+    assert figures.missing == 0  # one router decides: no unload meets another's request
+    assert Simulation(w, fleet, POLICIES["holders-first"], check=True).run().missing > 0  # the premise
+    for start, arrival, came in zip(s.started, w.times, w.routers, strict=True):
+        assert start >= arrival + (0.25 if came else 0.0)
+    assert sum(came != 0 for came in w.routers) > 1000
+
+
 # Router B (1) runs x for a long time on the one replica; router A (0) lists the replica at t=1 and
 # t=2 (x held, idle as far as A knows), then at t=2.5 is asked for y with the replica at its limit.
 UNDER_B = Workload(times=(0.0, 2.5), adapters=("x", "y"), durations=(100.0, 1.0), routers=(1, 0))

@@ -218,6 +218,16 @@ def parser() -> argparse.ArgumentParser:
         help="seconds from a reading's sample to its report reaching the router (default 0: at once)",
     )
     p.add_argument(
+        "--relay",
+        type=_number(float, "a number of seconds", 0.0),
+        default=None,
+        metavar="S",
+        help=(
+            "the first router decides for all, the others relay their requests to it in S seconds "
+            "(lorafleet serve's [peers]; default: each router decides its own)"
+        ),
+    )
+    p.add_argument(
         "--read-delay",
         type=_number(float, "a number of seconds", 0.0),
         default=0.0,
@@ -524,6 +534,7 @@ def _fleet(args: argparse.Namespace, memory: int) -> Fleet:
         tell_concurrency=args.tell_concurrency,
         read_latency=args.read_latency,
         read_delay=args.read_delay,
+        relay=args.relay,
         read_failures=args.read_failures,
         failed_read_drops=args.failed_read_drops,
     )
@@ -632,6 +643,11 @@ def report(
         + f", loads of {args.load:g} s"
         + (f", {args.restarts} replica restarts" if args.restarts else "")
         + (f", {args.routers} routers listing every {args.listing_interval:g} s" if args.routers > 1 else "")
+        + (
+            f", the first deciding for all, the others relaying to it in {1000 * args.relay:g} ms"
+            if args.relay is not None and args.routers > 1
+            else ""
+        )
         + _reads(args, "each")
         + _settings(args)
         + f"; seeds {args.seed}..{args.seed + args.seeds - 1}, figures are means over the seeds.",

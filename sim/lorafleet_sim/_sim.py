@@ -122,6 +122,8 @@ class Fleet:
         settings: any other machine settings, by name, passed to every router's machine.
         frees: an unload frees the adapter's memory (a frontend that calls ``remove_lora``; vLLM's
             Python frontend, every version through 0.34, does not).
+        relay: seconds a request that reached another router takes to reach the first, which decides
+            for all (``lorafleet serve``'s ``[peers]``); None: every router decides its own.
     """
 
     replicas: int
@@ -149,6 +151,7 @@ class Fleet:
     frees: bool = False
     tell_concurrency: bool = False
     """Give every router's machine the replicas' ``concurrency`` (a Fleet is told nothing of it)."""
+    relay: float | None = None
 
     def __attrs_post_init__(self) -> None:
         for index in range(self.replicas):
@@ -439,7 +442,12 @@ class Simulation:
             else:
                 self.now = times[i]
                 self.pending += 1
-                self._route(i, self.workload.routers[i], frozenset())
+                came = self.workload.routers[i]
+                relay = self.fleet.relay
+                if relay is None or came == 0:
+                    self._route(i, came, frozenset())
+                else:
+                    self._push(self.now + relay, _RETRY, (i, 0, frozenset()))
                 i += 1
             if self.check:
                 self._check()
