@@ -17,6 +17,7 @@ import anyio
 import attrs
 import httpx
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 import lorafleet_asyncio
 import lorafleet_trio
@@ -239,6 +240,16 @@ def idle_and_bare(*servers: Any) -> None:
             while (now := vllm.engine_queue(client.get("/metrics").content)) != (0, 0):
                 assert time.monotonic() < deadline, f"{server.url} never idle: {now}"
                 time.sleep(0.05)
+
+
+def counted(page: str, family: str, **labels: str) -> float:
+    """The sum of ``family``'s samples on a /metrics page whose labels include ``labels``."""
+    return sum(
+        sample.value
+        for metric in text_string_to_metric_families(page)
+        for sample in metric.samples
+        if sample.name == family and labels.items() <= sample.labels.items()
+    )
 
 
 @pytest.fixture(scope="session")

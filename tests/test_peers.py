@@ -18,7 +18,6 @@ import anyio
 import attrs
 import httpx
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
 from lorafleet_serve import Config, ConfigError, ReplicaConfig, RouterServer
 from lorafleet_serve._config import build, check, settings_of
@@ -26,18 +25,10 @@ from lorafleet_serve._main import config_of, parser
 from lorafleet_serve._peers import Peer, leader_of
 from lorafleet_standin import StandInServer
 
+from conftest import counted
+
 ADAPTERS = [f"lora-{i}" for i in range(6)]
 """Six adapters on two engines of limit 2: four fit at once."""
-
-
-def counted(page: str, family: str, **labels: str) -> float:
-    """The sum of ``family``'s samples on a /metrics page whose labels include ``labels``."""
-    return sum(
-        sample.value
-        for metric in text_string_to_metric_families(page)
-        for sample in metric.samples
-        if sample.name == family and labels.items() <= sample.labels.items()
-    )
 
 
 def test_the_leader_is_the_router_up_the_longest() -> None:

@@ -15,12 +15,11 @@ import anyio
 import attrs
 import httpx
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
 from lorafleet_serve import Config, ReplicaConfig, RouterServer
 from lorafleet_standin import StandInServer
 
-from conftest import KEY, idle_and_bare
+from conftest import KEY, counted, idle_and_bare
 
 pytestmark = [pytest.mark.anyio, pytest.mark.usefixtures("no_task_left_running")]
 
@@ -50,16 +49,6 @@ def engines(
     open_, keyed = servers["open"], servers["keyed"]
     idle_and_bare(open_, keyed)
     return Engines((("narrow", open_.url, None), ("wide", keyed.url, KEY)), build / "adapters")
-
-
-def counted(page: str, family: str, **labels: str) -> float:
-    """The sum of ``family``'s samples on a /metrics page whose labels include ``labels``."""
-    return sum(
-        sample.value
-        for metric in text_string_to_metric_families(page)
-        for sample in metric.samples
-        if sample.name == family and labels.items() <= sample.labels.items()
-    )
 
 
 @pytest.mark.parametrize("anyio_backend", ["asyncio"])  # the router's default; test_serve.py runs both
