@@ -31,6 +31,7 @@ import platform
 import queue
 import random
 import signal
+import socket
 import statistics
 import subprocess
 import sys
@@ -66,9 +67,12 @@ class Router:
             self.proc.wait(20)
 
 
-def start_router(replicas: list[str], root: Path, routers: int | None, extra: list[str]) -> Router:
-    """A ``lorafleet serve`` process on a free port of 127.0.0.1, once it says it is ready."""
-    argv = [sys.executable, "-m", "lorafleet_serve", "--adapters-root", str(root), "--port", "0", *extra]
+def start_router(
+    replicas: list[str], root: Path, routers: int | None, extra: list[str], port: int = 0
+) -> Router:
+    """A ``lorafleet serve`` process on ``port`` (0: a free one) of 127.0.0.1, once it says it is ready."""
+    argv = [sys.executable, "-m", "lorafleet_serve", "--adapters-root", str(root), "--port", str(port)]
+    argv += extra
     for spec in replicas:
         argv += ["--replica", spec]
     if routers is not None:
@@ -232,7 +236,14 @@ def run_arm(
     memory_before = [s.app.memory() for s in servers]
     specs = [f"id=replica-{i},url={s.url},model=tiny,limit={args.memory}" for i, s in enumerate(servers)]
     told = args.told and routers > 1
-    running = [start_router(specs, root, routers if told else None, args.serve) for _ in range(routers)]
+    extra = list(args.serve)
+    ports = [0] * routers
+    if args.peers and routers > 1:
+        # Each router is told them all; a restarted one comes back on its port, as a pod behind the
+        # same name would.
+        ports = free_ports(routers)
+        extra += [f"--peer=http://127.0.0.1:{port}" for port in ports]
+    running = [start_router(specs, root, routers if told else None, extra, port) for port in ports]
     live = Live([r.url for r in running])
     halfway = threading.Event()
     retries: dict[str, int] = {}
@@ -243,7 +254,7 @@ def run_arm(
         live.remove(victim.url)
         victim.stop(signal.SIGKILL)
         time.sleep(args.down)  # the router is down this long, as a pod restarting is
-        again = start_router(specs, root, routers if told else None, args.serve)
+        again = start_router(specs, root, routers if told else None, extra, ports[0])
         running.append(again)
         live.add(again.url)
 
@@ -267,6 +278,18 @@ def run_arm(
     result.rereads = sum(a.rereads - b.rereads for a, b in zip(after, memory_before, strict=True))
     result.drops = sum(a.drops - b.drops for a, b in zip(after, memory_before, strict=True))
     return result
+
+
+def free_ports(count: int) -> list[int]:
+    """``count`` ports of 127.0.0.1 free now (a router's own listens with SO_REUSEADDR)."""
+    socks = [socket.socket() for _ in range(count)]
+    try:
+        for sock in socks:
+            sock.bind(("127.0.0.1", 0))
+        return [sock.getsockname()[1] for sock in socks]
+    finally:
+        for sock in socks:
+            sock.close()
 
 
 def stream_for(adapters: int, skew: float, requests: int, seed: int) -> list[str]:
@@ -297,6 +320,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--told", action="store_true", help="start each router with --routers R ([share])")
     parser.add_argument("--no-kill", action="store_true")
+    parser.add_argument(
+        "--peers",
+        action="store_true",
+        help="tell each router the others (--peer): the one up the longest decides, the others relay",
+    )
     parser.add_argument(
         "--serve", action="append", default=[], metavar="FLAG", help="a flag for every router (repeat)"
     )
@@ -367,6 +395,7 @@ def report(args: argparse.Namespace, rows: list[tuple[int, Result, Result]], sec
             if args.told
             else "; every router at its defaults"
         )
+        + ("; each told the others (`--peer`)" if args.peers else "")
         + f". {platform.processor() or platform.machine()}, load average {load}, {seconds:.0f} s.",
         "",
         "| seed | arm | failed | moved | loads + re-reads | x one | drops | mean ms | p99 ms | retries |",

@@ -11,12 +11,15 @@ from bench_scripts import load
 bench = load("routers_bench")
 
 
+@pytest.mark.parametrize("peers", [False, True], ids=["each-decides", "peers"])
 def test_a_small_run_counts_every_request_once_and_the_kill_moves_none_to_failed(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], peers: bool
 ) -> None:
     out = tmp_path / "routers.md"
     argv = ["--requests", "240", "--runs", "1", "--adapters", "12", "--memory", "4", "--token-ms", "2"]
     argv += ["--down", "0.5", "--out", str(out)]
+    if peers:
+        argv.append("--peers")  # the first router, killed, is the one that decides
     assert bench.main(argv) == 0
     text = out.read_text()
     assert text == capsys.readouterr().out
@@ -30,6 +33,7 @@ def test_a_small_run_counts_every_request_once_and_the_kill_moves_none_to_failed
     assert rows[0][4].split("+")[1].strip() == "0"  # one router's held set is its engines' memory
     assert rows[0][3].strip() == "0"  # one router is never killed: nothing moved
     assert "failed requests 0 (target 0: met)" in text
+    assert ("each told the others (`--peer`)" in text) is peers
 
 
 def test_a_request_cut_by_a_router_going_away_goes_to_another() -> None:
