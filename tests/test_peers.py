@@ -21,7 +21,7 @@ import pytest
 
 from lorafleet_serve import Config, ConfigError, ReplicaConfig, RouterServer
 from lorafleet_serve._config import build, check, settings_of
-from lorafleet_serve._main import config_of, parser
+from lorafleet_serve._main import config_of, parser, summary
 from lorafleet_serve._peers import Peer, leader_of
 from lorafleet_standin import StandInServer
 
@@ -164,6 +164,9 @@ def test_peers_in_the_file_and_on_the_command_line(tmp_path: Path) -> None:
     config = config_of(args)
     assert config.peers == ("http://r1:8000", "http://r2:8000")
     assert (config.peers_dns, config.peers_port) == ("routers.ns.svc", 9000)
+    assert summary(config).endswith(
+        "; peers: 2 listed and those 'routers.ns.svc' resolves to, port 9000, the one up the longest deciding"
+    )
 
 
 @pytest.mark.parametrize(

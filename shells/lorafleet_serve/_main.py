@@ -407,10 +407,16 @@ def summary(config: Config) -> str:
     if config.admin_port is not None:
         where = f"{config.admin_host}:{config.admin_port}"
         admin = f"; admin interface on {where}, key from ${config.admin_api_key_env}"
+    peers = []
+    if config.peers:
+        peers.append(f"{len(config.peers)} listed")
+    if config.peers_dns is not None:
+        peers.append(f"those {config.peers_dns!r} resolves to, port {config.peers_port}")
+    told = f"; peers: {' and '.join(peers)}, the one up the longest deciding" if peers else ""
     return (
         f"replicas: {replicas}{found}; adapters: {' and '.join(sources)}"
         f"{' (' + ', '.join(extras) + ')' if extras else ''}; listening on {config.host}:{config.port}{key}"
-        f"{admin}"
+        f"{admin}{told}"
     )
 
 
