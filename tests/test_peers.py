@@ -246,3 +246,24 @@ async def test_a_leader_shutting_down_is_left_and_the_request_decided_here(
     # Decided here, so logged here.
     (line,) = log.read_text().splitlines()
     assert json.loads(line)["how"] == "loaded"
+
+
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
+@pytest.mark.anyio
+@pytest.mark.usefixtures("no_task_left_running")
+async def test_peers_found_by_a_name(serve: Callable[..., StandInServer], built_adapters: Path) -> None:
+    config = _config([serve()], built_adapters)
+    async with RouterServer(config) as a, RouterServer(config) as b, httpx.AsyncClient() as client:
+        port = int(b.url.rsplit(":", 1)[1])
+        # "localhost" resolves to b's address (and, where it has one, ::1, where nothing listens).
+        named = attrs.evolve(config, peers_dns="localhost", peers_port=port, peers_interval=3600.0)
+        for server in (a, b):
+            assert await server.reload(named)
+        await a.peers.look()  # b shows its id now
+        assert (a.peers.leader, b.peers.leader) == (f"http://127.0.0.1:{port}", None)
+        assert [p.router for p in b.peers.live] == [b.peers.own]
+        body = {"model": "lora-1", "prompt": "hello", "max_tokens": 2}
+        answer = await client.post(f"{a.url}/v1/completions", json=body)
+        assert answer.status_code == 200
+        assert counted((await client.get(f"{b.url}/metrics")).text, "lorafleet_loads_total") == 1
+        assert counted((await client.get(f"{a.url}/metrics")).text, "lorafleet_loads_total") == 0

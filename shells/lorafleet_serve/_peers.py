@@ -74,6 +74,7 @@ class Peers:
         self.live: tuple[Peer, ...] = ()
         """The ready routers at the last look, this one included when it found itself."""
         self._said: tuple[str | None, int] | None = None
+        self._dns_failure: str | None = None
 
     def configure(
         self, *, urls: Sequence[str] = (), dns: str | None = None, port: int = 8000, interval: float = 0.5
@@ -124,8 +125,15 @@ class Peers:
             try:
                 found = await _dns.system_addresses(self._dns, self._port, HEALTH_TIMEOUT)
             except _dns.DnsError as exc:
-                log.warning("peers: %s", exc)
+                # Said once, not at every look: again only once it resolves, or fails otherwise.
+                if str(exc) != self._dns_failure:
+                    log.warning("peers: %s; the peers it gave are not asked until it resolves", exc)
+                self._dns_failure = str(exc)
                 found = []
+            else:
+                if self._dns_failure is not None:
+                    log.info("peers: %s resolves again", self._dns)
+                self._dns_failure = None
             urls += [f"http://{_dns.host_port(a, self._port)}" for a in found]
         answers: list[Peer | None] = [None] * len(urls)
 
