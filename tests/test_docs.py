@@ -74,6 +74,7 @@ HELP_ONLY = {
         "starts routers and stand-ins for minutes, and writes its results with --out "
         "(tests/test_routers_bench.py runs a small one)"
     ),
+    "bench/relay_hop.py": "writes its results with --out (tests/test_routers_bench.py runs a small one)",
     "-m lorafleet_standin": "serves until stopped",
     "sim/several_routers.py": "runs the simulator for minutes",
     "sim/share_routers.py": "runs the simulator for minutes",

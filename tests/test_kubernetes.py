@@ -92,10 +92,19 @@ def test_the_names_ports_and_keys_agree() -> None:
     assert port_number(router_box, front_port["targetPort"]) == server["port"]
     assert front["spec"]["selector"].items() <= router["spec"]["template"]["metadata"]["labels"].items()
     assert router["spec"]["selector"]["matchLabels"] == router["spec"]["template"]["metadata"]["labels"]
-    # Two routers, told nothing of each other ([share] off: they see each other on the engines), a
-    # drain taking one at a time; each gets its shutdown time before it is killed.
+    # Two routers that find each other by their own headless Service: one decides, the other relays
+    # ([share] off: one router's memory is every slot); a drain takes one at a time; each gets its
+    # shutdown time before it is killed.
     assert router["spec"]["replicas"] == 2
     assert "routers" not in data.get("fleet", {})
+    peers = data["peers"]
+    routers = objs[("Service", "lorafleet-routers")]
+    assert routers["spec"]["clusterIP"] == "None"
+    assert peers["dns"] == f"{routers['metadata']['name']}.default.svc.cluster.local"
+    (peer_port,) = routers["spec"]["ports"]
+    assert peer_port["port"] == peers["port"] == server["port"]
+    assert port_number(router_box, peer_port["targetPort"]) == server["port"]
+    assert routers["spec"]["selector"].items() <= router["spec"]["template"]["metadata"]["labels"].items()
     budget = objs[("PodDisruptionBudget", "lorafleet-router")]["spec"]
     assert budget["minAvailable"] == 1
     assert (
@@ -184,6 +193,7 @@ async def test_the_router_answers_its_probes_as_the_manifest_expects(
     objs = objects()
     data = router_toml()
     (discover,) = data.pop("discover")
+    data.pop("peers")  # no cluster DNS here: this router decides alone
     box = container(objs[("Deployment", "lorafleet-router")])
     ready, alive = box["readinessProbe"]["httpGet"]["path"], box["livenessProbe"]["httpGet"]["path"]
     standin = serve(api_key="pod-key")

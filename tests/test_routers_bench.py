@@ -44,3 +44,13 @@ def test_a_request_cut_by_a_router_going_away_goes_to_another() -> None:
     assert live.urls == ["http://127.0.0.1:1"]
     live.remove("http://127.0.0.1:1")  # the last live router stays: a client has nowhere else to go
     assert live.urls == ["http://127.0.0.1:1"]
+
+
+def test_the_relay_hop_is_measured_on_hits_through_both_routers(tmp_path: Path) -> None:
+    hop = load("relay_hop")
+    out = tmp_path / "hop.md"
+    assert hop.main(["--rounds", "10", "--out", str(out)]) == 0
+    text = out.read_text()
+    rows = [line for line in text.splitlines() if line.startswith("| the one")]
+    assert [r.split("|")[1].strip() for r in rows] == ["the one that decides", "the one that relays to it"]
+    assert "The hop: " in text
