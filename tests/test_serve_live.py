@@ -336,7 +336,7 @@ async def test_the_file_is_read_again_when_it_changes_a_configmaps_symlink_swap_
         assert server.fleet.replica_statistics("r1").limit == 3  # type: ignore[union-attr]
         assert (
             "configuration: timeouts.load changed, which takes effect when lorafleet serve restarts; the "
-            "replicas and limits are applied now"
+            "replicas, limits and peers are applied now"
         ) in logged(caplog, "configuration: ")
         assert server.config.load_timeout == 120  # as it runs
         answer = await client.post("/v1/completions", json={"model": "a0", **HELLO})

@@ -292,7 +292,7 @@ class RouterServer:
     async def reload(self, config: Config | None = None) -> bool:
         """Apply a configuration now: ``config``, else what ``source`` reads (else the current one).
 
-        Its replicas, discovered names and limits take effect at once (every name is resolved now),
+        Its replicas, discovered names, limits and peers take effect at once (every name is resolved now),
         and every adapter the engines refused is asked for again at its next request;
         a setting that needs a restart is named in one log line and left as it runs. A configuration
         that is not valid changes nothing, and is named in one log line.
@@ -319,7 +319,7 @@ class RouterServer:
             if later:
                 log.warning(
                     "configuration: %s changed, which takes effect when lorafleet serve restarts; the "
-                    "replicas and limits are applied now",
+                    "replicas, limits and peers are applied now",
                     ", ".join(later),
                 )
             self.config = running
