@@ -138,6 +138,19 @@ async def test_a_relayed_request_is_decided_where_it_lands(
         health = (await client.get(f"{b.url}/health")).json()
         assert health["router"] == b.peers.own
         assert health["up_since"] == b.peers.up_since
+        # A stream relayed: a decides (another adapter, so a loads it), its events come through b
+        # as they come, and the request's id is the client's on both hops.
+        streamed = {"model": "lora-1", "prompt": "hello", "max_tokens": 3, "stream": True}
+        headers = {"x-request-id": "relayed-1"}
+        async with client.stream("POST", f"{b.url}/v1/completions", json=streamed, headers=headers) as answer:
+            events = [line async for line in answer.aiter_lines() if line.startswith("data: ")]
+        assert answer.status_code == 200
+        assert answer.headers["content-type"].startswith("text/event-stream")
+        assert (answer.headers["x-lorafleet-how"], answer.headers["x-request-id"]) == ("loaded", "relayed-1")
+        assert len(events) > 2
+        assert events[-1] == "data: [DONE]"
+        page = (await client.get(f"{a.url}/metrics")).text
+        assert counted(page, "lorafleet_loads_total") == 1
 
 
 def test_peers_in_the_file_and_on_the_command_line(tmp_path: Path) -> None:
