@@ -100,6 +100,9 @@ async def test_followers_relay_to_the_leader_and_take_over_when_it_goes(
         assert loads["b"] > 4, said
         assert loads["a"] == loads["c"] == 0, said
         assert sum(missing.values()) == 0, said
+        for name, page in pages.items():
+            assert counted(page, "lorafleet_serve_peers_ready") == 3
+            assert counted(page, "lorafleet_serve_relaying") == (0 if name == "b" else 1)
 
         # The leader is gone: each follower's next request finds it so and is decided where it came,
         # until a look names the next leader (a, up longer than c).

@@ -265,7 +265,7 @@ class Router:
         self._turn = 0
         self._created = int(time.time())
         self._registry = registry
-        self._metrics = _Metrics(registry) if registry is not None else None
+        self._metrics = _Metrics(registry, peers) if registry is not None else None
         self._latency: Latency | None = None
         if registry is not None:
             top = config.metrics_adapters
@@ -1126,11 +1126,16 @@ class _Metrics:
       client went away before an answer began);
     - ``lorafleet_serve_request_seconds{route}``: a histogram, from arrival to the last byte relayed;
     - ``lorafleet_serve_retries_total{reason}``: requests placed again (``replica_failed``: no
-      answer; ``server_error``: a 5xx, the replica's fault; ``adapter_missing``);
-    - ``lorafleet_serve_requests_in_flight``: completion requests being served.
+      answer; ``server_error``: a 5xx, the replica's fault; ``adapter_missing``; ``leader_gone``: the
+      router it relays to gave no answer);
+    - ``lorafleet_serve_requests_in_flight``: completion requests being served;
+    - with peers: ``lorafleet_serve_peers_ready``, the routers ready at the last look, and
+      ``lorafleet_serve_relaying``, 1 while this router relays to another (over all routers, the sum
+      of ``1 - relaying`` is how many decide: 1 but for a moment).
     """
 
-    def __init__(self, registry: CollectorRegistry) -> None:
+    def __init__(self, registry: CollectorRegistry, peers: Peers | None = None) -> None:
+        self._peers = peers
         self.in_flight = 0
         self.requests: Counter[tuple[str, int]] = Counter()
         self.retries: Counter[str] = Counter({"replica_failed": 0, "server_error": 0, "adapter_missing": 0})
@@ -1170,7 +1175,8 @@ class _Metrics:
             seconds.add_metric([route], list(zip(bounds, cumulative, strict=True)), self.sums[route])
         retries = CounterMetricFamily(
             "lorafleet_serve_retries",
-            "Requests placed again: a replica gave no answer, answered a 5xx, or had lost the adapter",
+            "Requests placed again: a replica gave no answer, answered a 5xx, or had lost the adapter; "
+            "or the router this one relays to gave no answer",
             labels=["reason"],
         )
         for reason, count in sorted(self.retries.items()):
@@ -1178,7 +1184,24 @@ class _Metrics:
         in_flight = GaugeMetricFamily(
             "lorafleet_serve_requests_in_flight", "Completion requests being served", value=self.in_flight
         )
-        return [requests, seconds, retries, in_flight]
+        families = [requests, seconds, retries, in_flight]
+        peers = self._peers
+        if peers is not None and peers.configured:
+            families.append(
+                GaugeMetricFamily(
+                    "lorafleet_serve_peers_ready",
+                    "Routers ready at the last look at the peers",
+                    value=len(peers.live),
+                )
+            )
+            families.append(
+                GaugeMetricFamily(
+                    "lorafleet_serve_relaying",
+                    "1 while this router relays its requests to the peer that decides, 0 while it decides",
+                    value=int(peers.leader is not None),
+                )
+            )
+        return families
 
 
 def _model_of(raw: bytes) -> tuple[str, bool]:
