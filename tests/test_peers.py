@@ -208,12 +208,19 @@ def test_peers_that_make_no_sense_are_refused(tmp_path: Path, peers: dict[str, o
 
 
 class _Leaving(http.server.BaseHTTPRequestHandler):
-    """A router up for an hour that is shutting down: ready on /health, a 503 to every request."""
+    """A router up for an hour that is shutting down: a 503 to every request, and from the first on,
+    to /health too (before it, a look at its peers took it for ready)."""
+
+    stopping = False
 
     def do_GET(self) -> None:
-        self._json(200, {"status": "ok", "replicas": {}, "router": "0" * 16, "up_since": time.time() - 3600})
+        since = time.time() - 3600
+        status = "shutting down" if _Leaving.stopping else "ok"
+        body = {"status": status, "replicas": {}, "router": "0" * 16, "up_since": since}
+        self._json(503 if _Leaving.stopping else 200, body)
 
     def do_POST(self) -> None:
+        _Leaving.stopping = True
         self.rfile.read(int(self.headers["content-length"]))
         error = {"message": "The router is shutting down", "type": "server_error", "code": "shutting_down"}
         self._json(503, {"error": error})
@@ -233,6 +240,7 @@ class _Leaving(http.server.BaseHTTPRequestHandler):
 @pytest.fixture
 def leaving() -> Iterator[str]:
     """The URL of a ``_Leaving`` router."""
+    _Leaving.stopping = False
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Leaving)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
@@ -283,3 +291,23 @@ async def test_peers_found_by_a_name(serve: Callable[..., StandInServer], built_
         assert answer.status_code == 200
         assert counted((await client.get(f"{b.url}/metrics")).text, "lorafleet_loads_total") == 1
         assert counted((await client.get(f"{a.url}/metrics")).text, "lorafleet_loads_total") == 0
+
+
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
+@pytest.mark.anyio
+@pytest.mark.usefixtures("no_task_left_running")
+async def test_a_router_shutting_down_is_not_ready_and_its_peers_leave_it(
+    serve: Callable[..., StandInServer], built_adapters: Path
+) -> None:
+    config = _config([serve()], built_adapters)
+    async with RouterServer(config) as a, RouterServer(config) as b, httpx.AsyncClient() as client:
+        everyone = attrs.evolve(config, peers=(a.url, b.url), peers_interval=3600.0)
+        for server in (a, b):
+            assert await server.reload(everyone)
+        await b.peers.look()
+        assert b.peers.leader == a.url
+        a.router.stopping = True  # as leaving its block does, before it stops taking connections
+        health = await client.get(f"{a.url}/health")
+        assert (health.status_code, health.json()["status"]) == (503, "shutting down")
+        await b.peers.look()
+        assert b.peers.leader is None

@@ -283,6 +283,8 @@ class Router:
         """Whether the router runs under asyncio (known at its first routed request)."""
         self.drained: Collection[str] = ()
         """Replicas the operator took out (``RouterServer.drain``), which ``/health`` names so."""
+        self.stopping = False
+        """The router is shutting down: ``/health`` says so (503), so that probes and peers leave it."""
         self._requests = (
             RequestLog(config.request_log, config.request_log_max_bytes) if config.request_log else None
         )
@@ -1060,8 +1062,9 @@ class Router:
 
     async def _health(self, send: Send) -> int:
         ok, states = self.health()
-        status = 200 if ok else 503
-        body: dict[str, object] = {"status": "ok" if ok else "unavailable", "replicas": states}
+        status = 200 if ok and not self.stopping else 503
+        said = "shutting down" if self.stopping else "ok" if ok else "unavailable"
+        body: dict[str, object] = {"status": said, "replicas": states}
         if self.peers is not None and self.peers.configured:
             # What the peers choose the router that decides by (``_peers.leader_of``).
             body["router"], body["up_since"] = self.peers.own, self.peers.up_since

@@ -68,13 +68,16 @@ class Peers:
         self._dns: str | None = None
         self._port = 8000
         self.interval = 0.5
-        self._configured = anyio.Event()
+        self._wake = anyio.Event()
+        """Set to look again at once: a new configuration, or a leader gone."""
         self.leader: str | None = None
         """The URL to relay routed requests to (None: this router decides)."""
         self.live: tuple[Peer, ...] = ()
         """The ready routers at the last look, this one included when it found itself."""
         self._said: tuple[str | None, int] | None = None
         self._dns_failure: str | None = None
+        self._gone = 0
+        """Leaders found gone so far: a look that began before the last one is stale."""
 
     def configure(
         self, *, urls: Sequence[str] = (), dns: str | None = None, port: int = 8000, interval: float = 0.5
@@ -87,8 +90,7 @@ class Peers:
         """
         self._urls = tuple(u.rstrip("/") for u in urls)
         self._dns, self._port, self.interval = dns, port, interval
-        self._configured.set()
-        self._configured = anyio.Event()
+        self._wake.set()
 
     @property
     def configured(self) -> bool:
@@ -97,23 +99,29 @@ class Peers:
         return bool(self._urls) or self._dns is not None
 
     def gone(self, url: str, why: str) -> None:
-        """The leader at ``url`` gave no answer: decide here until a look finds it ready again."""
+        """The leader at ``url`` gave no answer: decide here until a look finds it ready again, and look
+        at once."""
         if self.leader == url:
             self.leader = None
             log.warning(
                 "peers: the leader %s gave no answer (%s): this router decides until it is back", url, why
             )
+            # The next leader is named by a look: the sooner, the shorter the time two routers decide.
+            self._gone += 1
+            self._wake.set()
 
     async def run(self) -> None:
         """Look at the peers every ``interval`` seconds, for ever."""
         while True:
+            self._wake = anyio.Event()
             await self.look()
             with anyio.move_on_after(self.interval):
-                # A new configuration starts the wait again: its interval holds from now.
-                await self._configured.wait()
+                await self._wake.wait()
 
     async def look(self) -> None:
-        """Ask every peer's ``/health``, then take the leader it shows."""
+        """Ask every peer's ``/health``, then take the leader it shows (unless a leader was found gone
+        meanwhile: the look that woke for it says)."""
+        gone = self._gone
         urls = list(self._urls)
         if not urls and self._dns is None:
             if self.leader is not None or self.live:
@@ -143,6 +151,8 @@ class Peers:
         async with anyio.create_task_group() as tasks:
             for i, url in enumerate(dict.fromkeys(urls)):
                 tasks.start_soon(ask, i, url)
+        if self._gone != gone:
+            return
         ready = [p for p in answers if p is not None]
         self.live = tuple(ready)
         leader = leader_of(ready)

@@ -279,6 +279,8 @@ class RouterServer:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         assert self._stop is not None
+        if self._router is not None:
+            self._router.stopping = True
         self._stop.set()
         self._background.cancel()
         tasks = self._tasks
