@@ -4,6 +4,7 @@ goes the next one decides (issue 33; ``lorafleet_serve._peers``). Over real HTTP
 
 from __future__ import annotations
 
+import contextlib
 import http.server
 import json
 import random
@@ -11,7 +12,7 @@ import re
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 
 import anyio
@@ -43,6 +44,18 @@ def _config(engines: list[StandInServer], root: Path) -> Config:
         ReplicaConfig(id=f"r{i}", url=engine.url, model="tiny", limit=2) for i, engine in enumerate(engines)
     )
     return Config(replicas=replicas, adapter_root=root, port=0, shutdown_timeout=5.0)
+
+
+@contextlib.asynccontextmanager
+async def _pair(config: Config) -> AsyncIterator[tuple[RouterServer, RouterServer]]:
+    """Two routers told of each other, looked at when the test says: a decides, b relays to it."""
+    async with RouterServer(config) as a, RouterServer(config) as b:
+        everyone = attrs.evolve(config, peers=(a.url, b.url), peers_interval=3600.0)
+        for server in (a, b):
+            assert await server.reload(everyone)
+        await b.peers.look()
+        assert b.peers.leader == a.url
+        yield a, b
 
 
 @pytest.mark.parametrize("anyio_backend", ["asyncio", "trio"])
@@ -126,13 +139,7 @@ async def test_followers_relay_to_the_leader_and_take_over_when_it_goes(
 async def test_a_relayed_request_is_decided_where_it_lands(
     serve: Callable[..., StandInServer], built_adapters: Path
 ) -> None:
-    config = _config([serve()], built_adapters)
-    async with RouterServer(config) as a, RouterServer(config) as b, httpx.AsyncClient() as client:
-        everyone = attrs.evolve(config, peers=(a.url, b.url))
-        for server in (a, b):
-            assert await server.reload(everyone)
-        await b.peers.look()
-        assert b.peers.leader == a.url
+    async with _pair(_config([serve()], built_adapters)) as (a, b), httpx.AsyncClient() as client:
         body = {"model": "lora-0", "prompt": "hello", "max_tokens": 2}
         # As another router would relay it: b does not relay it again, its fleet places it.
         answer = await client.post(f"{b.url}/v1/completions", json=body, headers={"x-lorafleet-via": "x"})
@@ -299,13 +306,7 @@ async def test_peers_found_by_a_name(serve: Callable[..., StandInServer], built_
 async def test_a_router_shutting_down_is_not_ready_and_its_peers_leave_it(
     serve: Callable[..., StandInServer], built_adapters: Path
 ) -> None:
-    config = _config([serve()], built_adapters)
-    async with RouterServer(config) as a, RouterServer(config) as b, httpx.AsyncClient() as client:
-        everyone = attrs.evolve(config, peers=(a.url, b.url), peers_interval=3600.0)
-        for server in (a, b):
-            assert await server.reload(everyone)
-        await b.peers.look()
-        assert b.peers.leader == a.url
+    async with _pair(_config([serve()], built_adapters)) as (a, b), httpx.AsyncClient() as client:
         a.router.stopping = True  # as leaving its block does, before it stops taking connections
         health = await client.get(f"{a.url}/health")
         assert (health.status_code, health.json()["status"]) == (503, "shutting down")
