@@ -312,3 +312,30 @@ async def test_a_router_shutting_down_is_not_ready_and_its_peers_leave_it(
         assert (health.status_code, health.json()["status"]) == (503, "shutting down")
         await b.peers.look()
         assert b.peers.leader is None
+
+
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
+@pytest.mark.anyio
+@pytest.mark.usefixtures("no_task_left_running")
+async def test_a_leader_given_another_clients_key_is_left_and_said_once(
+    serve: Callable[..., StandInServer], built_adapters: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    config = attrs.evolve(_config([serve()], built_adapters), api_key_env="ROUTER_KEY")
+    async with (
+        RouterServer(config, environ={"ROUTER_KEY": "a-key"}) as a,
+        RouterServer(config, environ={"ROUTER_KEY": "b-key"}) as b,
+        httpx.AsyncClient(headers={"Authorization": "Bearer b-key"}) as client,
+    ):
+        for server in (a, b):
+            assert await server.reload(attrs.evolve(config, peers=(a.url, b.url), peers_interval=3600.0))
+        await b.peers.look()
+        assert b.peers.leader == a.url
+        body = {"model": "lora-0", "prompt": "hello", "max_tokens": 2}
+        for _ in range(2):
+            answer = await client.post(f"{b.url}/v1/completions", json=body)
+            assert answer.status_code == 200  # decided by b, not a's 401
+        await b.peers.look()
+        assert b.peers.leader is None  # a is up longer, and ready, but leads b no more
+        said = [m for r in caplog.records if "refused a request this router" in (m := r.getMessage())]
+        assert len(said) == 1
+        assert "give every router the same server.api_key_env key" in said[0]

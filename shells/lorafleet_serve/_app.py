@@ -770,6 +770,12 @@ class Router:
             status = response.status
             head = b""
             chunks = response.chunks()
+            if status == 401:
+                # This router took the client's key, so the leader was given another one.
+                peers.refused(url)
+                self._count_retry(record, "leader_gone")
+                record.replica = record.how = None
+                return False
             if status == 503:
                 try:
                     async for chunk in chunks:

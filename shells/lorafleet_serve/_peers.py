@@ -78,6 +78,9 @@ class Peers:
         self._dns_failure: str | None = None
         self._gone = 0
         """Leaders found gone so far: a look that began before the last one is stale."""
+        self._refused: set[str] = set()
+        """Peers that refused this router's relayed requests (another clients' key): never its leader
+        until the peers are configured again."""
 
     def configure(
         self, *, urls: Sequence[str] = (), dns: str | None = None, port: int = 8000, interval: float = 0.5
@@ -90,6 +93,7 @@ class Peers:
         """
         self._urls = tuple(u.rstrip("/") for u in urls)
         self._dns, self._port, self.interval = dns, port, interval
+        self._refused.clear()
         self._wake.set()
 
     @property
@@ -102,13 +106,30 @@ class Peers:
         """The leader at ``url`` gave no answer: decide here until a look finds it ready again, and look
         at once."""
         if self.leader == url:
-            self.leader = None
             log.warning(
                 "peers: the leader %s gave no answer (%s): this router decides until it is back", url, why
             )
-            # The next leader is named by a look: the sooner, the shorter the time two routers decide.
-            self._gone += 1
-            self._wake.set()
+            self._drop()
+
+    def refused(self, url: str) -> None:
+        """The leader at ``url`` refused the clients' key this router took: they were given different
+        keys. Said once; that router leads this one no more, until the peers are configured again."""
+        if url not in self._refused:
+            self._refused.add(url)
+            log.error(
+                "peers: %s refused a request this router relayed with its clients' key (401): give every "
+                "router the same server.api_key_env key; this router does not relay to it until the "
+                "settings are read again",
+                url,
+            )
+        if self.leader == url:
+            self._drop()
+
+    def _drop(self) -> None:
+        self.leader = None
+        # The next leader is named by a look: the sooner, the shorter the time two routers decide.
+        self._gone += 1
+        self._wake.set()
 
     async def run(self) -> None:
         """Look at the peers every ``interval`` seconds, for ever."""
@@ -153,7 +174,7 @@ class Peers:
                 tasks.start_soon(ask, i, url)
         if self._gone != gone:
             return
-        ready = [p for p in answers if p is not None]
+        ready = [p for p in answers if p is not None and p.url not in self._refused]
         self.live = tuple(ready)
         leader = leader_of(ready)
         self.leader = None if leader is None or leader.router == self.own else leader.url
