@@ -10,10 +10,10 @@ without talking of it, and one that restarts does not take the lead back from a 
 the engines is warm.
 
 Each router looks at every peer's ``/health`` every ``interval`` seconds. A leader that does not
-answer a relayed request is taken for gone until the next look, and the request is decided here,
-with this router's own fleet, which has been listing the engines all along. A request relayed once is
-never relayed again (``_headers.VIA``), so routers whose looks disagree for a moment each decide, as routers
-without peers do.
+answer a relayed request is taken for gone until a look finds it ready again, and a look follows at
+once; the request is decided here, with this router's own fleet, which has been listing the engines
+all along. A request relayed once is never relayed again (``_headers.VIA``), so routers whose looks
+disagree for a moment each decide, as routers without peers do.
 """
 
 from __future__ import annotations
