@@ -751,7 +751,7 @@ class Router:
         self, peers: Peers, url: str, path: str, raw: bytes, send: Send, record: _Record
     ) -> bool:
         """Relay the request to the router that decides, and its answer back: False when that router
-        gave no answer (or is shutting down), for this router to decide instead."""
+        gave no answer, is shutting down or refused the clients' key, for this router to decide instead."""
         leader = self._leaders.get(url)
         if leader is None:
             key = self._key.decode() if self._key is not None else None
@@ -763,38 +763,34 @@ class Router:
             response = await leader.client.post(leader.urls[path], raw, headers)
         except (BusyError, NoAnswerError) as exc:
             peers.gone(url, str(exc))
-            self._count_retry(record, "leader_gone")
-            record.replica = record.how = None
-            return False
+            return self._decide_here(record)
         try:
-            status = response.status
             head = b""
             chunks = response.chunks()
-            if status == 401:
+            if response.status == 401:
                 # This router took the client's key, so the leader was given another one.
                 peers.refused(url)
-                self._count_retry(record, "leader_gone")
-                record.replica = record.how = None
-                return False
-            if status == 503:
+                return self._decide_here(record)
+            if response.status == 503:
                 try:
-                    async for chunk in chunks:
-                        head += chunk
-                        if len(head) >= ERROR_HEAD_BYTES:
-                            break
+                    head = await _head(chunks)
                 except CutError:
                     head = b""
                 if b'"shutting_down"' in head or not head:
                     peers.gone(url, "it is shutting down" if head else "HTTP 503 without a body")
-                    self._count_retry(record, "leader_gone")
-                    record.replica = record.how = None
-                    return False
+                    return self._decide_here(record)
             cut = await _pass_on(response, head, chunks, send, record, [])
             if cut is not None:
                 peers.gone(url, f"cut mid-answer: {cut}")
             return True
         finally:
             await response.aclose()
+
+    def _decide_here(self, record: _Record) -> bool:
+        """The leader did not take the request: this router decides it, counted."""
+        self._count_retry(record, "leader_gone")
+        record.replica = record.how = None
+        return False
 
     def _none_ready(self, model: str | None) -> bool:
         """Whether every replica of ``model`` (or every replica) is held not ready for adapters."""
@@ -877,10 +873,7 @@ class Router:
             chunks = response.chunks()
             if status >= 400:
                 try:
-                    async for chunk in chunks:
-                        head += chunk
-                        if len(head) >= ERROR_HEAD_BYTES:
-                            break
+                    head = await _head(chunks)
                 except CutError as exc:
                     self._replica_failed(replica, lease, f"HTTP {status}, then cut: {exc}")
                     return _Outcome.FAULT
@@ -1085,6 +1078,17 @@ class Router:
         body = generate_latest(self._registry)
         await respond(send, 200, body, [(b"content-type", CONTENT_TYPE_LATEST.encode())])
         return 200
+
+
+async def _head(chunks: AsyncIterator[bytes]) -> bytes:
+    """The first ``ERROR_HEAD_BYTES`` or so of an error's body, the rest left in ``chunks``. Raises
+    ``CutError``."""
+    head = b""
+    async for chunk in chunks:
+        head += chunk
+        if len(head) >= ERROR_HEAD_BYTES:
+            break
+    return head
 
 
 async def _pass_on(
