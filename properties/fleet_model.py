@@ -90,6 +90,7 @@ from lorafleet import (
     Requested,
     Routed,
     ServedElsewhere,
+    StandingBy,
     TicketOrderError,
     TimeAdvanced,
     UnknownOperationError,
@@ -149,6 +150,7 @@ AROUND = [
     "settle",
     "served_elsewhere",
     "refusal_forgotten",
+    "stand_by",
 ]
 """What FleetModel.something_else_happens may do: the world around the requests changes."""
 
@@ -871,6 +873,10 @@ class FleetModel(RuleBasedStateMachine):
     def set_limit(self, data: st.DataObject) -> None:
         model, limit = data.draw(st.sampled_from(["m0", "m1"])), data.draw(st.integers(1, 3))
         self.send(LimitSet(model=model, limit=limit))
+
+    def stand_by(self, data: st.DataObject) -> None:
+        """Another router decides for this one, or no more ([standby])."""
+        self.send(StandingBy(on=data.draw(st.booleans())))
 
     @rule(dt=st.sampled_from([DEFAULT_LISTING_INTERVAL, DEFAULT_LISTING_INTERVAL, 1.0, 0.0, 12.5]))
     def time_passes(self, dt: float) -> None:

@@ -76,6 +76,7 @@ from lorafleet import (
     Requested,
     Routed,
     ServedElsewhere,
+    StandingBy,
     Statistics,
     TimeAdvanced,
     UnknownReplicaError,
@@ -250,6 +251,8 @@ class Model:
     next_op: int = 1
     last_ticket: int = 0
     now: float = 0.0
+    standing_by: bool = False
+    """[standby]: another router decides for this one."""
     leases: dict[int, Copy] = attrs.field(factory=dict)
     waiting: dict[int, Load | Unload | Replica | Read] = attrs.field(factory=dict)
     """What each waiting request waits for: a load, an unload, room at a replica's cap, or a read."""
@@ -289,6 +292,8 @@ class Model:
                 return self.limit_set(event.model, event.limit)
             case TimeAdvanced():
                 return self.time_advanced(event.now)
+            case StandingBy():
+                return self.stood_by(event.on)
             case ReadingReceived():
                 counted = event.running is not None and event.waiting is not None
                 return self.reading_answered(
@@ -726,6 +731,18 @@ class Model:
             rep = self.replicas[replica]
             rep.due = now + self.interval
             if rep.listing is None:
+                commands.append(self.start_listing(rep))
+        return commands
+
+    def stood_by(self, on: bool) -> list[Command]:
+        """[standby]: deciding again, every replica in use with no listing out is listed now."""
+        was, self.standing_by = self.standing_by, on
+        if on or not was:
+            return []
+        commands: list[Command] = []
+        for rep in sorted(self.in_use(), key=lambda r: r.id):
+            if rep.listing is None:
+                rep.due = self.now + self.interval
                 commands.append(self.start_listing(rep))
         return commands
 

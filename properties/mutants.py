@@ -197,6 +197,22 @@ MUTANTS = [
         "        rep.shared_until = math.inf\n",
     ),
     Mutant(
+        "standby-ignored",
+        "standby",
+        "standing by changes nothing: a shared replica is listed every shared_interval",
+        MACHINE,
+        "rep.shared_until > self._clock and not self._standing_by",
+        "rep.shared_until > self._clock",
+    ),
+    Mutant(
+        "standby-no-listings",
+        "standby",
+        "deciding again lists nothing at once",
+        MACHINE,
+        "            commands.append(self._start_listing(rep))\n        return commands\n",
+        "        return commands\n",
+    ),
+    Mutant(
         "reading-ended-is-foreign",
         "reading",
         "an adapter whose request of this router ended while the read was out counts as another router's",

@@ -162,6 +162,8 @@ CASES: list[tuple[type[lf.UsageError], str, Callable[[AdapterStateMachine], obje
     ),
     (lf.TicketOrderError, "above 2", lambda m: m.route(2, adapter="c", path="/c", now=4.0)),
     (lf.InvalidValueError, "adapter name", lambda m: m.route(9, adapter="", path="/c", now=4.0)),
+    (lf.InvalidValueError, "on must be a bool", lambda m: m.stand_by(0)),  # type: ignore[arg-type]
+    (lf.InvalidValueError, "on must be a bool", lambda m: m.stand_by(None)),  # type: ignore[arg-type]
 ]
 
 

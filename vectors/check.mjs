@@ -11,7 +11,7 @@ import { join } from "node:path";
 
 const EVENTS = {
   replica_added: ["replica", "model", "limit"], replicas_removed: ["replicas"], limit_set: ["model", "limit"],
-  time_advanced: ["now"], requested: ["ticket", "replica", "adapter", "path"], released: ["ticket"],
+  time_advanced: ["now"], standing_by: ["on"], requested: ["ticket", "replica", "adapter", "path"], released: ["ticket"],
   cancelled: ["ticket"], load_finished: ["load", "outcome", "message"], unload_finished: ["unload", "outcome", "message"],
   listing_received: ["listing", "adapters"], listing_failed: ["listing", "message"], adapter_missing: ["replica", "adapter", "ticket"],
   replica_failed: ["replica", "message"], served_elsewhere: ["replica", "failed"], adapter_pinned: ["adapter", "path", "copies", "model"],

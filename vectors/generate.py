@@ -9,12 +9,12 @@ one rule.
 
 hypothesis/: Hypothesis generates programs (request, answer this call this way, another router loads,
 time passes, other routers' requests run on an engine, a read of it fails, a request placed by the
-machine..., and at last a setting away from its default), derandomised and without a database,
-so the same Hypothesis gives the same programs. Each step of a program's run gets a tag (what
-event, what outcome, which commands it gave). For each tag, and each pair of tags seen together,
-the first program that shows them is shrunk (actions removed, numbers lowered) while it still
-does, and its run is written out. A change in a rule then shows as a diff of exactly the runs it
-changes.
+machine, another router decides for this one..., and at last a setting away from its default),
+derandomised and without a database, so the same Hypothesis gives the same programs. Each step of a
+program's run gets a tag (what event, what outcome, which commands it gave). For each tag, and each
+pair of tags seen together, the first program that shows them is shrunk (actions removed, numbers
+lowered) while it still does, and its run is written out. A change in a rule then shows as a diff
+of exactly the runs it changes.
 """
 
 from __future__ import annotations
@@ -100,6 +100,7 @@ RULES_BY_NAME = [
     ("read", ["read"]),
     ("route", ["route", "place"]),
     ("share", ["share", "cold", "evict"]),
+    ("standby", ["standby", "time"]),
     ("the_same_events", ["order"]),
     ("fault_1", ["seed-1", "listing"]),
     ("fault_2", ["seed-2", "evict", "listing"]),
@@ -212,6 +213,9 @@ KINDS = (
 # Kinds added later: surveyed in programs of their own, after those of KINDS (see _survey), on a
 # machine that reads its engines ([read]); "busy" ([load]) last of all.
 LATER_KINDS = ("report", "unread", "route", "busy")
+STAND = "stand"
+"""Another router decides for this one, or no more ([standby]): surveyed last, so that the programs
+drawn before it came stay as they were."""
 Program = list[tuple[str, int, int]]
 WARM: Program = [
     step
@@ -432,6 +436,9 @@ class Run:
             self.send(lambda: m.add_replica(replica, model="m", limit=2), "replica added")
         elif kind == "limit":
             self.send(lambda: m.set_limit("m", 1 + b % 3), "limit set")
+        elif kind == STAND:
+            on = b % 2 == 0
+            self.send(lambda: m.stand_by(on), "standing by" if on else "deciding again")
         elif kind == "report":
             # Other routers' requests run on a0 and a1 by b's bits: the engine's gauge names them.
             replica, names = REPLICAS[a % 2], [name for i, name in enumerate(ADAPTERS[:2]) if b >> i & 1]
@@ -494,6 +501,8 @@ RULE_OF_TAG = [
     ("a reading settles", "settle"),
     ("route spills", "load"),
     ("route reads the replica", "read"),
+    ("standing by", "standby"),
+    ("deciding again", "standby"),
 ]
 
 
@@ -591,6 +600,8 @@ def _survey() -> list[Program]:
     earlier ones gave as it was, and fewer kinds to draw from keep the earlier ones' pairs as dense
     as before. (On a machine that reads nothing, "report" changes only the engine, and "unread" finds
     no read to fail: the surveys of the machine before [read] asked its reads, they draw as before.)
+    After the settings' programs, programs on a machine that reads its engines where another router
+    decides for it now and then ([standby]).
     """
     found: list[Program] = []
 
@@ -629,6 +640,13 @@ def _survey() -> list[Program]:
                         keep,
                         settings=settings(database=None, derandomize=True, max_examples=500, deadline=None),
                     )
+    standing = programs((*KINDS, *LATER_KINDS, STAND)).map(lambda program: [("read", 0, 0), *program])
+    with contextlib.suppress(NoSuchExample):
+        find(
+            standing,
+            keep,
+            settings=settings(database=None, derandomize=True, max_examples=3000, deadline=None),
+        )
     return found
 
 

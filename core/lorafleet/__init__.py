@@ -39,6 +39,7 @@ from ._events import ReplicasRemoved as ReplicasRemoved
 from ._events import Requested as Requested
 from ._events import Routed as Routed
 from ._events import ServedElsewhere as ServedElsewhere
+from ._events import StandingBy as StandingBy
 from ._events import TimeAdvanced as TimeAdvanced
 from ._events import UnloadFinished as UnloadFinished
 from ._machine import DEFAULT_BACKOFF as DEFAULT_BACKOFF

@@ -46,6 +46,14 @@ class TimeAdvanced:
 
 
 @attrs.frozen(kw_only=True)
+class StandingBy:
+    """This router relays its requests to another that decides for the fleet (``on``), or decides
+    again (``on`` false): its picture of the engines is wanted only once it decides ([standby])."""
+
+    on: bool
+
+
+@attrs.frozen(kw_only=True)
 class Requested:
     """A request wants ``adapter`` (stored at ``path``) on ``replica``.
 
@@ -238,6 +246,7 @@ Event = (
     | ReplicasRemoved
     | LimitSet
     | TimeAdvanced
+    | StandingBy
     | Requested
     | Released
     | Cancelled

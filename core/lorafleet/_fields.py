@@ -93,6 +93,7 @@ _FIELDS: dict[type, tuple[tuple[str, _Kind], ...]] = {
     ev.ReplicasRemoved: (("replicas", _REMOVED),),
     ev.LimitSet: (("model", MODEL), ("limit", _AT_LEAST_1)),
     ev.TimeAdvanced: (("now", _NOW),),
+    ev.StandingBy: (("on", _BOOL),),
     ev.Requested: (("adapter", ADAPTER), ("path", _PATH)),
     ev.Released: (),
     ev.Cancelled: (),

@@ -150,6 +150,7 @@ from ._events import (
     Requested,
     Routed,
     ServedElsewhere,
+    StandingBy,
     TimeAdvanced,
     UnloadFinished,
 )
@@ -311,6 +312,8 @@ class AdapterStateMachine(Shortcuts, Spellings, Queries, Indexing, Invariants):
         """Adapters the engine refused as their own fault: until when, and the engine's words."""
         self._pins: dict[str, AdapterPinned] = {}
         self._clock = 0.0
+        self._standing_by = False
+        """[standby]: another router decides for this one, so no replica is listed at the shared pace."""
         self._logical = 0
         self._next_op = 1
         self._last_ticket = 0
@@ -392,6 +395,8 @@ class AdapterStateMachine(Shortcuts, Spellings, Queries, Indexing, Invariants):
                 return self._limit_set(event)
             case TimeAdvanced():
                 return self._time_advanced(event)
+            case StandingBy():
+                return self._stood_by(event)
             case _:
                 assert_never(event)
 
@@ -878,13 +883,30 @@ class AdapterStateMachine(Shortcuts, Spellings, Queries, Indexing, Invariants):
         return commands
 
     def _interval(self, rep: Replica) -> float:
-        """[time]: seconds to ``rep``'s next listing: ``shared_interval`` while other routers use it."""
+        """[time]: seconds to ``rep``'s next listing: ``shared_interval`` while other routers use it,
+        unless one of them decides for this one ([standby])."""
         shared = self._settings.shared_interval
         return (
             shared
-            if shared is not None and rep.shared_until > self._clock
+            if shared is not None and rep.shared_until > self._clock and not self._standing_by
             else self._settings.listing_interval
         )
+
+    def _stood_by(self, event: StandingBy) -> list[Command]:
+        """[standby]: while another router decides, the engines change under this one unseen, so it
+        lists them at the listing interval, and every one at once when it decides again."""
+        check_fields(event)
+        was, self._standing_by = self._standing_by, event.on
+        if event.on or not was:
+            return []
+        commands: list[Command] = []
+        for rep in sorted(self._replicas.values(), key=lambda r: r.id):
+            if rep.removed or rep.listing is not None:
+                continue
+            rep.due = self._clock + self._interval(rep)
+            heapq.heappush(self._due, (rep.due, rep.id))
+            commands.append(self._start_listing(rep))
+        return commands
 
     def _shared(self, rep: Replica) -> None:
         """[time]: another router works on ``rep`` (a reading showed it): it is listed every

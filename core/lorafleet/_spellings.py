@@ -138,3 +138,7 @@ class Spellings:
     def advance(self, now: float) -> list[Command]:
         """``handle(TimeAdvanced(...))``: the shell's clock reads ``now``."""
         return self.handle(events.TimeAdvanced(now=now))
+
+    def stand_by(self, on: bool = True) -> list[Command]:
+        """``handle(StandingBy(...))``: another router decides for this one (``on``), or no more."""
+        return self.handle(events.StandingBy(on=on))

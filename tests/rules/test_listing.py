@@ -22,6 +22,7 @@ from lorafleet import (
     Released,
     ReplicaAdded,
     ReplicasRemoved,
+    StandingBy,
     TimeAdvanced,
     UnloadFinished,
     UnloadOutcome,
@@ -367,3 +368,58 @@ def test_time_an_adapter_this_router_is_unloading_there_is_no_other_routers() ->
     assert s.machine.statistics().replicas["r"].unloading == ("a",)
     read_each(s, 30.0, r={"adapters": ["a"]})
     assert s.machine.next_due() == 60.0
+
+
+# -- [standby] ------------------------------------------------------------------------------------
+
+
+def test_standby_a_router_standing_by_lists_a_shared_replica_at_the_listing_interval() -> None:
+    """[standby] While another router decides for this one, a reading that shows other routers'
+    work leaves the next listing a listing interval on; deciding again, the shared pace comes back
+    for what is left of the mark."""
+    s = Scenario.reading(("r", 2), shared_interval=0.5)
+    s.expect(StandingBy(on=True))
+    another_routers(s, now=30.0)  # shared until 60, but standing by
+    assert s.machine.next_due() == 60.0
+    another_routers(s, now=60.0)  # shared until 90
+    assert s.machine.next_due() == 90.0
+    assert s(TimeAdvanced(now=75.0)) == []
+    (listing,) = s(StandingBy(on=False))  # still shared, until 90: listed now, and again at 75.5
+    assert isinstance(listing, ReadListing)
+    assert listing.replica == "r"
+    assert s.machine.next_due() == 75.5
+    s.expect(
+        ListingReceived(listing=listing.listing, adapters=()),
+        ReadEngine(read=listing.listing + 1, replica="r"),
+    )
+    assert s.answer_read("r", ()) == []
+    s.expect(TimeAdvanced(now=75.5), ReadListing(listing=listing.listing + 2, replica="r"))
+
+
+def test_standby_deciding_again_lists_every_replica_at_once() -> None:
+    """[standby] When the router decides again, every replica in use with no listing out is listed
+    at once, in id order, and is next due an interval later; standing by changes nothing by itself,
+    and neither does a stand-by that repeats or a router that already decides."""
+    s = Scenario.reading(("r", 2), ("q", 2), ("p", 1))
+    s.expect(StandingBy(on=False))
+    s.expect(StandingBy(on=True))
+    s.expect(StandingBy(on=True))
+    s.expect(ReplicasRemoved(replicas=("p",)))
+    s.expect(TimeAdvanced(now=12.5))
+    listings = s(StandingBy(on=False))
+    first = min(c.listing for c in listings if isinstance(c, ReadListing))
+    assert listings == [ReadListing(listing=first, replica="q"), ReadListing(listing=first + 1, replica="r")]
+    assert s.machine.next_due() == 42.5
+    s.expect(StandingBy(on=False))
+    assert s(TimeAdvanced(now=30.0)) == []  # the listings at 12.5 moved the dues of 30
+
+
+def test_standby_requests_are_handled_as_ever() -> None:
+    """[standby] A router standing by still decides a request given to it (its leader gone before
+    it knew): loads, hits and evictions as without it."""
+    s = Scenario.with_replicas(("r", 1))
+    s.expect(StandingBy(on=True))
+    ticket = s.load("r", "a")
+    s.expect(Released(ticket=ticket))
+    _ticket, commands = s.request("r", "b")
+    assert [type(c) for c in commands] == [IssueLoad]

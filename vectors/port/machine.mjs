@@ -67,6 +67,7 @@ export class Machine {
     this.parked = new Map(); // adapter name -> placement records of routed requests, in ticket order ([renew])
     // §1.3 Machine-wide state.
     this.now = 0;
+    this.standingBy = false; // [standby]
     this.logical = 0;
     this.nextOp = 1n;
     this.highest = 0n; // the highest ticket seen
@@ -87,7 +88,7 @@ export class Machine {
   handle(event) {
     const on = {
       replica_added: this.replicaAdded, replicas_removed: this.replicasRemoved, limit_set: this.limitSet,
-      time_advanced: this.timeAdvanced, requested: this.requested, released: this.released,
+      time_advanced: this.timeAdvanced, standing_by: this.standingByEvent, requested: this.requested, released: this.released,
       cancelled: this.cancelled, load_finished: this.loadFinished, unload_finished: this.unloadFinished,
       listing_received: this.listingReceived, listing_failed: this.listingFailed,
       adapter_missing: this.adapterMissing, replica_failed: this.replicaFailed,
@@ -511,9 +512,27 @@ export class Machine {
     return [...commands, ...this.ensurePins()]; // replicas back from their backoff
   }
 
-  // [time]: a replica other routers worked on within a listing interval is listed every shared_interval.
+  // [time]: a replica other routers worked on within a listing interval is listed every shared_interval,
+  // unless another router decides for this one ([standby]).
   intervalOf(rep) {
-    return this.sharedInterval !== null && rep.sharedUntil > this.now ? this.sharedInterval : this.interval;
+    return this.sharedInterval !== null && rep.sharedUntil > this.now && !this.standingBy
+      ? this.sharedInterval
+      : this.interval;
+  }
+
+  // [standby]
+  standingByEvent({ on }) {
+    if (typeof on !== "boolean") throw invalid("on", on);
+    const was = this.standingBy;
+    this.standingBy = on;
+    if (on || !was) return [];
+    const commands = [];
+    for (const rep of [...this.replicas.values()].sort((a, b) => byName(a.id, b.id))) {
+      if (rep.removed || rep.listing) continue;
+      rep.due = this.now + this.intervalOf(rep);
+      commands.push(this.startListing(rep));
+    }
+    return commands;
   }
 
   next_due() {
@@ -1027,7 +1046,7 @@ export class Machine {
       if (this.sharedInterval !== null && [...names].some(theirs)) {
         // [time]: another router's adapter there: listed sooner, for a listing interval
         rep.sharedUntil = this.now + this.interval;
-        rep.due = Math.min(rep.due, this.now + this.sharedInterval);
+        rep.due = Math.min(rep.due, this.now + this.intervalOf(rep));
       }
     }
     const before = rep.named;
