@@ -15,7 +15,8 @@ started again ``--down`` seconds later. A request whose router is gone (refused,
 is sent to another live router, as a Service in front of the routers would: counted as "moved", not
 failed. Failed: any answer but a 200. Loads: every load the stand-ins were asked for, plus every
 adapter they read back from disk after their memory dropped it while registered (vLLM does not
-free memory on unload: SPEC.md §3.16).
+free memory on unload: SPEC.md §3.16). Engine GETs/s: the routers' listings (``/v1/models``) and
+reads (``/metrics``) of each stand-in, per second of the run, what they cost an engine's API server.
 
 Targets (issue 33): 0 failed requests; loads within 1.1x one router's.
 """
@@ -133,10 +134,18 @@ class Result:
     rereads: int = 0
     drops: int = 0
     retries: dict[str, int] = attrs.field(factory=dict)
+    engine_gets: int = 0
+    """The routers' listings (``/v1/models``) and reads (``/metrics``) of the stand-ins."""
+    seconds: float = 0.0
 
     @property
     def disk(self) -> int:
         return self.loads + self.rereads
+
+    @property
+    def gets_per_second(self) -> float:
+        """Listings and reads per stand-in per second: what the routers cost each engine's API server."""
+        return self.engine_gets / max(self.seconds, 1e-9)
 
 
 def send_stream(
@@ -233,6 +242,7 @@ def run_arm(
     for server in servers:
         server.app.restart()
     loads_before = [len(s.app.calls_to("load")) for s in servers]
+    gets_before = sum(engine_gets(s) for s in servers)
     memory_before = [s.app.memory() for s in servers]
     specs = [f"id=replica-{i},url={s.url},model=tiny,limit={args.memory}" for i, s in enumerate(servers)]
     told = args.told and routers > 1
@@ -262,7 +272,9 @@ def run_arm(
     if side is not None:
         side.start()
     try:
+        started = time.monotonic()
         result = send_stream(live, stream, args.concurrency, seed, halfway)
+        result.seconds = time.monotonic() - started
         if side is not None:
             side.join(120)
         for router in running:
@@ -274,10 +286,15 @@ def run_arm(
             router.stop()
     result.retries = retries
     result.loads = sum(len(s.app.calls_to("load")) - b for s, b in zip(servers, loads_before, strict=True))
+    result.engine_gets = (sum(engine_gets(s) for s in servers) - gets_before) // len(servers)
     after = [s.app.memory() for s in servers]
     result.rereads = sum(a.rereads - b.rereads for a, b in zip(after, memory_before, strict=True))
     result.drops = sum(a.drops - b.drops for a, b in zip(after, memory_before, strict=True))
     return result
+
+
+def engine_gets(server: StandInServer) -> int:
+    return len(server.app.calls_to("models")) + len(server.app.calls_to("metrics"))
 
 
 def free_ports(count: int) -> list[int]:
@@ -398,8 +415,9 @@ def report(args: argparse.Namespace, rows: list[tuple[int, Result, Result]], sec
         + ("; each told the others (`--peer`)" if args.peers else "")
         + f". {platform.processor() or platform.machine()}, load average {load}, {seconds:.0f} s.",
         "",
-        "| seed | arm | failed | moved | loads + re-reads | x one | drops | mean ms | p99 ms | retries |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|---|",
+        "| seed | arm | failed | moved | loads + re-reads | x one | drops | mean ms | p99 ms | retries "
+        "| engine GETs/s |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---|---:|",
     ]
     for seed, one, many in rows:
         for name, r in (("1 router", one), (f"{args.routers} routers", many)):
@@ -407,7 +425,7 @@ def report(args: argparse.Namespace, rows: list[tuple[int, Result, Result]], sec
             out.append(
                 f"| {seed} | {name} | {r.failed} | {r.moved} | {r.loads} + {r.rereads} | "
                 f"{r.disk / max(one.disk, 1):.2f} | {r.drops} | {statistics.fmean(r.latencies):.1f} | "
-                f"{percentile(r.latencies, 0.99):.1f} | {retried} |"
+                f"{percentile(r.latencies, 0.99):.1f} | {retried} | {r.gets_per_second:.2f} |"
             )
     ratios = [many.disk / max(one.disk, 1) for _, one, many in rows]
     failed = sum(many.failed for _, _, many in rows)

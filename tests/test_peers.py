@@ -163,6 +163,24 @@ async def test_a_relayed_request_is_decided_where_it_lands(
         assert counted(page, "lorafleet_loads_total") == 1
 
 
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
+@pytest.mark.anyio
+@pytest.mark.usefixtures("no_task_left_running")
+async def test_a_follower_stands_by_and_lists_every_engine_at_once_when_it_decides_again(
+    serve: Callable[..., StandInServer], built_adapters: Path
+) -> None:
+    engines = [serve(), serve()]
+    # Listings an hour apart: any listing in this test is the one the stand-by's end asks for.
+    config = attrs.evolve(_config(engines, built_adapters), listing_interval=3600.0)
+    async with _pair(config) as (a, b):
+        assert (a.fleet.standing_by, b.fleet.standing_by) == (False, True)
+        listed = [len(engine.app.calls_to("models")) for engine in engines]
+        assert await b.reload(config)  # told of no peers, b decides again
+        assert not b.fleet.standing_by
+        for engine, before in zip(engines, listed, strict=True):
+            await anyio.to_thread.run_sync(engine.app.wait_for_calls, "models", before + 1)
+
+
 def test_peers_in_the_file_and_on_the_command_line(tmp_path: Path) -> None:
     base = {"replicas": [{"id": "r", "url": "http://h:8000", "model": "m", "limit": 2}]}
     out = settings_of(

@@ -32,6 +32,8 @@ def test_a_small_run_counts_every_request_once_and_the_kill_moves_none_to_failed
         assert loads >= distinct  # each adapter asked for was loaded somewhere, the stand-ins say
     assert rows[0][4].split("+")[1].strip() == "0"  # one router's held set is its engines' memory
     assert rows[0][3].strip() == "0"  # one router is never killed: nothing moved
+    # Every router lists each stand-in when it starts, and reads it after: the stand-ins counted them.
+    assert all(float(row[10]) > 0 for row in rows)
     assert "failed requests 0 (target 0: met)" in text
     assert ("each told the others (`--peer`)" in text) is peers
 

@@ -69,6 +69,7 @@ from lorafleet import (
     Requested,
     Routed,
     ServedElsewhere,
+    StandingBy,
     Statistics,
     TimeAdvanced,
     UnloadFinished,
@@ -267,6 +268,7 @@ class Fleet:
         self._attempts = attempts
         self._tallies = Tallies()  # per-adapter counts (adapter_statistics, PrometheusMetrics)
         self._records = Records()  # what failed last, per replica and per adapter (failure, load_failure)
+        self._standing_by = False
         self._warming: set[str] = set()
         """The adapters ``warm`` pinned whose end the log has not said yet (the machine lifts the pin)."""
         self._placed = dict.fromkeys(Placed, 0)
@@ -734,6 +736,20 @@ class Fleet:
             InvalidValueError: ``limit`` is not an int of at least 1.
         """
         self._send(LimitSet(model=model, limit=limit))
+
+    def stand_by(self, on: bool = True) -> None:
+        """Another router decides for this one, which relays its requests to it (``on``), or no more:
+        the machine lists the engines at the listing interval meanwhile, and all at once when this
+        router decides again ([standby])."""
+        self._send(TimeAdvanced(now=anyio.current_time()))
+        self._send(StandingBy(on=on))
+        self._standing_by = on
+        self._wake_up()  # the listings' due times moved
+
+    @property
+    def standing_by(self) -> bool:
+        """Whether another router decides for this one (``stand_by``)."""
+        return self._standing_by
 
     def statistics(self) -> Statistics:
         """The machine's frozen snapshot: counts, and what every replica holds with its in-use counts."""

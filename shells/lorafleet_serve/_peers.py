@@ -11,9 +11,11 @@ the engines is warm.
 
 Each router looks at every peer's ``/health`` every ``interval`` seconds. A leader that does not
 answer a relayed request is taken for gone until a look finds it ready again, and a look follows at
-once; the request is decided here, with this router's own fleet, which has been listing the engines
-all along. A request relayed once is never relayed again (``_headers.VIA``), so routers whose looks
-disagree for a moment each decide, as routers without peers do.
+once; the request is decided here, with this router's own fleet. While a router relays, its fleet
+stands by: it lists the engines at the listing interval rather than the shared one, and all at once
+when the router decides again ([standby]). A request relayed once is never relayed again
+(``_headers.VIA``), so routers whose looks disagree for a moment each decide, as routers without
+peers do.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ import logging
 import math
 import secrets
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import anyio
 import attrs
@@ -57,9 +59,11 @@ class Peers:
 
     Args:
         client: what asks the peers' ``/health``.
+        relaying: told True when this router starts relaying to a leader, False when it decides again
+            (the fleet's ``stand_by``).
     """
 
-    def __init__(self, client: httpx.AsyncClient) -> None:
+    def __init__(self, client: httpx.AsyncClient, relaying: Callable[[bool], None] | None = None) -> None:
         self.own = secrets.token_hex(8)
         """This router's id, on its ``/health``: how it knows itself among the peers."""
         self.up_since = time.time()
@@ -71,7 +75,8 @@ class Peers:
         self._wake = anyio.Event()
         """Set to look again at once: a new configuration, or a leader gone."""
         self.leader: str | None = None
-        """The URL to relay routed requests to (None: this router decides)."""
+        """The URL to relay routed requests to (None: this router decides); set by ``_follow``."""
+        self._relaying = relaying
         self.live: tuple[Peer, ...] = ()
         """The ready routers at the last look, this one included when it found itself."""
         self._said: tuple[str | None, int] | None = None
@@ -125,8 +130,14 @@ class Peers:
         if self.leader == url:
             self._drop()
 
+    def _follow(self, leader: str | None) -> None:
+        """Relay to ``leader`` from now on (None: decide here), and say so when that turns."""
+        was, self.leader = self.leader, leader
+        if (was is None) != (leader is None) and self._relaying is not None:
+            self._relaying(leader is not None)
+
     def _drop(self) -> None:
-        self.leader = None
+        self._follow(None)
         # The next leader is named by a look: the sooner, the shorter the time two routers decide.
         self._gone += 1
         self._wake.set()
@@ -146,7 +157,8 @@ class Peers:
         urls = list(self._urls)
         if not urls and self._dns is None:
             if self.leader is not None or self.live:
-                self.leader, self.live = None, ()
+                self._follow(None)
+                self.live = ()
                 log.info("peers: none; this router decides")
             self._said = None
             return
@@ -177,7 +189,7 @@ class Peers:
         ready = [p for p in answers if p is not None and p.url not in self._refused]
         self.live = tuple(ready)
         leader = leader_of(ready)
-        self.leader = None if leader is None or leader.router == self.own else leader.url
+        self._follow(None if leader is None or leader.router == self.own else leader.url)
         said = (self.leader, len(ready))
         if said != self._said:
             self._said = said

@@ -220,7 +220,7 @@ class RouterServer:
                 )
             )
             # Its own client: the fleet's judges every answer as a replica's.
-            peers = Peers(await self._stack.enter_async_context(httpx.AsyncClient()))
+            peers = Peers(await self._stack.enter_async_context(httpx.AsyncClient()), fleet.stand_by)
             _configure(peers, config)
             router = self._router = Router(
                 fleet,

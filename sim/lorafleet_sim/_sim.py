@@ -69,6 +69,7 @@ from lorafleet import (
     ReplicaAdded,
     Requested,
     Routed,
+    StandingBy,
     TimeAdvanced,
     UnloadFinished,
     UnloadOutcome,
@@ -409,6 +410,8 @@ class Simulation:
                 continue  # its machine never hears of the replicas: the engines load for it
             m = router.view.machine
             self._commands(router, m.handle(TimeAdvanced(now=0.0)))
+            if self.fleet.relay is not None and router is not self.routers[0]:
+                m.handle(StandingBy(on=True))  # it relays to the first, which decides ([standby])
             for engine in self.engines:
                 limit = self.fleet.limit_of(engine.index, self.policy)
                 self._commands(router, m.handle(ReplicaAdded(replica=engine.id, model=MODEL, limit=limit)))
