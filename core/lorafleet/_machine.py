@@ -893,8 +893,8 @@ class AdapterStateMachine(Shortcuts, Spellings, Queries, Indexing, Invariants):
         )
 
     def _stood_by(self, event: StandingBy) -> list[Command]:
-        """[standby]: while another router decides, the engines change under this one unseen, so it
-        lists them at the listing interval, and every one at once when it decides again."""
+        """[standby]: while another router decides, this one's picture of the engines is wanted only
+        once it decides again: it lists them at the listing interval meanwhile, and every one then."""
         check_fields(event)
         was, self._standing_by = self._standing_by, event.on
         if event.on or not was:
