@@ -14,8 +14,9 @@ the same Zipf-skewed sequence of short completions (seeded per run), ``--concurr
   default`` is what a user gets by following docs/vllm.md: each replica declares its engine's
   ``max_cpu_loras`` and ``--concurrency`` is the servers' ``--max-num-seqs``, with no ``limit`` and no
   ``--headroom`` (serve makes the limit the whole memory, headroom 0); ``--lorafleet
-  limit=N,headroom=M`` sets either by hand as well, and ``concurrency=learned`` leaves
-  ``--concurrency`` out (lorafleet learns it from the engines' ``/metrics``).
+  limit=N,headroom=M`` sets either by hand as well, ``concurrency=N`` gives lorafleet's by hand,
+  and ``concurrency=learned`` leaves ``--concurrency`` out (lorafleet learns it from the engines'
+  ``/metrics``).
 - **vllm-router POLICY**: vLLM's own router (``pip install vllm-router``, in a venv of its own under
   ~/.cache/lorafleet) in front of servers that load adapters themselves the first time a request names
   them (vLLM's filesystem LoRA resolver: ``VLLM_PLUGINS=lora_filesystem_resolver`` and
@@ -317,19 +318,22 @@ class Arm:
     """lorafleet's --headroom; None: not given, its default."""
     learn: bool = False
     """No --concurrency: lorafleet learns the engines' from /metrics (docs/serve.md); False: the
-    servers' --max-num-seqs, as docs/vllm.md says to give it."""
+    servers' --max-num-seqs, as docs/vllm.md says to give it, or ``concurrency``."""
+    concurrency: int | None = None
+    """lorafleet's --concurrency given by hand; None: as ``learn`` says."""
 
     def name(self) -> str:
         if self.kind == "vllm-router":
             return f"vllm-router {self.policy}"
         given = [f"{key} {value}" for key, value in (("limit", self.limit), ("headroom", self.headroom))]
         given = [g for g in given if not g.endswith(" None")] + ["concurrency learned"] * self.learn
+        given += [f"concurrency {self.concurrency}"] * (self.concurrency is not None)
         return f"lorafleet {' '.join(given)}" if given else "lorafleet (defaults)"
 
 
 def lorafleet_arm(spec: str) -> Arm:
-    """``default``, or any of ``limit=N``, ``headroom=M`` and ``concurrency=learned``, comma-separated
-    (what is left out: as in ``default``)."""
+    """``default``, or any of ``limit=N``, ``headroom=M`` and ``concurrency=learned`` (or ``=N``),
+    comma-separated (what is left out: as in ``default``)."""
     if spec == "default":
         return Arm("lorafleet")
     given: dict[str, int] = {}
@@ -338,13 +342,22 @@ def lorafleet_arm(spec: str) -> Arm:
         key, _, value = part.partition("=")
         if key == "concurrency" and value == "learned":
             learn = True
-        elif key in ("limit", "headroom") and value.isdigit():
+        elif value.isdigit() and (key in ("limit", "headroom") or (key == "concurrency" and value != "0")):
             given[key] = int(value)
         else:
             raise argparse.ArgumentTypeError(
-                f"--lorafleet {spec!r}: say default, or limit=N,headroom=M,concurrency=learned (any of them)"
+                f"--lorafleet {spec!r}: say default, or limit=N,headroom=M,concurrency=learned|N "
+                "(any of them)"
             )
-    return Arm("lorafleet", limit=given.get("limit"), headroom=given.get("headroom"), learn=learn)
+    if learn and "concurrency" in given:
+        raise argparse.ArgumentTypeError(f"--lorafleet {spec!r}: concurrency learned or given, not both")
+    return Arm(
+        "lorafleet",
+        limit=given.get("limit"),
+        headroom=given.get("headroom"),
+        learn=learn,
+        concurrency=given.get("concurrency"),
+    )
 
 
 def default_limit(memory: int) -> tuple[int, int]:
@@ -516,7 +529,9 @@ def run_arm(
                     replica += f",limit={arm.limit}"
                 command += ["--replica", replica]
             command += ["--adapters-root", str(args.root)]
-            if not arm.learn:
+            if arm.concurrency is not None:
+                command += ["--concurrency", str(arm.concurrency)]
+            elif not arm.learn:
                 command += ["--concurrency", str(servers[0].max_num_seqs)]
             if arm.headroom is not None:
                 command += ["--headroom", str(arm.headroom)]
@@ -667,7 +682,7 @@ def parser() -> argparse.ArgumentParser:
         action="append",
         metavar="SPEC",
         help="a lorafleet arm: default (max_cpu_loras declared, --concurrency the servers' "
-        "--max-num-seqs, the rest serve's defaults), or any of limit=N,headroom=M,concurrency=learned "
+        "--max-num-seqs, the rest serve's defaults), or any of limit=N,headroom=M,concurrency=learned|N "
         "as well; repeat for more (default: default)",
     )
     parser.add_argument(

@@ -55,4 +55,7 @@ def test_the_relay_hop_is_measured_on_hits_through_both_routers(tmp_path: Path) 
     text = out.read_text()
     rows = [line for line in text.splitlines() if line.startswith("| the one")]
     assert [r.split("|")[1].strip() for r in rows] == ["the one that decides", "the one that relays to it"]
-    assert "The hop: " in text
+    for r in rows:
+        whole, there = float(r.split("|")[2]), float(r.split("|")[5])
+        assert 0 < there < whole  # the stand-in read each request after it was sent, before its answer
+    assert "The hop: " in text and "of it on the way to the engine" in text

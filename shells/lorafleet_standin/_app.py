@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -112,6 +113,9 @@ class Call:
     """The injected misbehaviour the call met, if any (``answer``, ``hang``, ``drop``...)."""
     headers: dict[str, str] = attrs.field(factory=dict, eq=False)
     """Every header of the request, names in lower case (the last, when one came twice)."""
+    at: float = attrs.field(default=0.0, eq=False)
+    """``time.perf_counter()`` when its body had been read: a bench in the same process times the way
+    to the engine with it."""
 
 
 class VllmStandIn:
@@ -325,6 +329,7 @@ class VllmStandIn:
         path = scope["path"]
         method = scope["method"]
         raw = await read_body(receive)
+        at = time.perf_counter()
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
         body = json_or_none(raw)
         route = ROUTES.get(path)
@@ -339,7 +344,7 @@ class VllmStandIn:
             )
             authorization = headers.get("authorization")
             met = misbehaviour if misbehaviour is not None else failing
-            self._calls.append(Call(method, path, body, authorization, running, registered, met, headers))
+            self._calls.append(Call(method, path, body, authorization, running, registered, met, headers, at))
             self._calls_lock.notify_all()
         if path in ("/health", "/ping"):
             await respond(send, 200, b"", None)
