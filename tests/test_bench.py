@@ -179,3 +179,46 @@ def test_replay_engine_reads_are_timed_by_the_instrument_or_not_at_all() -> None
     ]
     assert replay.read_seconds(timed) == pytest.approx(0.004)
     assert replay.read_seconds([json.dumps({"t": 1.0, "ev": "read", "id": 1})]) is None
+
+
+def test_demo_arms_runs_every_arm_on_every_seed_and_writes_the_table(tmp_path: Path) -> None:
+    arms = load("demo_arms")
+    out = tmp_path / "arms.md"
+    flags = [
+        "--requests",
+        "40",
+        "--adapters",
+        "6",
+        "--replicas",
+        "2",
+        "--concurrency",
+        "4",
+        "--load-ms",
+        "10",
+    ]
+    assert arms.main(["--seeds", "1,2", "--out", str(out), *flags]) == 0
+    text = out.read_text()
+    medians = [
+        line.split("|")[1].strip()
+        for line in text.split("Every run:")[0].splitlines()
+        if line.startswith("| ")
+    ]
+    assert medians == ["arm", *arms.ARMS]
+    runs = [
+        line.split("|") for line in text.split("Every run:")[1].splitlines() if line[:3] in ("| 1", "| 2")
+    ]
+    assert sorted((r[1].strip(), r[2].strip()) for r in runs) == sorted(
+        (s, a) for s in "12" for a in arms.ARMS
+    )
+    from lorafleet_standin._demo import parse, stream_of
+
+    for r in runs:
+        distinct = len(set(stream_of(parse([*flags, "--seed", r[1].strip()]))))
+        loads, waited = int(r[3]), int(r[4])
+        assert distinct <= loads <= 40  # each adapter asked for loaded at least once, no more than asked
+        assert waited >= loads  # each load was waited for by the request that started it
+
+
+def test_demo_arms_refuses_bad_seeds() -> None:
+    with pytest.raises(SystemExit):
+        load("demo_arms").main(["--seeds", "one"])

@@ -75,6 +75,7 @@ HELP_ONLY = {
         "(tests/test_routers_bench.py runs a small one)"
     ),
     "bench/relay_hop.py": "writes its results with --out (tests/test_routers_bench.py runs a small one)",
+    "bench/demo_arms.py": "runs the demo's arms for minutes (tests/test_bench.py runs a small one)",
     "-m lorafleet_standin": "serves until stopped",
     "sim/several_routers.py": "runs the simulator for minutes",
     "sim/share_routers.py": "runs the simulator for minutes",

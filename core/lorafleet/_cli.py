@@ -48,7 +48,7 @@ class About:
 
 ABOUT = {
     "demo": About(
-        summary="lorafleet's router against a least-loaded one, on stand-in vLLM replicas",
+        summary="lorafleet's router against holders-first and least-loaded ones, on stand-in vLLM replicas",
         needs="the stand-in and the reference router",
         install="pip install 'lorafleet[standin,serve,trio]'",
     ),

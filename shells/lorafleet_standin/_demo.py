@@ -8,9 +8,10 @@ through lorafleet's own ``Fleet``, built as lorafleet's router builds it: holder
 replica holding the adapter with the fewest requests in flight, else the one with a free slot and
 the fewest, else the one with the fewest: what the peers ship) and least-loaded (the replica with
 the fewest requests in flight: a router that knows nothing of adapters). The loads, evictions and
-cap are the same code on every side, and only placement differs. The summary says what lorafleet
-saved: the loads and the latency they add, which carry over to real replicas, then request latency
-and requests per second, which time this machine only.
+cap are the same code on every side, and only placement differs, with each router's own work per
+request. The summary says what lorafleet saved: the loads, which carry over to real replicas, and
+the latency they add, which does less each router's own work; then request latency and requests per
+second, which time this machine only.
 """
 
 # The demo lives beside the stand-in, on the testing side, so that a router's install of the core
@@ -32,7 +33,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager
 from importlib import import_module
 from pathlib import Path
@@ -44,7 +45,7 @@ import httpx
 import sniffio
 
 from lorafleet import How
-from lorafleet_fleet import HEADROOM, Fleet, FleetError, Replica
+from lorafleet_fleet import HEADROOM, Fleet, FleetError, Lease, Replica
 from lorafleet_serve import Config, ReplicaConfig, RouterServer
 from lorafleet_standin import StandInServer, VllmStandIn
 
@@ -151,9 +152,56 @@ def main(argv: list[str]) -> int:
             f"{PROG} --runtime {args.runtime} needs {exc.name}: pip install 'lorafleet[{args.runtime}]'\n"
         )
         return 2
+    stream = stream_of(args)
+    try:
+        with standins(args) as (root, servers, replicas):
+            routers: list[tuple[str, _Serving]] = [
+                (LORAFLEET, lorafleet_router),
+                (HOLDERS, holders_first_router),
+                (BASELINE, least_loaded_router),
+            ]
+            # A short stream through each first, thrown away: whichever ran first would otherwise pay
+            # for the process's first imports, connections and code paths alone.
+            warm_up = stream[: min(len(stream), 4 * args.concurrency)]
+            for _, serving in routers:
+                run_stream(
+                    args, serving, replicas, servers, root, warm_up, Progress(len(warm_up), io.StringIO())
+                )
+            runs = {
+                name: run_stream(
+                    args,
+                    serving,
+                    replicas,
+                    servers,
+                    root,
+                    stream,
+                    Progress(args.requests, sys.stderr, label=f"{name} router"),
+                )
+                for name, serving in routers
+            }
+    except KeyboardInterrupt:
+        sys.stderr.write(f"\n{PROG}: interrupted\n")
+        return 130
+    report = Report([r.id for r in replicas])
+    report.add(runs[LORAFLEET])
+    report.print(args, sys.stdout)
+    baselines = {name: runs[name] for name in (HOLDERS, BASELINE)}
+    sys.stdout.write("\n" + "\n".join(comparison(runs[LORAFLEET], baselines, args.concurrency)) + "\n")
+    return 0
+
+
+def stream_of(args: argparse.Namespace) -> list[str]:
+    """The demo's request stream: an adapter name per request, Zipf-skewed, fixed by ``--seed``."""
     rng = random.Random(args.seed)
     weights = [1 / (k + 1) ** args.skew for k in range(args.adapters)]
-    stream = [f"adapter-{k:03d}" for k in rng.choices(range(args.adapters), weights=weights, k=args.requests)]
+    return [f"adapter-{k:03d}" for k in rng.choices(range(args.adapters), weights=weights, k=args.requests)]
+
+
+@contextlib.contextmanager
+def standins(
+    args: argparse.Namespace,
+) -> Iterator[tuple[Path, list[StandInServer], list[ReplicaConfig]]]:
+    """The demo's adapter folders and stand-in replicas, as its flags say, until the block ends."""
     with tempfile.TemporaryDirectory(prefix="lorafleet-demo-") as tmp:
         root = Path(tmp)
         for i in range(args.adapters):
@@ -169,47 +217,20 @@ def main(argv: list[str]) -> int:
                 servers.append(StandInServer(engine).start())
             for server in servers:
                 server.app.delay("load", args.load_ms / 1000, times=None)
-            replicas = [
-                ReplicaConfig(id=f"replica-{i}", url=s.url, model="tiny", limit=args.limit)
-                for i, s in enumerate(servers)
-            ]
-            routers: list[tuple[str, _Serving]] = [
-                (LORAFLEET, _lorafleet_router),
-                (HOLDERS, holders_first_router),
-                (BASELINE, least_loaded_router),
-            ]
-            # A short stream through each first, thrown away: whichever ran first would otherwise pay
-            # for the process's first imports, connections and code paths alone.
-            warm_up = stream[: min(len(stream), 4 * args.concurrency)]
-            for _, serving in routers:
-                _run(args, serving, replicas, servers, root, warm_up, Progress(len(warm_up), io.StringIO()))
-            runs = {
-                name: _run(
-                    args,
-                    serving,
-                    replicas,
-                    servers,
-                    root,
-                    stream,
-                    Progress(args.requests, sys.stderr, label=f"{name} router"),
-                )
-                for name, serving in routers
-            }
-        except KeyboardInterrupt:
-            sys.stderr.write(f"\n{PROG}: interrupted\n")
-            return 130
+            yield (
+                root,
+                servers,
+                [
+                    ReplicaConfig(id=f"replica-{i}", url=s.url, model="tiny", limit=args.limit)
+                    for i, s in enumerate(servers)
+                ],
+            )
         finally:
             for server in servers:
                 server.stop()
-    report = Report([r.id for r in replicas])
-    report.add(runs[LORAFLEET])
-    report.print(args, sys.stdout)
-    baselines = {name: runs[name] for name in (HOLDERS, BASELINE)}
-    sys.stdout.write("\n" + "\n".join(comparison(runs[LORAFLEET], baselines, args.concurrency)) + "\n")
-    return 0
 
 
-def _run(
+def run_stream(
     args: argparse.Namespace,
     serving: _Serving,
     replicas: list[ReplicaConfig],
@@ -251,7 +272,7 @@ _Serving = Callable[[list[ReplicaConfig], Path], Any]
 
 
 @asynccontextmanager
-async def _lorafleet_router(replicas: list[ReplicaConfig], root: Path) -> AsyncIterator[RouterServer]:
+async def lorafleet_router(replicas: list[ReplicaConfig], root: Path) -> AsyncIterator[RouterServer]:
     """lorafleet's reference router, as ``lorafleet serve`` runs it, on a free port."""
     config = Config(replicas=tuple(replicas), adapter_root=root, port=0, shutdown_timeout=1.0)
     async with RouterServer(config) as server:
@@ -273,8 +294,16 @@ async def holders_first_router(replicas: list[ReplicaConfig], root: Path) -> Asy
 
 
 @asynccontextmanager
+async def placing_router(replicas: list[ReplicaConfig], root: Path) -> AsyncIterator[PlacingProxy]:
+    """The demo's proxy placing as the fleet does (``Fleet.route``, lorafleet's placement), on a free
+    port: not in the demo; ``bench/demo_arms.py`` runs it beside lorafleet's router."""
+    async with _placing_router(replicas, root, own=True) as proxy:
+        yield proxy
+
+
+@asynccontextmanager
 async def _placing_router(
-    replicas: list[ReplicaConfig], root: Path, *, holders_first: bool
+    replicas: list[ReplicaConfig], root: Path, *, holders_first: bool = False, own: bool = False
 ) -> AsyncIterator[PlacingProxy]:
     """A comparison proxy on a free port. Its fleet is built as ``lorafleet serve`` builds its own,
     with the defaults (``FLEET_DEFAULTS``), and it forwards with a client per replica, as lorafleet's
@@ -288,7 +317,7 @@ async def _placing_router(
             )
             for r in replicas
         }
-        proxy = PlacingProxy(fleet, served, root, clients, holders_first=holders_first)
+        proxy = PlacingProxy(fleet, served, root, clients, holders_first=holders_first, own=own)
         proxy.url = await stack.enter_async_context(_served(proxy))
         yield proxy
 
@@ -312,6 +341,9 @@ class PlacingProxy:
         root: the folder with one folder per adapter.
         clients: the client that forwards to each replica, by replica id.
         holders_first: prefer the replicas that hold the adapter, then those with room.
+        own: place as the fleet does (``Fleet.route``), as lorafleet's router does: lorafleet's
+            placement behind this proxy's own request path, which tells placement from the router's
+            own cost (``bench/demo_arms.py``).
     """
 
     def __init__(
@@ -322,9 +354,11 @@ class PlacingProxy:
         clients: dict[str, httpx.AsyncClient],
         *,
         holders_first: bool = False,
+        own: bool = False,
     ) -> None:
         self.fleet = fleet
         self._holders_first = holders_first
+        self._own = own
         self.url = ""
         """Where it is served, once it is."""
         self._root = root
@@ -340,6 +374,10 @@ class PlacingProxy:
             return
         raw = await read_body(receive)
         name = json.loads(raw)["model"]
+        path = str(self._root / name)
+        if self._own:
+            await self._serve(self.fleet.route(name, path=path), scope["path"], raw, send)
+            return
         self._turn += 1
         count = len(self._replicas)
         among = list(range(count))
@@ -349,29 +387,33 @@ class PlacingProxy:
             room = [i for i in among if self._replicas[i].id in view.with_room]
             among = holders or room or among
         i = min(among, key=lambda i: (self._in_flight[i], (i - self._turn) % count))
-        replica = self._replicas[i]
         self._in_flight[i] += 1
         try:
-            asked = time.perf_counter()
-            try:
-                async with self.fleet.acquire(replica, name, str(self._root / name)) as lease:
-                    waited = (time.perf_counter() - asked) * 1000
-                    answer = await self._clients[replica.id].post(
-                        replica.url + scope["path"], content=raw, headers={"content-type": "application/json"}
-                    )
-                    lease.check_answer(answer.status_code, answer.content[:4096])  # as lorafleet's router
-            except FleetError as exc:  # the adapter or the replica failed: no lease
-                await _answer(send, 502, f"no lease: {exc}".encode(), [])
-                return
-            headers = [
-                (b"content-type", answer.headers.get("content-type", "application/json").encode()),
-                (b"x-lorafleet-replica", replica.id.encode()),
-                (b"x-lorafleet-how", lease.how.value.encode()),
-                (b"server-timing", f"adapter;dur={waited:.1f}".encode()),
-            ]
-            await _answer(send, answer.status_code, answer.content, headers)
+            await self._serve(self.fleet.acquire(self._replicas[i], name, path), scope["path"], raw, send)
         finally:
             self._in_flight[i] -= 1
+
+    async def _serve(self, leasing: Lease, route: str, raw: bytes, send: Send) -> None:
+        """Forward the request to the replica ``leasing`` holds its adapter on, and answer."""
+        asked = time.perf_counter()
+        try:
+            async with leasing as lease:
+                waited = (time.perf_counter() - asked) * 1000
+                replica = lease.replica
+                answer = await self._clients[replica.id].post(
+                    replica.url + route, content=raw, headers={"content-type": "application/json"}
+                )
+                lease.check_answer(answer.status_code, answer.content[:4096])  # as lorafleet's router
+        except FleetError as exc:  # the adapter or the replica failed: no lease
+            await _answer(send, 502, f"no lease: {exc}".encode(), [])
+            return
+        headers = [
+            (b"content-type", answer.headers.get("content-type", "application/json").encode()),
+            (b"x-lorafleet-replica", replica.id.encode()),
+            (b"x-lorafleet-how", lease.how.value.encode()),
+            (b"server-timing", f"adapter;dur={waited:.1f}".encode()),
+        ]
+        await _answer(send, answer.status_code, answer.content, headers)
 
 
 async def _answer(send: Send, status: int, body: bytes, headers: list[tuple[bytes, bytes]]) -> None:
@@ -589,9 +631,11 @@ def comparison(ours: Run, baselines: dict[str, Run], concurrency: int) -> list[s
         "this machine only:",
         *lines(local),
         "",
-        "Loads and the latency they add carry over to real replicas; request latency and requests/s do",
-        "not: a stand-in answers a completion at once and a load is only a wait, so they time this",
-        "machine's Python processes (three routers and the stand-ins sharing its CPUs), not vLLM.",
+        "Loads carry over to real replicas, and so does the latency they add, but for each router's own",
+        "work: a stand-in answers a completion at once, so an adapter stays in use about as long as a",
+        "router takes to pass a request on and back (bench/demo_arms.py takes the two apart). Request",
+        "latency and requests/s time this machine's Python processes (three routers and the stand-ins",
+        "sharing its CPUs), not vLLM: a load is only a wait.",
         "",
         "loads, evictions: the load and unload calls the stand-ins answered. engine drops: adapters a",
         "stand-in, keeping --max-cpu-loras adapters in memory as vLLM does, dropped while the router still",
