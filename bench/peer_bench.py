@@ -342,7 +342,7 @@ def lorafleet_arm(spec: str) -> Arm:
         key, _, value = part.partition("=")
         if key == "concurrency" and value == "learned":
             learn = True
-        elif value.isdigit() and (key in ("limit", "headroom") or (key == "concurrency" and value != "0")):
+        elif value.isdigit() and (key in ("limit", "headroom") or (key == "concurrency" and int(value) > 0)):
             given[key] = int(value)
         else:
             raise argparse.ArgumentTypeError(

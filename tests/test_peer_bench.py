@@ -223,7 +223,14 @@ def test_lorafleet_arms_are_named_by_what_is_given() -> None:
     )
     assert peer.lorafleet_arm("concurrency=8") == peer.Arm("lorafleet", concurrency=8)
     assert peer.lorafleet_arm("concurrency=8").name() == "lorafleet concurrency 8"
-    for spec in ("limit=four", "cap=2", "4", "concurrency=0", "concurrency=learned,concurrency=2"):
+    for spec in (
+        "limit=four",
+        "cap=2",
+        "4",
+        "concurrency=0",
+        "concurrency=00",
+        "concurrency=learned,concurrency=2",
+    ):
         with pytest.raises(argparse.ArgumentTypeError):
             peer.lorafleet_arm(spec)
 

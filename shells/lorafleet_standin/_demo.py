@@ -296,7 +296,7 @@ async def holders_first_router(replicas: list[ReplicaConfig], root: Path) -> Asy
 @asynccontextmanager
 async def placing_router(replicas: list[ReplicaConfig], root: Path) -> AsyncIterator[PlacingProxy]:
     """The demo's proxy placing as the fleet does (``Fleet.route``, lorafleet's placement), on a free
-    port: not in the demo; ``bench/demo_arms.py`` runs it beside lorafleet's router."""
+    port, for ``bench/demo_arms.py`` to run beside lorafleet's router."""
     async with _placing_router(replicas, root, own=True) as proxy:
         yield proxy
 
