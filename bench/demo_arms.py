@@ -91,7 +91,9 @@ def cells(row: dict[str, float]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="bench/demo_arms.py", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="bench/demo_arms.py", description=__doc__.split("\n\n")[0], allow_abbrev=False
+    )
     parser.add_argument("--seeds", default="1,2,3,4,5", help="the streams' seeds, comma-separated")
     parser.add_argument("--out", type=Path)
     ours, rest = parser.parse_known_args(argv)
@@ -99,6 +101,8 @@ def main(argv: list[str] | None = None) -> int:
         seeds = [int(s) for s in ours.seeds.split(",")]
     except ValueError:
         parser.error(f"--seeds: whole numbers, comma-separated, not {ours.seeds!r}")
+    if any(flag == "--seed" or flag.startswith("--seed=") for flag in rest):
+        parser.error("--seed: give the streams' seeds with --seeds")
     args = demo.parse(rest)
     started = time.time()
     load_before = os.getloadavg()

@@ -219,6 +219,8 @@ def test_demo_arms_runs_every_arm_on_every_seed_and_writes_the_table(tmp_path: P
         assert waited >= loads  # each load was waited for by the request that started it
 
 
-def test_demo_arms_refuses_bad_seeds() -> None:
+@pytest.mark.parametrize("argv", [["--seeds", "one"], ["--seeds", "1,,2"], ["--seed", "3"], ["--seed=3"]])
+def test_demo_arms_refuses_bad_seeds(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit):
-        load("demo_arms").main(["--seeds", "one"])
+        load("demo_arms").main(argv)
+    assert "seed" in capsys.readouterr().err
