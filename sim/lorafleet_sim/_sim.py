@@ -411,7 +411,8 @@ class Simulation:
             m = router.view.machine
             self._commands(router, m.handle(TimeAdvanced(now=0.0)))
             if self.fleet.relay is not None and router is not self.routers[0]:
-                m.handle(StandingBy(on=True))  # it relays to the first, which decides ([standby])
+                # It relays to the first, which decides ([standby]).
+                self._commands(router, m.handle(StandingBy(on=True)))
             for engine in self.engines:
                 limit = self.fleet.limit_of(engine.index, self.policy)
                 self._commands(router, m.handle(ReplicaAdded(replica=engine.id, model=MODEL, limit=limit)))
