@@ -901,3 +901,21 @@ def test_plot_draws_a_png(sweep: list[str], tmp_path: Path, capsys: pytest.Captu
     assert data.startswith(b"\x89PNG\r\n\x1a\n")
     assert len(data) > 10_000  # axes, lines and labels, not an empty canvas
     assert str(plot) in capsys.readouterr().out
+
+
+def test_the_grid_counts_a_rare_engine_drop_rather_than_rounding_it_to_nothing() -> None:
+    """One drop in 100,000 requests fails the drops target, and the verdict says how many: a rate at
+    two decimals would read 0.00/1k beside FAIL."""
+    from lorafleet_sim._grid import Outcome, Row, verdicts
+
+    def figures(policy: str, drops: int) -> ls.Figures:
+        return ls.Figures(policy, 50_000, 300, 0, 0.01, 0.04, 0.0, 1.0, 0, 4.0, 4, 0, 0, 0, 0, 0, drops=drops)
+
+    def drops_verdict(*ours: int) -> tuple[bool, str]:
+        runs = {"lorafleet": [figures("lorafleet", d) for d in ours]}
+        runs |= {n: [figures(n, 0) for _ in ours] for n in ("holders-first", "least-loaded-engine")}
+        (verdict,) = [v for v in verdicts(Outcome(Row("r"), runs, {})) if v.target == "engine drops = 0"]
+        return verdict.met, verdict.detail
+
+    assert drops_verdict(0, 1) == (False, "1 in 100,000 requests (0.01/1k)")
+    assert drops_verdict(0, 0) == (True, "none")
