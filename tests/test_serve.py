@@ -15,7 +15,7 @@ import signal
 import subprocess
 import sys
 import threading
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator, MutableMapping
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -183,7 +183,7 @@ async def test_the_base_model_goes_to_the_least_busy_replica(serve: Serve, adapt
     assert all(s.app.calls_to("load") == [] for s in servers)
 
 
-# -- the lease, held as long as the answer -----------------------------------------------------------
+# -- the lease, held as long as the replica's answer --------------------------------------------------
 
 
 @pytest.mark.anyio
@@ -206,6 +206,56 @@ async def test_the_lease_is_released_when_the_client_goes_away_mid_stream(
         await eventually(lambda: any("end=client_gone" in r.message for r in caplog.records))
         standin.app.release()
         assert server.fleet.statistics().replicas["r0"].held == {"a0": 0}
+
+
+@pytest.mark.anyio
+@pytest.mark.usefixtures("no_task_left_running")
+async def test_the_lease_goes_as_the_replicas_answer_comes_in_before_the_client_has_it(
+    serve: Serve, adapter_dir: Path
+) -> None:
+    """An answer with a Content-Length: the engine is done with the adapter once its last byte is in,
+    so the lease goes then, before the router sends it on; the time the client takes to be sent it
+    is not the adapter's. The router is called as the ASGI app it is, so that its ``send`` can look
+    at the fleet while the answer is on its way; the replica is a stand-in over HTTP."""
+    standin = serve()
+    body = json.dumps({"model": "a0", **HELLO}).encode()
+    async with routing([standin], adapter_dir) as (server, client):
+        assert (await client.post("/v1/completions", json={"model": "a0", **HELLO})).status_code == 200
+        requests = iter([{"type": "http.request", "body": body, "more_body": False}])
+        answered = anyio.Event()
+        leases_seen: list[tuple[str, int]] = []
+
+        async def receive() -> dict[str, Any]:
+            message = next(requests, None)
+            if message is not None:
+                return message
+            await answered.wait()  # the client stays until it has its answer
+            return {"type": "http.disconnect"}
+
+        async def send(message: MutableMapping[str, Any]) -> None:
+            leases_seen.append((message["type"], leases(server)))
+            if message["type"] == "http.response.body" and not message.get("more_body", False):
+                answered.set()
+
+        scope = {
+            "type": "http",
+            "asgi": {"version": "3.0"},
+            "http_version": "1.1",
+            "method": "POST",
+            "scheme": "http",
+            "path": "/v1/completions",
+            "raw_path": b"/v1/completions",
+            "query_string": b"",
+            "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())],
+            "client": ("127.0.0.1", 1),
+            "server": ("127.0.0.1", 2),
+        }
+        await server.router(scope, receive, send)
+        # Its head goes on before its body has come; its body, after.
+        assert leases_seen[0] == ("http.response.start", 1)
+        assert leases_seen[1:] == [("http.response.body", 0)] * (len(leases_seen) - 1)
+        assert len(leases_seen) >= 2
+        assert server.fleet.statistics().replicas["r0"].held["a0"] == 0
 
 
 @pytest.mark.anyio

@@ -4,8 +4,9 @@ A request to one of vLLM's routes that name a model (``_routes``: completions, c
 embeddings, tokenize...) names an adapter (or a base model) in its ``model``; the fleet places it on a
 replica and loads it there if need be (``Fleet.route``), and the router forwards the request, with the
 client's headers (``_headers``), and relays the answer, streamed or not, holding the lease until the
-last byte is relayed or the client has gone. A replica that gives no answer (no connection, a
-timeout) is reported to the fleet, which avoids it for a while, and the request goes to another one.
+replica's last byte is in (``_pass_on``) or the client has gone. A replica that gives no answer (no
+connection, a timeout) is reported to the fleet, which avoids it for a while, and the request goes to
+another one.
 A server error (a 5xx) is judged by the fleet ([blame]): on the first replica to answer so, the
 request goes to another one, and the first is avoided only once another serves it; a second replica
 answering so makes it the request's fault, answered with a 502 at once. An answer "the model ... does
@@ -885,7 +886,7 @@ class Router:
                     return _Outcome.SERVER_ERROR
                 if lease is not None and lease.check_answer(status, head) and may_retry_missing:
                     return _Outcome.MISSING
-            cut = await _pass_on(response, head, chunks, send, record, extra)
+            cut = await _pass_on(response, head, chunks, send, record, extra, lease)
             if cut is not None:
                 self._replica_failed(replica, lease, f"cut mid-answer: {cut}")
             return _Outcome.DONE
@@ -1098,12 +1099,24 @@ async def _pass_on(
     send: Send,
     record: _Record,
     extra: list[tuple[bytes, bytes]],
+    lease: Route | None = None,
 ) -> CutError | None:
     """Relay an answer to the client, ``head`` (what of its body was read) first: None once it went
-    whole, else what cut it."""
+    whole, else what cut it.
+
+    ``lease`` is released once the replica has sent the last byte of its answer (its Content-Length
+    reached, or the body's end), before the client has it: the engine is done with the adapter then,
+    and a client that reads slowly must not keep it in use, from eviction and from the requests that
+    wait at the cap for an adapter to go idle.
+    """
     headers = relayed(response.headers, record.request_id)
     headers.extend(extra)
     record.status = response.status
+    left = _content_length(response.headers)
+    if left is not None:
+        left -= len(head)
+        if left <= 0 and lease is not None:
+            lease.release()
     await send({"type": "http.response.start", "status": response.status, "headers": headers})
     if head:
         record.first = time.perf_counter()
@@ -1112,14 +1125,31 @@ async def _pass_on(
         async for chunk in chunks:
             if not record.first:
                 record.first = time.perf_counter()
+            if left is not None:
+                left -= len(chunk)
+                if left <= 0 and lease is not None:
+                    lease.release()
             await send({"type": "http.response.body", "body": chunk, "more_body": True})
     except CutError as exc:
         # Too late to go elsewhere: the client has part of the answer. Ending without the last
         # message makes the server close the connection, so the client sees it cut short.
         record.end = "cut"
         return exc
+    if lease is not None:
+        lease.release()
     record.answered = True
     await send({"type": "http.response.body", "body": b"", "more_body": False})
+    return None
+
+
+def _content_length(headers: list[tuple[bytes, bytes]]) -> int | None:
+    """An answer's Content-Length, or None: none (chunked, a stream), or not a number."""
+    for name, value in headers:
+        if name.lower() == b"content-length":
+            try:
+                return int(value)
+            except ValueError:
+                return None
     return None
 
 
