@@ -6,7 +6,7 @@ beside lorafleet's placement behind the demo's own proxy, and the demo's holders
 ``lorafleet demo`` compares lorafleet's router (``lorafleet serve``'s code, in the demo's process)
 with proxies written in the demo that hold adapters through the same ``Fleet``. A stand-in answers a
 completion at once, so an adapter stays in use for about as long as a router takes to pass the
-request on and its answer back, and a cold request waits at the cap until one goes idle: the demo's
+request on and take its answer in, and a cold request waits at the cap until one goes idle: the demo's
 waits for loads count each router's own work per request as well as its placement. Here a third
 router takes that apart: the demo's proxy placing as the fleet does (``Fleet.route``, the placement
 lorafleet's router uses), on the proxy's own request path. Each seed's stream goes through every
