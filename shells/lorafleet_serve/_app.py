@@ -1104,10 +1104,11 @@ async def _pass_on(
     """Relay an answer to the client, ``head`` (what of its body was read) first: None once it went
     whole, else what cut it.
 
-    ``lease`` is released once the replica has sent the last byte of its answer (its Content-Length
-    reached, or the body's end), before the client has it: the engine is done with the adapter then,
-    and a client that reads slowly must not keep it in use, from eviction and from the requests that
-    wait at the cap for an adapter to go idle.
+    ``lease`` is released as soon as the replica has sent its answer's last byte (its Content-Length
+    reached, or the body's end), before the router sends that last part on: the engine is done with
+    the adapter then. The time the client takes over that part (all of an answer that came in one
+    piece) would otherwise keep the adapter in use, from eviction and from the requests waiting at
+    the cap for one to go idle.
     """
     headers = relayed(response.headers, record.request_id)
     headers.extend(extra)
