@@ -10,8 +10,8 @@ the fewest, else the one with the fewest: what the peers ship) and least-loaded 
 the fewest requests in flight: a router that knows nothing of adapters). The loads, evictions and
 cap are the same code on every side, and only placement differs, with each router's own work per
 request. The summary says what lorafleet saved: the loads, which carry over to real replicas, and
-the latency they add, which does less each router's own work; then request latency and requests per
-second, which time this machine only.
+the latency they add, which does too but for each router's own work; then request latency and
+requests per second, which time this machine only.
 """
 
 # The demo lives beside the stand-in, on the testing side, so that a router's install of the core
