@@ -3,16 +3,20 @@ them (REAL.md §4.8)."""
 
 from __future__ import annotations
 
+import asyncio
+import json
 import re
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, MutableMapping
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import httpx
+import pytest
 
-from lorafleet_standin import StandInServer
+from lorafleet_standin import StandInServer, VllmStandIn
 from lorafleet_standin._metrics import go_float
 
 SERIES = re.compile(
@@ -135,6 +139,37 @@ def test_a_running_request_keeps_its_set_current_and_unknown_models_never_run(
         assert [s[1] for s in second] == ["a1"]
         assert second[0][3] >= first[0][3]  # each step stamps the current set again
     assert [s[:3] for s in series(server)] == [("1", "a1", "a1"), ("1", "", "")]
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "stream"])
+def test_a_request_has_ended_on_the_engine_when_its_answer_ends(stream: bool) -> None:
+    """vLLM ends a request at its last step, before its API server sends the answer's end: a router
+    holding the answer's last byte finds it neither in the batch nor among the running adapters, so
+    that what it does next (release the adapter, evict) meets the engine as it is. The app is called
+    as ASGI, so that its ``send`` can look at the engine as each message goes."""
+    app = VllmStandIn(model="tiny", max_loras=2)
+    app.register("a1", "/p/a1")
+    raw = json.dumps({"model": "a1", "prompt": "x", "max_tokens": 3, "stream": stream}).encode()
+    seen: list[tuple[bool, tuple[int, int], tuple[str, ...]]] = []
+
+    async def receive() -> dict[str, Any]:
+        return {"type": "http.request", "body": raw, "more_body": False}
+
+    async def send(message: MutableMapping[str, Any]) -> None:
+        if message["type"] == "http.response.body":
+            seen.append((bool(message.get("more_body")), app.requests(), app.running()))
+
+    scope = {
+        "type": "http",
+        "method": "POST",
+        "path": "/v1/completions",
+        "headers": [(b"content-type", b"application/json")],
+    }
+    asyncio.run(app(scope, receive, send))
+    *middle, last = seen
+    assert last == (False, (0, 0), ())
+    assert all(running == (1, 0) and names == ("a1",) for _, running, names in middle)
+    assert bool(middle) == stream  # a stream's chunks go while it runs
 
 
 def test_without_lora_metrics_there_is_no_route(serve: Callable[..., StandInServer]) -> None:

@@ -16,7 +16,7 @@ from typing import Any
 import attrs
 
 from . import _completions, _generate, _lora, _metrics, _pooling, _validation
-from ._asgi import Receive, Scope, Send, json_or_none, lifespan, read_body, respond, respond_json
+from ._asgi import Message, Receive, Scope, Send, json_or_none, lifespan, read_body, respond, respond_json
 from ._engine import Engine, Memory
 from ._family import Family
 from ._misbehaviour import Misbehaviour, Misbehaviours
@@ -233,6 +233,10 @@ class VllmStandIn:
         """(running, waiting): the completions in the batch and those waiting for a place in it."""
         return self._engine.requests()
 
+    def running(self) -> tuple[str, ...]:
+        """The adapters with completions running, as vLLM's ``vllm:lora_requests_info`` names them."""
+        return self._engine.running()
+
     def wait_for_requests(self, count: int, timeout: float = 10.0) -> None:
         """Block until ``count`` completions are in the batch or its queue; from a test's own thread."""
         if not self._engine.wait_for_requests(count, timeout):
@@ -430,23 +434,38 @@ class VllmStandIn:
             return
         adapter = None if model == engine.model else model
         await engine.join_batch()
+        done = False
+
+        def finish() -> None:
+            nonlocal done
+            if not done:
+                done = True
+                engine.ended(adapter)
+                engine.leave_batch()
+
+        async def ending(message: Message) -> None:
+            # vLLM's engine ends a request at its last step, before its API server sends the answer's
+            # end: a router that has the last byte finds the request and its adapter no longer running.
+            if message["type"] == "http.response.body" and not message.get("more_body"):
+                finish()
+            await send(message)
+
         try:
             reread = engine.started(adapter)  # vLLM names a request's adapter from its first step
-            try:
-                if reread and adapter is not None:
-                    await engine.read_from_disk()
-                    engine.read_again(adapter)
-                if misbehaviour is not None and await self._misbehaviours.act(misbehaviour, send):
-                    return
-                if failing is not None and await self._misbehaviours.act(failing, send):
-                    return
-                await _answer(
-                    route, engine, send, body, self._misbehaviours.pause_stream, self.stream_interval
-                )
-            finally:
-                engine.ended(adapter)
-        finally:
+        except BaseException:
             engine.leave_batch()
+            raise
+        try:
+            if reread and adapter is not None:
+                await engine.read_from_disk()
+                engine.read_again(adapter)
+            if misbehaviour is not None and await self._misbehaviours.act(misbehaviour, ending):
+                return
+            if failing is not None and await self._misbehaviours.act(failing, ending):
+                return
+            await _answer(route, engine, ending, body, self._misbehaviours.pause_stream, self.stream_interval)
+        finally:
+            finish()
 
     def _unknown(self, route: str, model: str) -> dict[str, Any]:
         """vLLM's 404 for a model it does not serve: its pooling routes word it as older lines did, and
