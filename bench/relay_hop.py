@@ -26,7 +26,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from lorafleet_standin import StandInServer, VllmStandIn
+from lorafleet_standin import StandInServer, VllmStandIn, make_adapters
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from routers_bench import Router, connect, free_ports, percentile, start_router
@@ -67,10 +67,7 @@ def main(argv: list[str] | None = None) -> int:
     load_before = os.getloadavg()
     with tempfile.TemporaryDirectory(prefix="lorafleet-hop-") as tmp:
         root = Path(tmp)
-        folder = root / "adapter-000"
-        folder.mkdir()
-        (folder / "adapter_config.json").write_text(json.dumps({"r": 8}))
-        (folder / "adapter_model.safetensors").write_bytes(b"\0" * 64)
+        make_adapters(root, ["adapter-000"])
         standin = VllmStandIn(model="tiny", max_loras=4, max_cpu_loras=4, token_seconds=0.0)
         engine = StandInServer(standin).start()
         routers: list[Router] = []

@@ -44,7 +44,7 @@ from urllib.parse import urlsplit
 
 import attrs
 
-from lorafleet_standin import StandInServer, VllmStandIn
+from lorafleet_standin import StandInServer, VllmStandIn, make_adapters
 
 HERE = Path(__file__).resolve().parent
 LOADS_TARGET = 1.1
@@ -351,11 +351,7 @@ def main(argv: list[str] | None = None) -> int:
     rows: list[tuple[int, Result, Result]] = []
     with tempfile.TemporaryDirectory(prefix="lorafleet-routers-") as tmp:
         root = Path(tmp)
-        for i in range(args.adapters):
-            folder = root / f"adapter-{i:03d}"
-            folder.mkdir()
-            (folder / "adapter_config.json").write_text(json.dumps({"r": 8}))
-            (folder / "adapter_model.safetensors").write_bytes(b"\0" * 64)
+        make_adapters(root, [f"adapter-{i:03d}" for i in range(args.adapters)])
         servers = [
             StandInServer(
                 VllmStandIn(

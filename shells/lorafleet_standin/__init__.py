@@ -14,6 +14,7 @@ from ._app import VllmStandIn as VllmStandIn
 from ._completions import generated as generated
 from ._engine import Memory as Memory
 from ._family import Family as Family
+from ._lora import make_adapters as make_adapters
 from ._misbehaviour import Misbehaviour as Misbehaviour
 from ._server import StandInServer as StandInServer
 from ._weights import weights_digest as weights_digest

@@ -47,7 +47,7 @@ import sniffio
 from lorafleet import How
 from lorafleet_fleet import HEADROOM, Fleet, FleetError, Lease, Replica
 from lorafleet_serve import Config, ReplicaConfig, RouterServer
-from lorafleet_standin import StandInServer, VllmStandIn
+from lorafleet_standin import StandInServer, VllmStandIn, make_adapters
 
 from ._asgi import Receive, Scope, Send, lifespan, read_body
 
@@ -204,11 +204,7 @@ def standins(
     """The demo's adapter folders and stand-in replicas, as its flags say, until the block ends."""
     with tempfile.TemporaryDirectory(prefix="lorafleet-demo-") as tmp:
         root = Path(tmp)
-        for i in range(args.adapters):
-            folder = root / f"adapter-{i:03d}"
-            folder.mkdir()
-            (folder / "adapter_config.json").write_text(json.dumps({"r": 8}))
-            (folder / "adapter_model.safetensors").write_bytes(b"\0" * 64)
+        make_adapters(root, [f"adapter-{i:03d}" for i in range(args.adapters)])
         servers: list[StandInServer] = []
         try:
             for _ in range(args.replicas):

@@ -148,3 +148,13 @@ async def unload(engine: Engine, send: Send, body: Any, headers: dict[str, str])
         await respond_json(send, status, family.error(status, message, type_))
         return
     await respond(send, 200, f"Success: LoRA adapter '{name}' removed successfully.".encode(), None)
+
+
+def make_adapters(root: Path, names: list[str]) -> None:
+    """A folder under ``root`` for each of ``names`` that the stand-in's load route takes as an
+    adapter (rank 8, a few bytes of weights): what a demo or a benchmark serves."""
+    for name in names:
+        folder = root / name
+        folder.mkdir()
+        (folder / "adapter_config.json").write_text(json.dumps({"r": 8}))
+        (folder / "adapter_model.safetensors").write_bytes(b"\0" * 64)
