@@ -995,9 +995,7 @@ class Model:
         room = []  # 2: not at its cap, and room for a burst where the capacity is known
         for rep in others:
             capacity = self.capacity(rep)
-            if self.kind(rep, adapter)[0] != 4 and (
-                capacity is None or busy(rep) < max(1, 3 * capacity // 4)
-            ):
+            if self.kind(rep, adapter)[0] != 4 and (capacity is None or 4 * busy(rep) < 3 * capacity):
                 room.append(rep)
         if room:
             return cold(min(room, key=lambda r: self.cold_key(r, adapter, busy(r), -weight(r))))

@@ -683,8 +683,8 @@ MUTANTS = [
         "place",
         "a cold load may go to an engine at three quarters of its capacity or more",
         MACHINE,
-        "            if seqs is not None and busy >= max(1, 3 * seqs // 4):\n                return False",
-        "            if seqs is not None and busy >= max(1, seqs):\n                return False",
+        "            if seqs is not None and 4 * busy >= 3 * seqs:\n                return False",
+        "            if seqs is not None and busy >= seqs:\n                return False",
     ),
     Mutant(
         "place-victim-weight-ignored",
@@ -719,12 +719,12 @@ MUTANTS = [
         "key = (kind, busy, a, b, served, weight)",
     ),
     Mutant(
-        "place-burst-bound-no-floor",
+        "place-burst-bound-floor",
         "place",
-        "the burst bound has no floor of 1: an engine that runs one at a time takes no cold load",
+        "the burst bound is three quarters rounded down: an engine of 2 at once running 1 takes no copy",
         MACHINE,
+        "            if seqs is not None and 4 * busy >= 3 * seqs:\n                return False",
         "            if seqs is not None and busy >= max(1, 3 * seqs // 4):\n                return False",
-        "            if seqs is not None and busy >= 3 * seqs // 4:\n                return False",
     ),
     Mutant(
         "place-holder-weight-reversed",

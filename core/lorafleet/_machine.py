@@ -242,8 +242,9 @@ class AdapterStateMachine(Shortcuts, Spellings, Queries, Indexing, Invariants):
         headroom: how many adapters past its limit a replica may go when every adapter it holds is
             in use ([cap]); at that cap a cold request waits for room. None: no cap.
         concurrency: the requests one replica runs at once (vLLM's ``--max-num-seqs``), which
-            [place] spills past: a holder with more in flight than this is busy, and a replica with
-            three quarters of it in flight takes no cold load while another can. None: never busy.
+            [place] spills past: a holder with this many in flight is saturated, and a replica with
+            three quarters of it or more in flight takes no cold load while another can. None: never
+            saturated.
         overflow: how far past its limit a cold load may take a replica whose adapters are all in
             use, in preference to evicting elsewhere ([place]).
         half_life: requests between two halvings of every adapter's demand count ([evict]).
@@ -1710,7 +1711,10 @@ class AdapterStateMachine(Shortcuts, Spellings, Queries, Indexing, Invariants):
             return False
         if spread:
             seqs = self._seqs(rep)
-            if seqs is not None and busy >= max(1, 3 * seqs // 4):
+            # Three quarters exactly, in integers. Rounded down, an engine of 2 at once took a copy
+            # only when idle, one of 3, 5, 6 or 7 stopped a request early, and a hot adapter's holder
+            # queued instead: p99 1.7 to 2.2x least-loaded's (sim/grid.md's max_num_seqs rows, SPEC.md).
+            if seqs is not None and 4 * busy >= 3 * seqs:
                 return False
         return True
 

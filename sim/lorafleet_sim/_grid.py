@@ -62,6 +62,11 @@ ROWS = (
     Row("memory 4", fleet={"memory": 4, "max_loras": 4}),
     Row("memory 16", fleet={"memory": 16, "max_loras": 16}),
     Row("max_loras 4", fleet={"max_loras": 4}),
+    # Engines that run few at once (vLLM's --max-num-seqs), still 60 % busy: three quarters of 2, 3 or
+    # 5 is where [place]'s room for a burst is not a whole number.
+    Row("max_num_seqs 2", {"rate": 19.2}, {"concurrency": 2}),
+    Row("max_num_seqs 3", {"rate": 28.8}, {"concurrency": 3}),
+    Row("max_num_seqs 5", {"rate": 48.0}, {"concurrency": 5}),
     Row("flash crowd 0.3", {"flash": 0.3}),
     Row("shift, skew 1.2, memory 16", {"skew": 1.2, "shift": True}, {"memory": 16, "max_loras": 16}),
     Row("90 % busy", {"rate": 115.2}),
@@ -250,7 +255,8 @@ def main(requests: int, seeds: Sequence[int], command: str, machine: str) -> str
         "(`--max-num-seqs`) of at most 8 adapters (`--max-loras`) and keeping 8 adapters in memory "
         "(`--max-cpu-loras`), Zipf(1) over 200 adapters, Poisson at 76.8/s, 60 % busy, service "
         "exponential mean 0.5 s, reads from disk of 0.02 s that stall their engine, one router) with "
-        f"the one change its row names; {requests} requests a run, seeds {seeds[0]}..{seeds[-1]}, "
+        "the one change its row names (the `max_num_seqs` rows at the rate that keeps them 60 % busy); "
+        f"{requests} requests a run, seeds {seeds[0]}..{seeds[-1]}, "
         "figures are means over the seeds. Every policy meets the same engines: their memory drops "
         "the adapter used least recently when a load finds it full, an unload forgets the name only "
         "(vLLM's Python frontend; the row 'unloads free memory' frees it too), and an adapter dropped "

@@ -417,23 +417,26 @@ def test_load_read_served_is_as_of_when_the_read_went_out() -> None:
 # -- [place] ------------------------------------------------------------------------------------------
 
 
-def test_place_spreads_to_a_replica_below_1_when_three_quarters_of_the_capacity_is_0() -> None:
-    """With a capacity of 1, step 2's bound is max(1, 0) = 1: q, idle, takes a second copy of a from
-    r, saturated. Mutant place-spread-no-floor: bound 0, no candidate, and the holder keeps it."""
+def test_place_spreads_to_an_idle_replica_of_capacity_1() -> None:
+    """With a capacity of 1, step 2's bound is 3/4: q, idle (0 < 3/4), takes a second copy of a from
+    r, saturated. Mutant place-spread-floor: bound ⌊3/4⌋ = 0, no candidate, and the holder keeps it."""
     s = Scenario.with_replicas(("r", 2), ("q", 2), concurrency=1)
     s.load("r", "a")
     s.hit("r", "a")
     assert s.machine.place("a") == Placement(replica="q", placed=Placed.FREE)
 
 
-def test_place_spread_bound_rounds_three_quarters_down() -> None:
-    """With a capacity of 2, step 2's bound is ⌊1.5⌋ = 1: q, busy 1, is no candidate, and r, the
-    saturated holder, keeps a (q's queue is not shorter by 2). Mutant place-spread-ceil: bound 2, q."""
+def test_place_spread_bound_is_three_quarters_not_rounded() -> None:
+    """With a capacity of 2, step 2's bound is 1.5: q, busy 1, is a candidate and takes a second copy
+    of a from r, saturated; busy 2, it is not, and r keeps a (q's queue is not shorter by 2).
+    Mutant place-spread-floor-1: bound max(1, ⌊1.5⌋) = 1, and r keeps a at once."""
     s = Scenario.with_replicas(("r", 2), ("q", 2), concurrency=2)
     s.load("r", "a")
     s.hit("r", "a")
     s.hit("r", "a")
     s.load("q", "b")
+    assert s.machine.place("a") == Placement(replica="q", placed=Placed.FREE)
+    s.hit("q", "b")
     assert s.machine.place("a") == Placement(replica="r", placed=Placed.HELD)
 
 

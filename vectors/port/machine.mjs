@@ -1370,7 +1370,7 @@ export class Machine {
     const roomy = (rep) => {
       if (this.coldKind(rep) === 4) return false;
       const capacity = this.capacity(rep);
-      return capacity === null || busy(rep) < Math.max(1, Math.floor((3 * capacity) / 4));
+      return capacity === null || 4 * busy(rep) < 3 * capacity;
     };
     const candidates = this.candidates(model, exclude).filter(
       (rep) => !rep.held.has(adapter) && !rep.loading.has(adapter) && (!spread || roomy(rep)),
