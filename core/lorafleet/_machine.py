@@ -1713,7 +1713,7 @@ class AdapterStateMachine(Shortcuts, Spellings, Queries, Indexing, Invariants):
             seqs = self._seqs(rep)
             # Three quarters exactly, in integers. Rounded down, an engine of 2 at once took a copy
             # only when idle, one of 3, 5, 6 or 7 stopped a request early, and a hot adapter's holder
-            # queued instead: p99 1.7 to 2.2x least-loaded's (sim/grid.md's max_num_seqs rows, SPEC.md).
+            # queued instead: p99 1.7 to 2.2x least-loaded's (the grid's max_num_seqs rows, docs/sizing.md).
             if seqs is not None and 4 * busy >= 3 * seqs:
                 return False
         return True
